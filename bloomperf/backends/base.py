@@ -1,0 +1,74 @@
+"""The backend interface: load once, generate many times, close.
+
+A backend runs inside a worker process (one per rank). The worker owns timing, inputs and the
+protocol; a backend only knows how to put BLOOM on devices and call ``generate``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    checkpoint: Path  # a saved model folder: config.json, *.safetensors, tokenizer files
+    dtype: str  # one of bloomperf.backends.DTYPES
+    device: str  # "cuda" or "cpu"
+    rank: int = 0
+    world_size: int = 1
+    options: dict[str, Any] = field(default_factory=dict)  # backend options from CLI/plugin
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    dtypes: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
+        """Why this backend cannot run ``dtype`` here (a skip reason), or None if it can.
+
+        Called in the controller, so it must not import torch or touch a GPU.
+        """
+        if dtype not in cls.dtypes:
+            return f"{cls.name} does not support {dtype} (supported: {', '.join(cls.dtypes)})"
+        return None
+
+    @classmethod
+    def world_size(cls, device: str, visible_devices: int, options: dict[str, Any]) -> int:
+        """How many ranks the worker group needs (1: a plain process)."""
+        return 1
+
+    @abstractmethod
+    def load(self, request: LoadRequest) -> None:
+        """Build the model ready to generate. Everything in here counts as load time."""
+
+    @abstractmethod
+    def generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generate_kwargs: dict[str, Any]
+    ) -> torch.Tensor:
+        """Return the output token ids (prompt + new tokens) for one batch."""
+
+    @property
+    @abstractmethod
+    def input_device(self) -> torch.device:
+        """Where input ids must be placed before ``generate``."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work, so a timer read after this is honest."""
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def details(self) -> dict[str, Any]:
+        """What actually ran (implementation path, TP degree, device map...), for the results."""
+        return {}
+
+    def close(self) -> None:
+        """Release what ``load`` took. The worker process exits afterwards anyway."""

@@ -1,0 +1,278 @@
+"""Results of a run: frozen dataclasses, serialised to schema-versioned JSON.
+
+A ``RunResult`` is written after every cell (atomically), so an interrupted or crashed run keeps
+what it measured; ``complete`` says whether the run reached its end.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.errors import BloomperfError
+from bloomperf.jsonfile import (
+    get_dict,
+    get_float,
+    get_int,
+    get_list,
+    get_str,
+    read_json,
+    write_json_atomic,
+)
+
+RESULTS_KIND = "bloomperf-results"
+RESULTS_SCHEMA_VERSION = 1
+
+
+class Outcome(str, enum.Enum):
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+
+
+def cell_id(backend: str, dtype: str, batch_size: int) -> str:
+    """The stable id used for pytest items, baselines and tables: ``accelerate-bf16-bs32``."""
+    return f"{backend}-{dtype}-bs{batch_size}"
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """Peak memory over one phase (load, or one cell's generation).
+
+    ``source`` is ``nvml`` (GPU: device used memory, summed over devices), ``rss`` (CPU: peak
+    resident set of the worker's process tree) or ``unavailable`` (then ``reason`` says why).
+    """
+
+    source: str
+    peak_bytes: int | None
+    per_device_bytes: tuple[int, ...] = ()
+    process_bytes: int | None = None
+    torch_allocated_bytes: int | None = None
+    torch_reserved_bytes: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CellResult:
+    backend: str
+    dtype: str
+    batch_size: int
+    outcome: Outcome
+    samples_ms_per_token: tuple[float, ...] = ()
+    load_time_s: float | None = None
+    load_memory: MemoryReading | None = None
+    generate_memory: MemoryReading | None = None
+    message: str = ""
+    # What actually ran: e.g. {"kernel_inject": false, "tp": 2, "ranks": 2, "device_map": ...}
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return cell_id(self.backend, self.dtype, self.batch_size)
+
+    @property
+    def ms_per_token(self) -> float | None:
+        """Median over the timed cycles: robust to one disturbed cycle."""
+        if not self.samples_ms_per_token:
+            return None
+        return statistics.median(self.samples_ms_per_token)
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        """The larger of the load and generation peaks: what the cell needed to exist."""
+        peaks = [
+            m.peak_bytes
+            for m in (self.load_memory, self.generate_memory)
+            if m is not None and m.peak_bytes is not None
+        ]
+        return max(peaks) if peaks else None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    path: str
+    layers: int
+    parameters: int
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    new_tokens: int
+    cycles: int
+    warmup: int
+    prompts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    model: ModelInfo
+    workload: WorkloadInfo
+    topology: str
+    environment: dict[str, Any]
+    cells: tuple[CellResult, ...] = ()
+    started_at: str = ""
+    finished_at: str = ""
+    complete: bool = False
+
+    def with_cell(self, cell: CellResult) -> RunResult:
+        kept = tuple(c for c in self.cells if c.id != cell.id)
+        return replace(self, cells=kept + (cell,))
+
+
+# ---- JSON ---------------------------------------------------------------------------------
+
+
+def memory_to_dict(m: MemoryReading | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "source": m.source,
+        "peak_bytes": m.peak_bytes,
+        "per_device_bytes": list(m.per_device_bytes),
+        "process_bytes": m.process_bytes,
+        "torch_allocated_bytes": m.torch_allocated_bytes,
+        "torch_reserved_bytes": m.torch_reserved_bytes,
+        "reason": m.reason,
+    }
+
+
+def cell_to_dict(c: CellResult) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "backend": c.backend,
+        "dtype": c.dtype,
+        "batch_size": c.batch_size,
+        "outcome": c.outcome.value,
+        "ms_per_token": c.ms_per_token,
+        "samples_ms_per_token": list(c.samples_ms_per_token),
+        "load_time_s": c.load_time_s,
+        "peak_memory_bytes": c.peak_memory_bytes,
+        "load_memory": memory_to_dict(c.load_memory),
+        "generate_memory": memory_to_dict(c.generate_memory),
+        "message": c.message,
+        "details": c.details,
+    }
+
+
+def run_to_dict(run: RunResult) -> dict[str, Any]:
+    return {
+        "kind": RESULTS_KIND,
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "complete": run.complete,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "topology": run.topology,
+        "model": {
+            "name": run.model.name,
+            "path": run.model.path,
+            "layers": run.model.layers,
+            "parameters": run.model.parameters,
+        },
+        "workload": {
+            "new_tokens": run.workload.new_tokens,
+            "cycles": run.workload.cycles,
+            "warmup": run.workload.warmup,
+            "prompts": list(run.workload.prompts),
+        },
+        "environment": run.environment,
+        "cells": [cell_to_dict(c) for c in run.cells],
+    }
+
+
+def memory_from_dict(data: Any, where: str) -> MemoryReading | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: memory reading must be an object")
+    per_device = get_list(data, "per_device_bytes", where, default=[])
+    return MemoryReading(
+        source=get_str(data, "source", where),
+        peak_bytes=get_int(data, "peak_bytes", where, optional=True),
+        per_device_bytes=tuple(
+            int(get_int({"v": v}, "v", f"{where} per_device_bytes") or 0) for v in per_device
+        ),
+        process_bytes=get_int(data, "process_bytes", where, optional=True),
+        torch_allocated_bytes=get_int(data, "torch_allocated_bytes", where, optional=True),
+        torch_reserved_bytes=get_int(data, "torch_reserved_bytes", where, optional=True),
+        reason=get_str(data, "reason", where, default=""),
+    )
+
+
+def check_backend_and_dtype(backend: str, dtype: str, where: str) -> None:
+    if backend not in BACKEND_NAMES:
+        raise BloomperfError(
+            f"{where}: unknown backend {backend!r} (valid: {', '.join(BACKEND_NAMES)})"
+        )
+    if dtype not in DTYPES:
+        raise BloomperfError(f"{where}: unknown dtype {dtype!r} (valid: {', '.join(DTYPES)})")
+
+
+def cell_from_dict(data: Any, where: str) -> CellResult:
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: a cell must be an object")
+    backend = get_str(data, "backend", where)
+    dtype = get_str(data, "dtype", where)
+    check_backend_and_dtype(backend, dtype, where)
+    outcome_text = get_str(data, "outcome", where)
+    try:
+        outcome = Outcome(outcome_text)
+    except ValueError:
+        valid = ", ".join(o.value for o in Outcome)
+        raise BloomperfError(f"{where}: unknown outcome {outcome_text!r} (valid: {valid})") from None
+    samples = get_list(data, "samples_ms_per_token", where, default=[])
+    return CellResult(
+        backend=backend,
+        dtype=dtype,
+        batch_size=int(get_int(data, "batch_size", where, minimum=1) or 0),
+        outcome=outcome,
+        samples_ms_per_token=tuple(
+            float(get_float({"v": s}, "v", f"{where} samples_ms_per_token") or 0.0) for s in samples
+        ),
+        load_time_s=get_float(data, "load_time_s", where, optional=True),
+        load_memory=memory_from_dict(data.get("load_memory"), where),
+        generate_memory=memory_from_dict(data.get("generate_memory"), where),
+        message=get_str(data, "message", where, default=""),
+        details=get_dict(data, "details", where, default={}),
+    )
+
+
+def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
+    model = get_dict(data, "model", where)
+    workload = get_dict(data, "workload", where)
+    cells = get_list(data, "cells", where)
+    return RunResult(
+        model=ModelInfo(
+            name=get_str(model, "name", where),
+            path=get_str(model, "path", where, default=""),
+            layers=int(get_int(model, "layers", where, optional=True) or 0),
+            parameters=int(get_int(model, "parameters", where, optional=True) or 0),
+        ),
+        workload=WorkloadInfo(
+            new_tokens=int(get_int(workload, "new_tokens", where, minimum=1) or 0),
+            cycles=int(get_int(workload, "cycles", where, minimum=1) or 0),
+            warmup=int(get_int(workload, "warmup", where) or 0),
+            prompts=tuple(str(p) for p in get_list(workload, "prompts", where, default=[])),
+        ),
+        topology=get_str(data, "topology", where),
+        environment=get_dict(data, "environment", where, default={}),
+        cells=tuple(cell_from_dict(c, f"{where} cell {i}") for i, c in enumerate(cells)),
+        started_at=get_str(data, "started_at", where, default=""),
+        finished_at=get_str(data, "finished_at", where, default=""),
+        complete=bool(data.get("complete", False)),
+    )
+
+
+def load_run(path: Path) -> RunResult:
+    data = read_json(Path(path), RESULTS_KIND, RESULTS_SCHEMA_VERSION)
+    return run_from_dict(data, str(path))
+
+
+def save_run(run: RunResult, path: Path) -> None:
+    write_json_atomic(Path(path), run_to_dict(run))
