@@ -1,0 +1,5 @@
+import sys
+
+from bloomperf.cli import main
+
+sys.exit(main())
