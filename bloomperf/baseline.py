@@ -1,0 +1,727 @@
+"""Baselines: what a (topology, model) pair is expected to do, cell by cell.
+
+One schema-versioned JSON file per topology and model under ``baselines/``. A cell holds the
+expected outcome (``ok``, ``oom``, or ``not-run`` for cells beyond an OOM, as the blog's "–"),
+and ms/token, peak memory and load time where known, each with its own relative tolerance (a
+tolerance of ``null`` keeps the figure for reading but never judges it). Load times the reference
+gives per backend and checkpoint kind rather than per cell live in ``load_times``. Every figure
+points at a provenance entry: where it came from, when, on what hardware and software.
+
+``bloomperf baseline show`` prints a baseline as the blog's tables; ``bloomperf baseline accept``
+writes measured results into a baseline, atomically, keeping the provenance of untouched cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.errors import BloomperfError
+from bloomperf.jsonfile import (
+    get_dict,
+    get_float,
+    get_int,
+    get_list,
+    get_str,
+    read_json,
+    write_json_atomic,
+)
+from bloomperf.results import CellResult, Outcome, RunResult, cell_id, check_backend_and_dtype
+
+BASELINE_KIND = "bloomperf-baseline"
+BASELINE_SCHEMA_VERSION = 1
+
+EXPECT_OK = "ok"
+EXPECT_OOM = "oom"
+EXPECT_NOT_RUN = "not-run"  # beyond an OOM: the reference never ran it (the blog's "–")
+EXPECTED_OUTCOMES = (EXPECT_OK, EXPECT_OOM, EXPECT_NOT_RUN)
+
+# The blog's names for the rows of its tables.
+DISPLAY_NAMES = {
+    "accelerate": "Accelerate",
+    "ds-inference": "DeepSpeed-Inference",
+    "ds-autotp": "DeepSpeed-AutoTP",
+    "ds-zero": "DeepSpeed-ZeRO",
+}
+
+# Tolerances `baseline accept` gives new cells (an existing cell keeps its own). On GPUs a
+# 100-token greedy generation repeats within a few percent and NVML memory within a few; load
+# time depends on the file system and its cache. On a shared CPU runner a tiny model's timing
+# measures the neighbours more than the code, so ms/token and load time are kept but not judged;
+# RSS is stable enough to catch a doubling.
+GPU_TOLERANCES = {"ms_per_token": 0.05, "peak_memory": 0.10, "load_time": 0.25}
+CPU_TOLERANCES: dict[str, float | None] = {
+    "ms_per_token": None,
+    "peak_memory": 0.5,
+    "load_time": None,
+}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    id: str
+    source: str
+    date: str
+    hardware: str
+    software: dict[str, str]
+
+
+@dataclass(frozen=True)
+class BaselineCell:
+    backend: str
+    dtype: str
+    batch_size: int
+    outcome: str
+    ms_per_token: float | None = None
+    ms_per_token_tolerance: float | None = None
+    # Decimals as printed by the source (the blog prints "1.00", JSON keeps only 1.0).
+    ms_per_token_decimals: int | None = None
+    # The cycles behind ms_per_token when the baseline was measured by bloomperf.
+    ms_per_token_samples: tuple[float, ...] = ()
+    peak_memory_bytes: int | None = None
+    peak_memory_tolerance: float | None = None
+    load_time_s: float | None = None
+    load_time_tolerance: float | None = None
+    provenance: str = ""
+
+    @property
+    def id(self) -> str:
+        return cell_id(self.backend, self.dtype, self.batch_size)
+
+
+@dataclass(frozen=True)
+class LoadTime:
+    """A load time the source gives per backend and checkpoint kind, not per cell."""
+
+    backend: str
+    dtype: str
+    variant: str  # e.g. "pre-sharded", "unsharded", "" when there is only one
+    seconds: float
+    tolerance: float | None
+    provenance: str = ""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    topology: str
+    topology_aliases: tuple[str, ...]
+    topology_description: str
+    model: str
+    model_aliases: tuple[str, ...]
+    model_layers: int | None
+    new_tokens: int | None
+    provenance: tuple[Provenance, ...]
+    cells: tuple[BaselineCell, ...]
+    load_times: tuple[LoadTime, ...] = ()
+    notes: tuple[str, ...] = ()
+    path: str = ""  # where it was read from; not stored
+
+    def cell(self, backend: str, dtype: str, batch_size: int) -> BaselineCell | None:
+        for c in self.cells:
+            if (c.backend, c.dtype, c.batch_size) == (backend, dtype, batch_size):
+                return c
+        return None
+
+    def matches_topology(self, topology: str) -> bool:
+        names = {self.topology.lower(), *(a.lower() for a in self.topology_aliases)}
+        return topology.lower() in names
+
+    def matches_model(self, model: str) -> bool:
+        names = {self.model.lower(), *(a.lower() for a in self.model_aliases)}
+        return model.lower() in names
+
+
+# ---- OOM boundaries -------------------------------------------------------------------------
+
+
+def oom_boundary(baseline: Baseline, backend: str, dtype: str) -> int | None:
+    """The smallest batch size expected to run out of memory, None when none is."""
+    sizes = [
+        c.batch_size
+        for c in baseline.cells
+        if (c.backend, c.dtype) == (backend, dtype) and c.outcome == EXPECT_OOM
+    ]
+    return min(sizes) if sizes else None
+
+
+def beyond_boundary(baseline: Baseline, backend: str, dtype: str, batch_size: int) -> bool:
+    boundary = oom_boundary(baseline, backend, dtype)
+    return boundary is not None and batch_size > boundary
+
+
+def expected_cell(baseline: Baseline, cell: CellResult) -> BaselineCell | None:
+    """The baseline cell to compare ``cell`` with, load time filled in from ``load_times``.
+
+    A batch size the baseline does not list but that lies beyond its OOM boundary is expected
+    not to run (OOM if tried), like the blog's "–" cells.
+    """
+    found = baseline.cell(cell.backend, cell.dtype, cell.batch_size)
+    if found is None:
+        if beyond_boundary(baseline, cell.backend, cell.dtype, cell.batch_size):
+            return BaselineCell(cell.backend, cell.dtype, cell.batch_size, EXPECT_NOT_RUN)
+        return None
+    if found.load_time_s is None:
+        load = matching_load_time(baseline, cell)
+        if load is not None:
+            found = replace(found, load_time_s=load.seconds, load_time_tolerance=load.tolerance)
+    return found
+
+
+def matching_load_time(baseline: Baseline, cell: CellResult) -> LoadTime | None:
+    """The load time for the cell's backend and dtype; the variant must be unambiguous.
+
+    The worker may say which checkpoint it loaded in ``details["checkpoint"]`` ("pre-sharded",
+    "unsharded"); without that, a backend with two variants is not judged on load time.
+    """
+    candidates = [
+        lt for lt in baseline.load_times if (lt.backend, lt.dtype) == (cell.backend, cell.dtype)
+    ]
+    variant = cell.details.get("checkpoint")
+    if isinstance(variant, str):
+        candidates = [lt for lt in candidates if lt.variant in (variant, "")]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+# ---- JSON -------------------------------------------------------------------------------------
+
+
+def _tolerance(data: dict[str, Any], key: str, where: str) -> float | None:
+    value = get_float(data, key, where, optional=True)
+    if value is not None and value >= 1.0:
+        raise BloomperfError(
+            f"{where}: field {key!r} must be a fraction below 1 (0.05 = 5%), found {value}"
+        )
+    return value
+
+
+def _floats(values: Iterable[Any], where: str) -> tuple[float, ...]:
+    return tuple(float(get_float({"v": v}, "v", where) or 0.0) for v in values)
+
+
+def _strings(values: Iterable[Any], where: str) -> tuple[str, ...]:
+    return tuple(get_str({"v": v}, "v", where) for v in values)
+
+
+def cell_from_dict(data: Any, where: str) -> BaselineCell:
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: a cell must be an object")
+    backend = get_str(data, "backend", where)
+    dtype = get_str(data, "dtype", where)
+    check_backend_and_dtype(backend, dtype, where)
+    outcome = get_str(data, "outcome", where)
+    if outcome not in EXPECTED_OUTCOMES:
+        raise BloomperfError(
+            f"{where}: unknown outcome {outcome!r} (valid: {', '.join(EXPECTED_OUTCOMES)})"
+        )
+    ms = get_float(data, "ms_per_token", where, optional=True)
+    if outcome != EXPECT_OK and ms is not None:
+        raise BloomperfError(f"{where}: an {outcome!r} cell cannot have ms_per_token")
+    return BaselineCell(
+        backend=backend,
+        dtype=dtype,
+        batch_size=int(get_int(data, "batch_size", where, minimum=1) or 0),
+        outcome=outcome,
+        ms_per_token=ms,
+        ms_per_token_tolerance=_tolerance(data, "ms_per_token_tolerance", where),
+        ms_per_token_decimals=get_int(data, "ms_per_token_decimals", where, optional=True),
+        ms_per_token_samples=_floats(get_list(data, "ms_per_token_samples", where, []), where),
+        peak_memory_bytes=get_int(data, "peak_memory_bytes", where, optional=True),
+        peak_memory_tolerance=_tolerance(data, "peak_memory_tolerance", where),
+        load_time_s=get_float(data, "load_time_s", where, optional=True),
+        load_time_tolerance=_tolerance(data, "load_time_tolerance", where),
+        provenance=get_str(data, "provenance", where, default=""),
+    )
+
+
+def cell_to_dict(c: BaselineCell) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "backend": c.backend,
+        "dtype": c.dtype,
+        "batch_size": c.batch_size,
+        "outcome": c.outcome,
+    }
+    optional: dict[str, Any] = {
+        "ms_per_token": _number(c.ms_per_token),
+        "ms_per_token_tolerance": c.ms_per_token_tolerance,
+        "ms_per_token_decimals": c.ms_per_token_decimals,
+        "ms_per_token_samples": list(c.ms_per_token_samples) or None,
+        "peak_memory_bytes": c.peak_memory_bytes,
+        "peak_memory_tolerance": c.peak_memory_tolerance,
+        "load_time_s": _number(c.load_time_s),
+        "load_time_tolerance": c.load_time_tolerance,
+    }
+    data.update({k: v for k, v in optional.items() if v is not None})
+    data["provenance"] = c.provenance
+    return data
+
+
+def _number(value: float | None) -> float | int | None:
+    """Whole numbers stay integers in the file ("283", as the blog prints it, not "283.0")."""
+    if value is not None and float(value).is_integer():
+        return int(value)
+    return value
+
+
+def load_time_from_dict(data: Any, where: str) -> LoadTime:
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: a load time must be an object")
+    backend = get_str(data, "backend", where)
+    dtype = get_str(data, "dtype", where)
+    check_backend_and_dtype(backend, dtype, where)
+    return LoadTime(
+        backend=backend,
+        dtype=dtype,
+        variant=get_str(data, "variant", where, default=""),
+        seconds=float(get_float(data, "seconds", where) or 0.0),
+        tolerance=_tolerance(data, "tolerance", where),
+        provenance=get_str(data, "provenance", where, default=""),
+    )
+
+
+def load_time_to_dict(lt: LoadTime) -> dict[str, Any]:
+    return {
+        "backend": lt.backend,
+        "dtype": lt.dtype,
+        "variant": lt.variant,
+        "seconds": _number(lt.seconds),
+        "tolerance": lt.tolerance,
+        "provenance": lt.provenance,
+    }
+
+
+def provenance_from_dict(data: Any, where: str) -> Provenance:
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: a provenance entry must be an object")
+    software = get_dict(data, "software", where, default={})
+    return Provenance(
+        id=get_str(data, "id", where),
+        source=get_str(data, "source", where),
+        date=get_str(data, "date", where),
+        hardware=get_str(data, "hardware", where),
+        software={str(k): get_str(software, k, f"{where} software") for k in software},
+    )
+
+
+def provenance_to_dict(p: Provenance) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "source": p.source,
+        "date": p.date,
+        "hardware": p.hardware,
+        "software": dict(p.software),
+    }
+
+
+def baseline_from_dict(data: dict[str, Any], where: str) -> Baseline:
+    topology = get_dict(data, "topology", where)
+    model = get_dict(data, "model", where)
+    workload = get_dict(data, "workload", where, default={})
+    provenance = tuple(
+        provenance_from_dict(p, f"{where} provenance {i}")
+        for i, p in enumerate(get_list(data, "provenance", where))
+    )
+    cells = tuple(
+        cell_from_dict(c, f"{where} cell {i}") for i, c in enumerate(get_list(data, "cells", where))
+    )
+    load_times = tuple(
+        load_time_from_dict(lt, f"{where} load time {i}")
+        for i, lt in enumerate(get_list(data, "load_times", where, default=[]))
+    )
+    baseline = Baseline(
+        topology=get_str(topology, "id", where),
+        topology_aliases=_strings(get_list(topology, "aliases", where, []), where),
+        topology_description=get_str(topology, "description", where, default=""),
+        model=get_str(model, "name", where),
+        model_aliases=_strings(get_list(model, "aliases", where, []), where),
+        model_layers=get_int(model, "layers", where, optional=True),
+        new_tokens=get_int(workload, "new_tokens", where, optional=True, minimum=1),
+        provenance=provenance,
+        cells=cells,
+        load_times=load_times,
+        notes=_strings(get_list(data, "notes", where, []), where),
+        path=where,
+    )
+    check_consistent(baseline, where)
+    return baseline
+
+
+def check_consistent(baseline: Baseline, where: str) -> None:
+    """No cell twice, and every figure's provenance is described."""
+    seen: set[str] = set()
+    for c in baseline.cells:
+        if c.id in seen:
+            raise BloomperfError(f"{where}: cell {c.id} appears twice")
+        seen.add(c.id)
+    known = {p.id for p in baseline.provenance}
+    for item_id, ref in [(c.id, c.provenance) for c in baseline.cells] + [
+        (f"load time {lt.backend}-{lt.dtype}", lt.provenance) for lt in baseline.load_times
+    ]:
+        if ref not in known:
+            raise BloomperfError(f"{where}: {item_id} names unknown provenance {ref!r}")
+
+
+def baseline_to_dict(b: Baseline) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "kind": BASELINE_KIND,
+        "schema_version": BASELINE_SCHEMA_VERSION,
+        "topology": {
+            "id": b.topology,
+            "aliases": list(b.topology_aliases),
+            "description": b.topology_description,
+        },
+        "model": {"name": b.model, "aliases": list(b.model_aliases), "layers": b.model_layers},
+        "workload": {"new_tokens": b.new_tokens},
+        "provenance": [provenance_to_dict(p) for p in b.provenance],
+        "notes": list(b.notes),
+        "cells": [cell_to_dict(c) for c in b.cells],
+        "load_times": [load_time_to_dict(lt) for lt in b.load_times],
+    }
+    return data
+
+
+def load_baseline(path: Path) -> Baseline:
+    path = Path(path)
+    data = read_json(path, BASELINE_KIND, BASELINE_SCHEMA_VERSION)
+    return baseline_from_dict(data, str(path))
+
+
+def save_baseline(baseline: Baseline, path: Path) -> None:
+    write_json_atomic(Path(path), baseline_to_dict(baseline))
+
+
+# ---- finding a baseline -------------------------------------------------------------------
+
+
+def default_baselines_dir() -> Path:
+    """``./baselines`` when there is one, else the ``baselines/`` of the repo this package is in."""
+    here = Path.cwd() / "baselines"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parent.parent / "baselines"
+
+
+def baseline_file_name(topology: str, model: str) -> str:
+    """``8xA100-SXM4-80GB.bloom-176b.json``; a hub id's "/" becomes "--"."""
+    return f"{topology}.{model.replace('/', '--')}.json"
+
+
+def find_baseline(topology: str, model: str, folder: Path | None = None) -> Baseline | None:
+    """The baseline in ``folder`` whose topology (id or alias) and model (name or alias) match."""
+    folder = Path(folder) if folder is not None else default_baselines_dir()
+    if not folder.is_dir():
+        return None
+    found = [
+        b
+        for b in (load_baseline(p) for p in sorted(folder.glob("*.json")))
+        if b.matches_topology(topology) and b.matches_model(model)
+    ]
+    if len(found) > 1:
+        names = ", ".join(b.path for b in found)
+        raise BloomperfError(f"{folder}: several baselines match {topology} and {model}: {names}")
+    return found[0] if found else None
+
+
+def resolve_baseline(text: str, model: str | None, folder: Path | None) -> Baseline:
+    """``--baseline FILE|TOPOLOGY``: a file path, or a topology id/alias looked up in ``folder``."""
+    path = Path(text)
+    if path.suffix == ".json" or path.exists():
+        return load_baseline(path)
+    candidates = [
+        b
+        for b in all_baselines(folder)
+        if b.matches_topology(text) and (model is None or b.matches_model(model))
+    ]
+    if len(candidates) == 1:
+        return candidates[0]
+    where = folder if folder is not None else default_baselines_dir()
+    if not candidates:
+        raise BloomperfError(f"--baseline: no baseline for topology {text!r} in {where}")
+    models = ", ".join(b.model for b in candidates)
+    raise BloomperfError(
+        f"--baseline: topology {text!r} has baselines for several models ({models})"
+    )
+
+
+def all_baselines(folder: Path | None) -> list[Baseline]:
+    folder = Path(folder) if folder is not None else default_baselines_dir()
+    if not folder.is_dir():
+        raise BloomperfError(f"--baselines: {folder} is not a folder")
+    return [load_baseline(p) for p in sorted(folder.glob("*.json"))]
+
+
+# ---- accepting results ----------------------------------------------------------------------
+
+
+def accept_run(
+    run: RunResult,
+    existing: Baseline | None,
+    *,
+    source: str,
+    force: bool = False,
+    now: str | None = None,
+) -> Baseline:
+    """A baseline with ``run``'s cells written over ``existing``'s (or a new one).
+
+    Cells the run did not measure keep their figures and provenance. Cells that errored or timed
+    out say nothing about what to expect: the run is refused unless ``force``, and then they are
+    left out. Skipped cells are left out too.
+    """
+    bad = [c for c in run.cells if c.outcome in (Outcome.ERROR, Outcome.TIMEOUT)]
+    if bad and not force:
+        listed = ", ".join(f"{c.id} ({c.outcome.value})" for c in bad)
+        raise BloomperfError(
+            f"{source}: refusing cells that did not finish: {listed}; "
+            "use --force to accept the rest"
+        )
+    if existing is not None and not existing.matches_model(run.model.name):
+        raise BloomperfError(
+            f"{source}: model {run.model.name!r} is not the baseline's {existing.model!r}"
+        )
+    provenance = provenance_of_run(run, source, now)
+    base = existing if existing is not None else new_baseline(run)
+    by_id = {c.id: c for c in base.cells}
+    for cell in run.cells:
+        if cell.outcome in (Outcome.OK, Outcome.OOM):
+            by_id[cell.id] = baseline_cell_of(cell, by_id.get(cell.id), run.topology, provenance.id)
+    cells = tuple(sorted(by_id.values(), key=_cell_order))
+    used = {c.provenance for c in cells} | {lt.provenance for lt in base.load_times}
+    kept = tuple(p for p in base.provenance if p.id in used and p.id != provenance.id)
+    return replace(base, cells=cells, provenance=(*kept, provenance))
+
+
+def _cell_order(c: BaselineCell) -> tuple[int, int, int]:
+    backend = BACKEND_NAMES.index(c.backend) if c.backend in BACKEND_NAMES else len(BACKEND_NAMES)
+    return (backend, DTYPES.index(c.dtype), c.batch_size)
+
+
+def new_baseline(run: RunResult) -> Baseline:
+    return Baseline(
+        topology=run.topology,
+        topology_aliases=(),
+        topology_description=describe_hardware(run.environment, run.topology),
+        model=run.model.name,
+        model_aliases=(),
+        model_layers=run.model.layers or None,
+        new_tokens=run.workload.new_tokens,
+        provenance=(),
+        cells=(),
+    )
+
+
+def default_tolerances(topology: str) -> dict[str, float | None]:
+    return dict(CPU_TOLERANCES) if topology.lower().startswith("cpu") else dict(GPU_TOLERANCES)
+
+
+def baseline_cell_of(
+    cell: CellResult, old: BaselineCell | None, topology: str, provenance: str
+) -> BaselineCell:
+    """A measured cell as a baseline cell; the tolerances an existing cell had are kept."""
+    tol = default_tolerances(topology)
+    if old is not None:
+        kept = {
+            "ms_per_token": old.ms_per_token_tolerance,
+            "peak_memory": old.peak_memory_tolerance,
+            "load_time": old.load_time_tolerance,
+        }
+        # An OOM cell has no tolerances of its own: only figures that were judged keep theirs.
+        tol |= {metric: value for metric, value in kept.items() if value is not None}
+    ok = cell.outcome == Outcome.OK
+    ms = cell.ms_per_token if ok else None
+    memory = cell.peak_memory_bytes if ok else None
+    load = cell.load_time_s
+    return BaselineCell(
+        backend=cell.backend,
+        dtype=cell.dtype,
+        batch_size=cell.batch_size,
+        outcome=EXPECT_OK if ok else EXPECT_OOM,
+        ms_per_token=ms,
+        ms_per_token_tolerance=tol["ms_per_token"] if ms is not None else None,
+        ms_per_token_samples=cell.samples_ms_per_token if ms is not None else (),
+        peak_memory_bytes=memory,
+        peak_memory_tolerance=tol["peak_memory"] if memory is not None else None,
+        load_time_s=load,
+        load_time_tolerance=tol["load_time"] if load is not None else None,
+        provenance=provenance,
+    )
+
+
+def provenance_of_run(run: RunResult, source: str, now: str | None) -> Provenance:
+    date = run.finished_at or run.started_at or now or _utc_now()
+    software = run.environment.get("software") or run.environment.get("versions") or {}
+    return Provenance(
+        id=f"run-{date}",
+        source=source,
+        date=date,
+        hardware=describe_hardware(run.environment, run.topology),
+        software={str(k): str(v) for k, v in software.items()}
+        if isinstance(software, dict)
+        else {},
+    )
+
+
+def describe_hardware(environment: dict[str, Any], topology: str) -> str:
+    for key in ("hardware", "description", "gpu", "cpu"):
+        value = environment.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return topology
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---- showing ----------------------------------------------------------------------------------
+
+
+def row_label(backend: str, dtype: str) -> str:
+    return f"{DISPLAY_NAMES.get(backend, backend)} {dtype}"
+
+
+def format_ms(value: float, decimals: int | None = None) -> str:
+    """As the blog prints them: given decimals, else 2 decimals (3 significant below 0.1)."""
+    if decimals is None:
+        decimals = 2 if value >= 0.1 else max(2, 2 - math.floor(math.log10(value)))
+    return f"{value:.{decimals}f} ms"
+
+
+def baseline_cell_text(c: BaselineCell | None) -> str:
+    if c is None or c.outcome == EXPECT_NOT_RUN:
+        return "–"
+    if c.outcome == EXPECT_OOM:
+        return "OOM"
+    if c.ms_per_token is None:
+        return "ok"
+    return format_ms(c.ms_per_token, c.ms_per_token_decimals)
+
+
+def rows_and_columns(cells: Sequence[Any]) -> tuple[list[tuple[str, str]], list[int]]:
+    """Table rows (backend, dtype) in file order and columns (batch sizes) ascending."""
+    rows: list[tuple[str, str]] = []
+    for c in cells:
+        if (c.backend, c.dtype) not in rows:
+            rows.append((c.backend, c.dtype))
+    return rows, sorted({c.batch_size for c in cells})
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns separated by at least two spaces, so that single spaces stay inside a cell."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(text.ljust(w) for text, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def render_baseline_text(b: Baseline) -> str:
+    rows, sizes = rows_and_columns(b.cells)
+    header = ["Solution (dtype)", *(f"Batch {s}" for s in sizes)]
+    body = [
+        [row_label(*row), *(baseline_cell_text(b.cell(*row, s)) for s in sizes)] for row in rows
+    ]
+    parts = [f"{b.topology} · {b.model} · ms per token", format_table(header, body)]
+    if any(c.peak_memory_bytes is not None for c in b.cells):
+        memory = [
+            [row_label(*row), *(_memory_text(b.cell(*row, s)) for s in sizes)] for row in rows
+        ]
+        parts += ["", "Peak memory", format_table(header, memory)]
+    if b.load_times:
+        loads = [
+            [
+                row_label(lt.backend, lt.dtype) + (f" ({lt.variant})" if lt.variant else ""),
+                f"{_number(lt.seconds)}",
+                _tolerance_text(lt.tolerance),
+            ]
+            for lt in b.load_times
+        ]
+        parts += [
+            "",
+            "Model load time",
+            format_table(["Solution", "Load time (s)", "Tolerance"], loads),
+        ]
+    parts += ["", "Provenance"]
+    parts += [f"  {p.id}: {p.source}; {p.date}; {p.hardware}" for p in b.provenance]
+    if b.notes:
+        parts += ["", "Notes"] + [f"  - {n}" for n in b.notes]
+    return "\n".join(parts) + "\n"
+
+
+def _memory_text(c: BaselineCell | None) -> str:
+    if c is None or c.peak_memory_bytes is None:
+        return "–"
+    return f"{c.peak_memory_bytes / 2**30:.2f} GiB"
+
+
+def _tolerance_text(tolerance: float | None) -> str:
+    return "not judged" if tolerance is None else f"±{tolerance * 100:g}%"
+
+
+def render_baseline_json(b: Baseline) -> str:
+    """The baseline file's own form (so it loads back), every cell with its ``ms_per_token``."""
+    data = baseline_to_dict(b)
+    for cell in data["cells"]:
+        cell.setdefault("ms_per_token", None)
+    return json.dumps(data, indent=2) + "\n"
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser("baseline", help="show or accept baselines")
+    actions = parser.add_subparsers(
+        dest="baseline_command", required=True, parser_class=type(parser)
+    )
+    show = actions.add_parser("show", help="print a baseline as the blog's tables")
+    show.add_argument(
+        "topology", help="topology id or alias (e.g. 8xA100-80GB), or a baseline file"
+    )
+    show.add_argument("--model", help="model name when the topology has baselines for several")
+    show.add_argument("--format", choices=("text", "json"), default="text")
+    show.add_argument("--baselines", type=Path, help="baselines folder (default: ./baselines)")
+    show.set_defaults(func=run_show)
+    accept = actions.add_parser("accept", help="write results into the baseline of their topology")
+    accept.add_argument("results", nargs="+", help="bloomperf results or pytest-benchmark files")
+    accept.add_argument("--baselines", type=Path, help="baselines folder (default: ./baselines)")
+    accept.add_argument(
+        "--force",
+        action="store_true",
+        help="accept despite errored or timed-out cells (they are left out)",
+    )
+    accept.set_defaults(func=run_accept)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    baseline = resolve_baseline(args.topology, args.model, args.baselines)
+    text = (
+        render_baseline_json(baseline) if args.format == "json" else render_baseline_text(baseline)
+    )
+    print(text, end="")
+    return 0
+
+
+def run_accept(args: argparse.Namespace) -> int:
+    from bloomperf.diff import read_results  # diff reads every result format
+
+    folder = args.baselines if args.baselines is not None else default_baselines_dir()
+    for text in args.results:
+        run = read_results(Path(text))
+        existing = find_baseline(run.topology, run.model.name, folder)
+        updated = accept_run(run, existing, source=text, force=args.force)
+        path = (
+            Path(existing.path)
+            if existing is not None
+            else folder / baseline_file_name(run.topology, run.model.name)
+        )
+        save_baseline(updated, path)
+        accepted = sum(c.outcome in (Outcome.OK, Outcome.OOM) for c in run.cells)
+        print(f"bloomperf: {path}: accepted {accepted} cells from {text}")
+    return 0
