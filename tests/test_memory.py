@@ -1,0 +1,255 @@
+"""Memory samplers: RSS on real processes, NVML on recorded answers and on this machine's NVML."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import psutil
+import pynvml
+import pytest
+from nvml_replay import NvmlReplay
+
+from bloomperf.errors import BloomperfError
+from bloomperf.measure.memory import (
+    NvmlSampler,
+    RssSampler,
+    create_sampler,
+    process_tree_pids,
+)
+
+MB = 1_000_000
+GB = 1_000_000_000
+
+# A process that allocates on command. "spawn N" starts a grandchild that allocates N MB, frees
+# them and stays alive, so its peak is only in the kernel's high-water mark.
+ALLOCATOR = r"""
+import subprocess, sys, time
+held, grandchild = [], None
+for line in sys.stdin:
+    cmd, _, arg = line.strip().partition(" ")
+    if cmd == "alloc":
+        held.append(b"x" * (int(arg) * 1_000_000))  # written, so resident
+    elif cmd == "free":
+        held.clear()
+    elif cmd == "hold":
+        time.sleep(float(arg))
+    elif cmd == "spawn":
+        grandchild = subprocess.Popen(
+            [sys.executable, "-c", sys.argv[1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True)
+        for c in (f"alloc {arg}", "free"):
+            grandchild.stdin.write(c + "\n"); grandchild.stdin.flush()
+            grandchild.stdout.readline()
+        print(grandchild.pid, flush=True)
+        continue
+    print("ok", flush=True)
+"""
+
+
+class Allocator:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", ALLOCATOR, ALLOCATOR],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def do(self, command: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def rss(self) -> int:
+        return int(psutil.Process(self.pid).memory_info().rss)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def allocator() -> Iterator[Allocator]:
+    child = Allocator()
+    child.do("free")  # wait until it runs
+    yield child
+    child.close()
+
+
+# ---- RSS --------------------------------------------------------------------------------------
+
+
+def test_rss_peak_is_seen_after_free_and_reset_at_each_mark(allocator: Allocator) -> None:
+    sampler = RssSampler(allocator.pid)
+    sampler.start()
+    assert sampler.method == "hwm"  # root on Linux: no polling thread
+    allocator.do("alloc 200")
+    allocator.do("free")
+    assert allocator.rss() < 100 * MB
+    load = sampler.mark()
+    assert load.source == "rss"
+    assert load.reason == ""
+    assert load.peak_bytes is not None and load.peak_bytes >= 200 * MB
+
+    allocator.do("alloc 20")
+    cell = sampler.mark()
+    # The previous phase's 200 MB must not leak into this one.
+    assert cell.peak_bytes is not None and cell.peak_bytes < 100 * MB
+    assert abs(cell.peak_bytes - allocator.rss()) < 5 * MB
+    sampler.stop()
+    sampler.stop()
+
+
+def test_rss_includes_descendants(allocator: Allocator) -> None:
+    sampler = RssSampler(allocator.pid)
+    sampler.start()
+    grandchild = int(allocator.do("spawn 150"))
+    assert grandchild in process_tree_pids(allocator.pid)
+    reading = sampler.mark()
+    # The child alone never held more than ~15 MB; the grandchild's freed 150 MB count.
+    assert reading.peak_bytes is not None and reading.peak_bytes >= 150 * MB
+    after = sampler.mark()
+    assert after.peak_bytes is not None and after.peak_bytes < 100 * MB
+    sampler.stop()
+
+
+def test_rss_polling_fallback_sees_a_held_peak(allocator: Allocator) -> None:
+    sampler = RssSampler(allocator.pid, method="poll")
+    sampler.start()
+    allocator.do("alloc 200")
+    allocator.do("hold 0.1")
+    allocator.do("free")
+    reading = sampler.mark()
+    assert reading.peak_bytes is not None and reading.peak_bytes >= 200 * MB
+    assert reading.reason == "RSS polled every 10 ms"
+    assert sampler.mark().peak_bytes is not None
+    sampler.stop()
+
+
+def test_rss_of_a_process_that_is_gone_is_unavailable() -> None:
+    child = Allocator()
+    sampler = RssSampler(child.pid)
+    sampler.start()
+    child.close()
+    reading = sampler.mark()
+    assert reading.source == "unavailable"
+    assert reading.peak_bytes is None
+    assert str(child.pid) in reading.reason
+
+
+def test_mark_before_start_is_a_programming_error() -> None:
+    with pytest.raises(RuntimeError):
+        RssSampler(os.getpid()).mark()
+
+
+# ---- NVML on recorded answers -------------------------------------------------------------------
+
+
+def test_nvml_peaks_over_time_per_device_and_per_process() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    me = os.getpid()
+    nvml.set_processes(0, [(me, 3 * GB), (2**22 + 12345, 7 * GB)])  # the second is not ours
+    nvml.set_processes(1, [(me, 1 * GB)])
+    # The devices peak at different times: the sum's peak is 6 GB, each device's 5 GB.
+    nvml.script_used({0: [1 * GB, 5 * GB, 1 * GB], 1: [5 * GB, 1 * GB, 1 * GB]})
+    sampler = NvmlSampler(me, nvml=nvml, visible="0,1", interval_s=0.001)
+    sampler.start()
+    assert nvml.drained.wait(5)
+    load = sampler.mark()
+    assert load.source == "nvml"
+    assert load.peak_bytes == 6 * GB
+    assert load.per_device_bytes == (5 * GB, 5 * GB)
+    assert load.process_bytes == 4 * GB
+    assert load.reason == ""
+
+    nvml.script_used({0: [2 * GB], 1: [2 * GB]})
+    assert nvml.drained.wait(5)
+    cell = sampler.mark()
+    assert cell.peak_bytes == 4 * GB  # not polluted by the load phase's 6 GB
+    assert cell.per_device_bytes == (2 * GB, 2 * GB)
+    sampler.stop()
+    sampler.stop()
+    assert nvml.shutdown_calls == 1
+
+
+def test_nvml_respects_cuda_visible_devices() -> None:
+    nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+    nvml.script_used({3: [9 * GB]})
+    uuid = nvml.devices[3]["uuid"]
+    sampler = NvmlSampler(os.getpid(), nvml=nvml, visible=f"{uuid},5")
+    sampler.start()
+    reading = sampler.mark()
+    sampler.stop()
+    assert reading.per_device_bytes == (9 * GB, 4194304)
+    assert reading.process_bytes is None  # NVML lists none of our processes
+
+
+def test_nvml_error_mid_run_keeps_the_peaks_taken_before() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    lost = pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+    nvml.script_used({0: [1 * GB, 3 * GB, lost], 1: [1 * GB, 1 * GB]})
+    sampler = NvmlSampler(os.getpid(), nvml=nvml, visible="0,1", interval_s=0.001)
+    sampler.start()
+    assert nvml.drained.wait(5)
+    reading = sampler.mark()
+    assert reading.source == "nvml"
+    assert reading.peak_bytes == 4 * GB
+    assert reading.per_device_bytes == (3 * GB, 1 * GB)
+    assert reading.reason == "NVML failed mid-run: GPU is lost"
+    later = sampler.mark()
+    assert later.source == "unavailable"
+    assert later.peak_bytes is None
+    assert later.reason == "NVML failed mid-run: GPU is lost"
+    sampler.stop()
+
+
+def test_nvml_without_visible_gpu_is_unavailable() -> None:
+    sampler = NvmlSampler(os.getpid(), nvml=NvmlReplay.load("4xA100-SXM4-80GB"), visible="")
+    sampler.start()
+    reading = sampler.mark()
+    sampler.stop()
+    assert reading.source == "unavailable"
+    assert reading.reason == "NVML: no visible GPU (CUDA_VISIBLE_DEVICES='')"
+
+
+# ---- this machine's NVML ------------------------------------------------------------------------
+
+
+def nvml_error_here() -> str:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return str(exc)
+    pynvml.nvmlShutdown()
+    return ""
+
+
+def test_cuda_sampler_without_nvml_reports_why() -> None:
+    why = nvml_error_here()
+    if not why:
+        pytest.skip("NVML works on this machine: the absent-NVML path cannot be observed")
+    sampler = create_sampler("cuda", os.getpid())
+    assert isinstance(sampler, NvmlSampler)
+    sampler.start()
+    reading = sampler.mark()
+    sampler.stop()
+    sampler.stop()
+    assert reading.source == "unavailable"
+    assert reading.peak_bytes is None
+    assert reading.reason == f"NVML: {why}"
+
+
+def test_create_sampler_picks_by_device() -> None:
+    assert isinstance(create_sampler("cpu", os.getpid()), RssSampler)
+    assert isinstance(create_sampler("cuda:0", os.getpid()), NvmlSampler)
+    with pytest.raises(BloomperfError, match="unknown device 'tpu'"):
+        create_sampler("tpu", os.getpid())
