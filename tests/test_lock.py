@@ -1,0 +1,130 @@
+"""The device lock, held and contested by two real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bloomperf.errors import BloomperfError
+from bloomperf.lock import hold_device_lock, lock_path
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from bloomperf.lock import hold_device_lock
+    with hold_device_lock(sys.argv[1], folder=Path(sys.argv[2])):
+        print("held", flush=True)
+        sys.stdin.readline()
+    print("released", flush=True)
+    """
+)
+
+
+def start_holder(key: str, folder: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, key, str(folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = start_holder("GPU-aaaa,GPU-bbbb", tmp_path)
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+
+
+def test_second_run_refuses_with_the_first_runs_pid(
+    holder: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    with (
+        pytest.raises(BloomperfError, match=rf"PID {holder.pid}\) holds GPU GPU-bbbb") as info,
+        hold_device_lock("GPU-bbbb,GPU-cccc", folder=tmp_path),
+    ):
+        pass
+    assert info.value.exit_code == 2
+    assert "--no-lock" in str(info.value) and "\n" not in str(info.value)
+    # The refused run took nothing: GPU-cccc is still free for a third run.
+    with hold_device_lock("GPU-cccc", folder=tmp_path):
+        pass
+
+
+def test_disjoint_devices_do_not_conflict(holder: subprocess.Popen[str], tmp_path: Path) -> None:
+    with hold_device_lock("GPU-cccc", folder=tmp_path):
+        assert lock_path(tmp_path, "GPU-cccc").read_text().strip() == str(os.getpid())
+
+
+def test_no_lock_runs_anyway(holder: subprocess.Popen[str], tmp_path: Path) -> None:
+    with hold_device_lock("GPU-aaaa", enabled=False, folder=tmp_path):
+        pass
+
+
+def test_released_on_normal_exit(holder: subprocess.Popen[str], tmp_path: Path) -> None:
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    assert holder.stdout.readline().strip() == "released"
+    with hold_device_lock("GPU-aaaa,GPU-bbbb", folder=tmp_path):
+        pass
+
+
+def test_no_stale_lock_after_sigkill(holder: subprocess.Popen[str], tmp_path: Path) -> None:
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=10)
+    with hold_device_lock("GPU-aaaa", folder=tmp_path):
+        pass
+
+
+def test_cpu_lock_names_the_cpu(tmp_path: Path) -> None:
+    proc = start_holder("cpu", tmp_path)
+    try:
+        with (
+            pytest.raises(BloomperfError, match=rf"PID {proc.pid}\) holds the CPU"),
+            hold_device_lock("cpu", folder=tmp_path),
+        ):
+            pass
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_device_names_never_become_paths(tmp_path: Path) -> None:
+    path = lock_path(tmp_path, "../../etc/passwd")
+    assert path.parent == tmp_path and "/" not in path.name
+
+
+def test_symlinked_lock_file_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "victim"
+    target.write_text("keep me")
+    lock_path(tmp_path, "cpu").symlink_to(target)
+    with (
+        pytest.raises(BloomperfError, match="cannot open the lock file"),
+        hold_device_lock("cpu", folder=tmp_path),
+    ):
+        pass
+    assert target.read_text() == "keep me"
+
+
+def test_unwritable_lock_folder_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with (
+        pytest.raises(BloomperfError, match="cannot create the lock folder"),
+        hold_device_lock("cpu", folder=blocker / "locks"),
+    ):
+        pass
