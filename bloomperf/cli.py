@@ -13,7 +13,13 @@ from collections.abc import Sequence
 
 from bloomperf.errors import BloomperfError
 
-COMMAND_MODULES: tuple[str, ...] = ("bloomperf.run",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "bloomperf.run",
+    "bloomperf.diff",
+    "bloomperf.baseline",
+    "bloomperf.topology",
+    "bloomperf.history",
+)
 
 
 class _Parser(argparse.ArgumentParser):
