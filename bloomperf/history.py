@@ -1,0 +1,549 @@
+"""Nightly history: one results file per night, and the nights where a cell's figures changed.
+
+The folder convention is ``<dir>/<YYYY-MM-DD>.json`` for the night's run, ``<YYYY-MM-DD>-2.json``,
+``-3`` … for further runs on the same date; the date is the run's own ``started_at``.
+``bloomperf history add RESULT [--dir DIR]`` validates a results file and copies it in atomically,
+and refuses nothing but bad input: a run already in the folder is not added twice.
+
+Change detection: a persistent-shift test on log values
+---------------------------------------------------------
+A night's ms/token carries noise (clocks, neighbours, the file cache) and sometimes one bad
+night (+40 % once, then back). What matters is a *level* that moved and stayed. For each cell and
+metric the series of nights is scanned in order; a change is declared at night k when
+
+* the median of the nights after k (k and up to ``window``−1 more, at least ``confirm`` of them)
+  differs from the median of the up to ``window`` nights before k (since the last change) by more
+  than ``max(log(1 + tolerance), c · σ · √(π/2) · √(1/n_before + 1/n_after))`` on log scale.
+
+Why this and not a plain threshold or a CUSUM:
+
+* medians on both sides: one outlier night can move neither median, so it cannot raise an alarm;
+  a shift has to hold on most of the following nights (a majority of up to ``window`` nights:
+  two bad nights in a row inside six normal ones do not make a change either), which is what
+  "persists" means here. A change at the newest nights needs ``confirm`` nights to be seen.
+* logs: a 15 % slowdown is the same step at 200 ms/token and at 0.7 ms/token.
+* σ, the night-to-night noise, is estimated per series as MAD(differences) · 1.4826 / √2, the
+  usual robust noise estimate of change-point methods, over the lag-1 and lag-2 differences: a
+  step spoils two of them and an outlier four, so neither inflates σ, and twice the differences
+  make σ steadier on a month of nights (a σ that comes out low by chance is what turns a clump
+  of noise into a false change). √(π/2) is the standard error of a median relative to a mean;
+  with c = 4 a pure-noise series crosses the bar about once in 10⁴ comparisons.
+* the ``tolerance`` floor (5 %, the baseline's ms/token tolerance) keeps a real but irrelevant
+  drift of 1 % on very quiet GPUs from being reported.
+* CUSUM needs the in-control level and σ known in advance, and e-divisive needs permutation
+  tests: both heavier and less obvious to a reader of the report than "median after vs median
+  before, beyond the noise".
+
+Where the alarm first fires the step lies somewhere in the after-window; the night reported is the
+split that fits two constant levels best (least absolute deviations), i.e. the night the new
+level started. The outcome of a cell (ok → oom, say) is checked the same way with the most
+common outcome in place of the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+from bloomperf.errors import BloomperfError
+from bloomperf.results import CellResult, Outcome, RunResult, load_run, run_to_dict, save_run
+
+NIGHT_NAME = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<n>[2-9]|[1-9]\d+))?\.json$")
+
+# Defaults of the persistent-shift test (see the module docstring).
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_WINDOW = 6
+DEFAULT_CONFIRM = 3
+NOISE_FACTOR = 4.0
+
+METRIC_MS = "ms_per_token"
+METRIC_MEMORY = "peak_memory"
+METRIC_LOAD = "load_time"
+METRIC_OUTCOME = "outcome"
+METRICS = (METRIC_MS, METRIC_MEMORY, METRIC_LOAD)
+METRIC_UNITS = {METRIC_MS: "ms/token", METRIC_MEMORY: "bytes", METRIC_LOAD: "s"}
+
+
+@dataclass(frozen=True)
+class Night:
+    """One results file of the history folder."""
+
+    label: str  # the file name without ``.json``: 2026-11-29, 2026-11-29-2
+    path: Path
+    run: RunResult
+
+
+@dataclass(frozen=True)
+class Change:
+    """A level shift in one cell's metric that started at ``nights[night]``."""
+
+    cell: str
+    metric: str
+    night: int
+    night_label: str
+    before: float | str
+    after: float | str
+    nights_after: int  # how many nights confirm it (fewer than the window near the newest night)
+
+    @property
+    def relative(self) -> float | None:
+        """after / before − 1 for figures; None for outcome changes."""
+        if isinstance(self.before, float) and isinstance(self.after, float) and self.before > 0:
+            return self.after / self.before - 1.0
+        return None
+
+    @property
+    def worse(self) -> bool:
+        """Slower, larger, or a cell that stopped running (every metric is lower-is-better)."""
+        if self.metric == METRIC_OUTCOME:
+            return self.before == Outcome.OK.value and self.after != Outcome.OK.value
+        rel = self.relative
+        return rel is not None and rel > 0
+
+
+# ---- the folder -------------------------------------------------------------------------------
+
+
+def night_date(run: RunResult, where: str) -> date:
+    """The calendar date the run started, as written in its own ``started_at``."""
+    text = run.started_at.strip()
+    if not text:
+        raise BloomperfError(f"{where}: the run has no started_at; give its night with --date")
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).date()
+    except ValueError:
+        raise BloomperfError(f"{where}: started_at {text!r} is not an ISO date-time") from None
+
+
+def parse_date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise BloomperfError(f"--date: {text!r} is not a date like 2026-11-29") from None
+
+
+def night_file(folder: Path, day: date) -> Path:
+    """The first free name for ``day``: ``2026-11-29.json``, then ``2026-11-29-2.json``, …"""
+    path = folder / f"{day.isoformat()}.json"
+    n = 2
+    while path.exists():
+        path = folder / f"{day.isoformat()}-{n}.json"
+        n += 1
+    return path
+
+
+def add_to_history(result: Path, folder: Path, day: date | None = None) -> tuple[Path, bool]:
+    """Copy a results file into the history; returns (its path there, whether it was added).
+
+    The file is read and written back through the results schema, so a broken or foreign file
+    never enters the history. A run that is already there (same content) is not added again:
+    a re-run workflow step must not count one night twice.
+    """
+    run = load_run(result)
+    day = day if day is not None else night_date(run, str(result))
+    if folder.exists() and not folder.is_dir():
+        raise BloomperfError(f"{folder}: is not a directory")
+    content = run_to_dict(run)
+    for existing in sorted(folder.glob(f"{day.isoformat()}*.json")) if folder.is_dir() else []:
+        if NIGHT_NAME.match(existing.name) and run_to_dict(load_run(existing)) == content:
+            return existing, False
+    path = night_file(folder, day)
+    save_run(run, path)
+    return path, True
+
+
+def night_order(path: Path) -> tuple[str, int]:
+    match = NIGHT_NAME.match(path.name)
+    assert match is not None
+    return match["date"], int(match["n"] or 1)
+
+
+def load_history(folder: Path) -> list[Night]:
+    """Every night of ``folder``, oldest first. A JSON file not named by the convention is an
+    error rather than silently left out of the trend."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BloomperfError(f"{folder}: no such history directory")
+    paths = []
+    for path in folder.glob("*.json"):
+        if path.name.startswith("."):
+            continue  # a temporary file of an atomic write in progress
+        if not NIGHT_NAME.match(path.name):
+            raise BloomperfError(
+                f"{path}: history files are named YYYY-MM-DD.json or YYYY-MM-DD-N.json"
+            )
+        paths.append(path)
+    paths.sort(key=night_order)
+    return [Night(label=p.stem, path=p, run=load_run(p)) for p in paths]
+
+
+# ---- series -----------------------------------------------------------------------------------
+
+
+def metric_value(cell: CellResult, metric: str) -> float | None:
+    """A cell's figure for ``metric``; None where the cell did not run to completion."""
+    if cell.outcome != Outcome.OK:
+        return None
+    if metric == METRIC_MS:
+        return cell.ms_per_token
+    if metric == METRIC_MEMORY:
+        peak = cell.peak_memory_bytes
+        return float(peak) if peak is not None else None
+    if metric == METRIC_LOAD:
+        return cell.load_time_s
+    raise BloomperfError(f"metric: unknown {metric!r} (valid: {', '.join(METRICS)})")
+
+
+def cell_ids(nights: Sequence[Night]) -> list[str]:
+    """Every cell id seen in the history, in the order they first appear."""
+    seen: dict[str, None] = {}
+    for night in nights:
+        for cell in night.run.cells:
+            seen.setdefault(cell.id, None)
+    return list(seen)
+
+
+def find_cell(run: RunResult, cell: str) -> CellResult | None:
+    return next((c for c in run.cells if c.id == cell), None)
+
+
+def series(nights: Sequence[Night], cell: str, metric: str) -> list[tuple[int, float]]:
+    """(night index, value) for the nights where the cell has a positive figure."""
+    points = []
+    for i, night in enumerate(nights):
+        found = find_cell(night.run, cell)
+        value = metric_value(found, metric) if found is not None else None
+        if value is not None and value > 0:
+            points.append((i, value))
+    return points
+
+
+def outcome_series(nights: Sequence[Night], cell: str) -> list[tuple[int, str]]:
+    points = []
+    for i, night in enumerate(nights):
+        found = find_cell(night.run, cell)
+        if found is not None and found.outcome != Outcome.SKIPPED:
+            points.append((i, found.outcome.value))
+    return points
+
+
+# ---- the persistent-shift test ---------------------------------------------------------------
+
+
+def noise_sigma(logs: Sequence[float]) -> float:
+    """Robust night-to-night noise: MAD of the lag-1 and lag-2 differences · 1.4826 / √2."""
+    diffs = [logs[i] - logs[i - lag] for lag in (1, 2) for i in range(lag, len(logs))]
+    if len(diffs) < 2:
+        return 0.0
+    centre = statistics.median(diffs)
+    mad = statistics.median(abs(d - centre) for d in diffs)
+    return 1.4826 * mad / math.sqrt(2.0)
+
+
+def shift_threshold(sigma: float, n_before: int, n_after: int, tolerance: float) -> float:
+    noise = NOISE_FACTOR * sigma * math.sqrt(math.pi / 2) * math.sqrt(1 / n_before + 1 / n_after)
+    return max(math.log1p(tolerance), noise)
+
+
+def split_cost(values: Sequence[float], split: int) -> float:
+    """Sum of absolute deviations from each side's median: small where two levels fit best."""
+    cost = 0.0
+    for part in (values[:split], values[split:]):
+        if part:
+            centre = statistics.median(part)
+            cost += sum(abs(v - centre) for v in part)
+    return cost
+
+
+def locate_split(values: Sequence[float], lo: int, candidates: range, hi: int) -> int:
+    """The candidate split of ``values[lo:hi]`` with the lowest two-level cost (first on ties)."""
+    return min(candidates, key=lambda k: (split_cost(values[lo:hi], k - lo), k))
+
+
+def find_shifts(
+    logs: Sequence[float],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    window: int = DEFAULT_WINDOW,
+    confirm: int = DEFAULT_CONFIRM,
+) -> list[int]:
+    """Positions in ``logs`` where a persistent level shift starts (see the module docstring)."""
+    check_test_settings(tolerance, window, confirm)
+    sigma = noise_sigma(logs)
+    shifts: list[int] = []
+    start = 0
+    k = confirm
+    while k + confirm <= len(logs):
+        before = logs[max(start, k - window) : k]
+        after = logs[k : k + window]
+        if is_shifted(before, after, sigma, tolerance):
+            lo = max(start, k - window)
+            hi = k + len(after)
+            # The alarm fires once most of the after-window is shifted: the step lies in it.
+            split = locate_split(logs, lo, range(k, hi), hi)
+            new_level = logs[split : split + window]
+            confirmed = len(new_level) >= confirm and split - max(start, split - window) >= 1
+            if confirmed and is_shifted(
+                logs[max(start, split - window) : split], new_level, sigma, tolerance
+            ):
+                shifts.append(split)
+                start = split
+                k = split + confirm
+                continue
+        k += 1
+    return shifts
+
+
+def is_shifted(before: Sequence[float], after: Sequence[float], sigma: float, tol: float) -> bool:
+    if not before or not after:
+        return False
+    step = abs(statistics.median(after) - statistics.median(before))
+    return step > shift_threshold(sigma, len(before), len(after), tol)
+
+
+def find_outcome_shifts(
+    outcomes: Sequence[str], *, window: int = DEFAULT_WINDOW, confirm: int = DEFAULT_CONFIRM
+) -> list[int]:
+    """Where the most common outcome changes and stays changed on most following nights."""
+    check_test_settings(DEFAULT_TOLERANCE, window, confirm)
+    shifts: list[int] = []
+    start = 0
+    k = confirm
+    while k + confirm <= len(outcomes):
+        before = most_common(outcomes[max(start, k - window) : k])
+        after_window = outcomes[k : k + window]
+        after = most_common(after_window)
+        # The new outcome must hold tonight and on a strict majority of the following nights.
+        strict = after_window.count(after) * 2 > len(after_window)
+        if after != before and outcomes[k] == after and strict:
+            shifts.append(k)
+            start = k
+            k += confirm
+            continue
+        k += 1
+    return shifts
+
+
+def most_common(values: Sequence[str]) -> str:
+    counts = Counter(values)
+    # Ties go to the earlier value: the known state wins over a new one.
+    return max(values, key=lambda v: (counts[v], -values.index(v)))
+
+
+def check_test_settings(tolerance: float, window: int, confirm: int) -> None:
+    if not 0 <= tolerance < 1:
+        raise BloomperfError(f"--change-tolerance: must be a fraction below 1, found {tolerance}")
+    if confirm < 2:
+        raise BloomperfError(f"--confirm: must be at least 2 nights, found {confirm}")
+    if window < confirm:
+        raise BloomperfError(f"--window: must be at least --confirm ({confirm}), found {window}")
+
+
+def detect_changes(
+    nights: Sequence[Night],
+    *,
+    metrics: Sequence[str] = (METRIC_MS, METRIC_MEMORY),
+    tolerance: float = DEFAULT_TOLERANCE,
+    window: int = DEFAULT_WINDOW,
+    confirm: int = DEFAULT_CONFIRM,
+) -> list[Change]:
+    """Every persistent change in the history, per cell and metric, oldest first."""
+    changes: list[Change] = []
+    for cell in cell_ids(nights):
+        for metric in metrics:
+            points = series(nights, cell, metric)
+            logs = [math.log(v) for _, v in points]
+            for pos in find_shifts(logs, tolerance=tolerance, window=window, confirm=confirm):
+                changes.append(
+                    numeric_change(cell, metric, nights, points, pos, window, len(logs))
+                )
+        outcomes = outcome_series(nights, cell)
+        values = [o for _, o in outcomes]
+        for pos in find_outcome_shifts(values, window=window, confirm=confirm):
+            index = outcomes[pos][0]
+            changes.append(
+                Change(
+                    cell=cell,
+                    metric=METRIC_OUTCOME,
+                    night=index,
+                    night_label=nights[index].label,
+                    before=most_common(values[max(0, pos - window) : pos]),
+                    after=values[pos],
+                    nights_after=min(window, len(values) - pos),
+                )
+            )
+    changes.sort(key=lambda c: (c.night, c.cell, c.metric))
+    return changes
+
+
+def numeric_change(
+    cell: str,
+    metric: str,
+    nights: Sequence[Night],
+    points: Sequence[tuple[int, float]],
+    pos: int,
+    window: int,
+    length: int,
+) -> Change:
+    values = [v for _, v in points]
+    index = points[pos][0]
+    return Change(
+        cell=cell,
+        metric=metric,
+        night=index,
+        night_label=nights[index].label,
+        before=float(statistics.median(values[max(0, pos - window) : pos])),
+        after=float(statistics.median(values[pos : pos + window])),
+        nights_after=min(window, length - pos),
+    )
+
+
+def new_changes(nights: Sequence[Night], **settings: Any) -> list[Change]:
+    """Changes the newest night brought to light: found now, not found without that night.
+
+    A change stays in the history for good; a nightly job should fail only on the night it is
+    first confirmed, not on every night after it.
+    """
+    if not nights:
+        return []
+    known = {(c.cell, c.metric, c.night) for c in detect_changes(nights[:-1], **settings)}
+    return [
+        c for c in detect_changes(nights, **settings) if (c.cell, c.metric, c.night) not in known
+    ]
+
+
+# ---- showing ----------------------------------------------------------------------------------
+
+
+def format_value(metric: str, value: float | str) -> str:
+    if isinstance(value, str):
+        return value
+    if metric == METRIC_MEMORY:
+        return f"{value / 2**30:.2f} GiB"
+    if metric == METRIC_LOAD:
+        return f"{value:.1f} s"
+    return f"{value:.3g} ms"
+
+
+def describe_change(c: Change) -> str:
+    rel = c.relative
+    shift = f" ({rel * 100:+.1f} %)" if rel is not None else ""
+    return (
+        f"{format_value(c.metric, c.before)} → {format_value(c.metric, c.after)}{shift}"
+        f", {c.nights_after} night{'s' if c.nights_after != 1 else ''} since"
+    )
+
+
+def render_changes(
+    changes: Sequence[Change], nights: Sequence[Night], fmt: str, new: Sequence[Change] = ()
+) -> str:
+    """The changes as a text or markdown section; ``new`` ones are flagged."""
+    new_keys = {(c.cell, c.metric, c.night) for c in new}
+    span = f"{nights[0].label} … {nights[-1].label}" if nights else "no nights"
+    title = f"History: {len(nights)} nights ({span}), {len(changes)} change(s)"
+    rows = [
+        [
+            c.night_label,
+            c.cell,
+            c.metric,
+            describe_change(c),
+            ("new, " if (c.cell, c.metric, c.night) in new_keys else "")
+            + ("worse" if c.worse else "better"),
+        ]
+        for c in changes
+    ]
+    header = ["Night", "Cell", "Metric", "Change", "Kind"]
+    if fmt == "markdown":
+        lines = [f"### {title}", ""]
+        if rows:
+            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(r) + " |" for r in rows]
+        else:
+            lines.append("No persistent change in any cell.")
+        return "\n".join(lines) + "\n"
+    lines = [title]
+    lines += [f"  {r[0]}  {r[1]}  {r[2]}: {r[3]} [{r[4]}]" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def history_section(folder: Path, fmt: str, **settings: Any) -> tuple[str, bool]:
+    """What ``bloomperf diff --history DIR`` adds: the section, and whether the newest night
+    confirmed a change for the worse (the nightly job fails on that night only)."""
+    nights = load_history(folder)
+    changes = detect_changes(nights, **settings)
+    new = new_changes(nights, **settings)
+    return render_changes(changes, nights, fmt, new), any(c.worse for c in new)
+
+
+# ---- command line -----------------------------------------------------------------------------
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser("history", help="the nightly history folder")
+    actions = parser.add_subparsers(
+        dest="history_command", required=True, parser_class=type(parser)
+    )
+    add = actions.add_parser("add", help="copy a results file into the history folder")
+    add.add_argument("result", type=Path, help="a bloomperf results JSON file")
+    add.add_argument("--dir", type=Path, default=Path("history"), help="default: ./history")
+    add.add_argument("--date", type=parse_date, help="the night (default: the run's started_at)")
+    add.set_defaults(func=run_add)
+    show = actions.add_parser("changes", help="list the persistent changes in a history folder")
+    show.add_argument("--dir", type=Path, default=Path("history"), help="default: ./history")
+    show.add_argument("--format", choices=("text", "markdown"), default="text")
+    add_detection_options(show)
+    show.set_defaults(func=run_changes)
+
+
+def add_detection_options(parser: argparse.ArgumentParser) -> None:
+    """The test's settings, shared with ``bloomperf diff --history`` and ``bloomperf report``."""
+    parser.add_argument(
+        "--change-tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="smallest relative shift reported (default 0.05)",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help="nights compared on each side (default 6)",
+    )
+    parser.add_argument(
+        "--confirm",
+        type=int,
+        default=DEFAULT_CONFIRM,
+        help="nights a new level must hold before it is reported (default 3)",
+    )
+
+
+def detection_settings(args: argparse.Namespace) -> dict[str, Any]:
+    settings = {
+        "tolerance": args.change_tolerance,
+        "window": args.window,
+        "confirm": args.confirm,
+    }
+    check_test_settings(**settings)
+    return settings
+
+
+def run_add(args: argparse.Namespace) -> int:
+    path, added = add_to_history(args.result, args.dir, args.date)
+    verb = "added as" if added else "already in the history as"
+    print(f"bloomperf: {args.result}: {verb} {path}")
+    return 0
+
+
+def run_changes(args: argparse.Namespace) -> int:
+    text, _ = history_section(args.dir, args.format, **detection_settings(args))
+    print(text, end="")
+    return 0
+

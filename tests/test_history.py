@@ -1,0 +1,216 @@
+"""History folder and change detection: real files in a temporary folder, synthetic nights."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+
+from bloomperf.cli import main
+from bloomperf.errors import BloomperfError
+from bloomperf.history import (
+    METRIC_MEMORY,
+    METRIC_MS,
+    METRIC_OUTCOME,
+    add_to_history,
+    detect_changes,
+    history_section,
+    load_history,
+    new_changes,
+)
+from bloomperf.results import (
+    CellResult,
+    MemoryReading,
+    ModelInfo,
+    Outcome,
+    RunResult,
+    WorkloadInfo,
+    save_run,
+)
+
+FIRST_NIGHT = date(2026, 10, 1)
+GiB = 2**30
+
+
+def night_run(day: date, cells: list[CellResult]) -> RunResult:
+    return RunResult(
+        model=ModelInfo(name="bloom-176b", path="", layers=70, parameters=176_247_271_424),
+        workload=WorkloadInfo(new_tokens=100, cycles=5, warmup=1, prompts=("DeepSpeed is",)),
+        topology="8xA100-SXM4-80GB",
+        environment={"transformers": "4.43.4"},
+        cells=tuple(cells),
+        started_at=f"{day.isoformat()}T01:30:00Z",
+        finished_at=f"{day.isoformat()}T03:10:00Z",
+        complete=True,
+    )
+
+
+def ok_cell(ms: float, memory_gib: float = 40.0, batch_size: int = 1) -> CellResult:
+    reading = MemoryReading(source="nvml", peak_bytes=int(memory_gib * GiB))
+    return CellResult(
+        backend="ds-inference",
+        dtype="fp16",
+        batch_size=batch_size,
+        outcome=Outcome.OK,
+        samples_ms_per_token=(ms * 0.99, ms, ms * 1.01),
+        load_time_s=60.0,
+        generate_memory=reading,
+    )
+
+
+def write_history(folder: Path, values: list[float], tmp: Path) -> None:
+    """One night per value, each added through ``add_to_history`` as the nightly job does."""
+    for i, ms in enumerate(values):
+        day = FIRST_NIGHT + timedelta(days=i)
+        result = tmp / f"result-{i}.json"
+        save_run(night_run(day, [ok_cell(ms)]), result)
+        add_to_history(result, folder)
+
+
+def noisy(n: int, seed: int, spread: float = 0.03) -> list[float]:
+    rng = random.Random(seed)
+    return [44.0 * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def test_step_of_15_percent_is_marked_on_the_night_it_started(tmp_path: Path) -> None:
+    values = noisy(20, seed=7)
+    values = [v * 1.15 if i >= 12 else v for i, v in enumerate(values)]
+    folder = tmp_path / "history"
+    write_history(folder, values, tmp_path)
+    nights = load_history(folder)
+    changes = [c for c in detect_changes(nights) if c.metric == METRIC_MS]
+    assert [(c.night, c.night_label) for c in changes] == [(12, "2026-10-13")]
+    change = changes[0]
+    assert change.cell == "ds-inference-fp16-bs1"
+    assert change.worse
+    assert change.relative == pytest.approx(0.15, abs=0.04)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_pure_noise_marks_no_night(tmp_path: Path, seed: int) -> None:
+    folder = tmp_path / "history"
+    write_history(folder, noisy(30, seed), tmp_path)
+    assert detect_changes(load_history(folder)) == []
+
+
+@pytest.mark.parametrize("outlier_night", [3, 10, 20, 27, 29])
+def test_one_bad_night_is_not_a_change(tmp_path: Path, outlier_night: int) -> None:
+    values = noisy(30, seed=11)
+    values[outlier_night] *= 1.4
+    folder = tmp_path / "history"
+    write_history(folder, values, tmp_path)
+    assert detect_changes(load_history(folder)) == []
+
+
+def test_two_bad_nights_inside_normal_ones_are_not_a_change(tmp_path: Path) -> None:
+    values = noisy(24, seed=3)
+    values[10] *= 1.4
+    values[11] *= 1.4
+    folder = tmp_path / "history"
+    write_history(folder, values, tmp_path)
+    assert detect_changes(load_history(folder)) == []
+
+
+def test_an_improvement_is_a_change_for_the_better(tmp_path: Path) -> None:
+    values = [v * (0.7 if i >= 9 else 1.0) for i, v in enumerate(noisy(16, seed=5))]
+    folder = tmp_path / "history"
+    write_history(folder, values, tmp_path)
+    (change,) = detect_changes(load_history(folder))
+    assert change.night == 9
+    assert not change.worse
+
+
+def test_memory_growth_and_a_new_oom_are_changes(tmp_path: Path) -> None:
+    folder = tmp_path / "history"
+    rng = random.Random(2)
+    for i in range(14):
+        day = FIRST_NIGHT + timedelta(days=i)
+        memory = 40.0 * (1.2 if i >= 6 else 1.0) * (1 + rng.uniform(-0.005, 0.005))
+        big = (
+            CellResult("ds-inference", "fp16", 128, Outcome.OOM, message="CUDA out of memory")
+            if i >= 8
+            else ok_cell(0.7, 70.0, batch_size=128)
+        )
+        result = tmp_path / f"r{i}.json"
+        small = ok_cell(44.0 * (1 + rng.uniform(-0.01, 0.01)), memory)
+        save_run(night_run(day, [small, big]), result)
+        add_to_history(result, folder)
+    found = {(c.cell, c.metric, c.night) for c in detect_changes(load_history(folder))}
+    assert found == {
+        ("ds-inference-fp16-bs1", METRIC_MEMORY, 6),
+        ("ds-inference-fp16-bs128", METRIC_OUTCOME, 8),
+    }
+
+
+def test_new_changes_are_only_those_the_newest_night_confirmed(tmp_path: Path) -> None:
+    values = [v * 1.2 if i >= 12 else v for i, v in enumerate(noisy(15, seed=9))]
+    folder = tmp_path / "history"
+    write_history(folder, values[:14], tmp_path)
+    # Two nights at the new level are not yet enough to call it a change (confirm = 3) ...
+    assert new_changes(load_history(folder)) == []
+    write_history_night(folder, 14, values[14], tmp_path)
+    # ... the third confirms it, and that night reports it as new and worse.
+    text, failed = history_section(folder, "markdown")
+    assert failed
+    assert "| 2026-10-13 | ds-inference-fp16-bs1 | ms_per_token |" in text
+    assert "new, worse" in text
+    write_history_night(folder, 15, values[14], tmp_path)
+    _, failed_next_night = history_section(folder, "markdown")
+    assert not failed_next_night
+
+
+def write_history_night(folder: Path, i: int, ms: float, tmp: Path) -> None:
+    result = tmp / f"extra-{i}.json"
+    save_run(night_run(FIRST_NIGHT + timedelta(days=i), [ok_cell(ms)]), result)
+    add_to_history(result, folder)
+
+
+def test_add_names_files_by_date_and_never_adds_a_run_twice(tmp_path: Path) -> None:
+    folder = tmp_path / "history"
+    first = tmp_path / "a.json"
+    second = tmp_path / "b.json"
+    save_run(night_run(FIRST_NIGHT, [ok_cell(44.0)]), first)
+    save_run(night_run(FIRST_NIGHT, [ok_cell(45.0)]), second)
+    assert add_to_history(first, folder) == (folder / "2026-10-01.json", True)
+    assert add_to_history(second, folder) == (folder / "2026-10-01-2.json", True)
+    assert add_to_history(first, folder) == (folder / "2026-10-01.json", False)
+    assert [n.label for n in load_history(folder)] == ["2026-10-01", "2026-10-01-2"]
+    assert sorted(p.name for p in folder.iterdir()) == ["2026-10-01-2.json", "2026-10-01.json"]
+
+
+def test_cli_add_and_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = tmp_path / "r.json"
+    save_run(night_run(FIRST_NIGHT, [ok_cell(44.0)]), result)
+    folder = tmp_path / "h"
+    assert main(["history", "add", str(result), "--dir", str(folder), "--date", "2026-11-02"]) == 0
+    assert "added as" in capsys.readouterr().out
+    assert (folder / "2026-11-02.json").is_file()
+    assert main(["history", "changes", "--dir", str(folder)]) == 0
+    assert "History: 1 nights (2026-11-02 … 2026-11-02), 0 change(s)" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"kind": "bloomperf-results", "schema_version": 1', encoding="utf-8")
+    assert main(["history", "add", str(broken), "--dir", str(tmp_path / "h")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bloomperf: error: ") and err.count("\n") == 1
+    assert not (tmp_path / "h").exists()
+
+    undated = tmp_path / "undated.json"
+    save_run(replace(night_run(FIRST_NIGHT, [ok_cell(44.0)]), started_at=""), undated)
+    with pytest.raises(BloomperfError, match="no started_at"):
+        add_to_history(undated, tmp_path / "h")
+
+    stray = tmp_path / "h2"
+    stray.mkdir()
+    (stray / "notes.json").write_text(json.dumps({}), encoding="utf-8")
+    with pytest.raises(BloomperfError, match=r"YYYY-MM-DD\.json"):
+        load_history(stray)
+    with pytest.raises(BloomperfError, match="no such history directory"):
+        load_history(tmp_path / "missing")
+    assert main(["history", "changes", "--dir", str(tmp_path), "--confirm", "1"]) == 2
