@@ -124,9 +124,7 @@ def get_int(
     return value
 
 
-def get_float(
-    obj: dict[str, Any], key: str, where: str, *, optional: bool = False
-) -> float | None:
+def get_float(obj: dict[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:
     value = obj.get(key)
     if value is None and optional:
         return None
@@ -138,7 +136,9 @@ def get_float(
     return number
 
 
-def get_list(obj: dict[str, Any], key: str, where: str, default: list[Any] | None = None) -> list[Any]:
+def get_list(
+    obj: dict[str, Any], key: str, where: str, default: list[Any] | None = None
+) -> list[Any]:
     value = obj.get(key, default)
     if not isinstance(value, list):
         raise BloomperfError(f"{where}: field {key!r} must be a list, found {_kind_of(value)}")

@@ -123,7 +123,7 @@ class RunResult:
 
     def with_cell(self, cell: CellResult) -> RunResult:
         kept = tuple(c for c in self.cells if c.id != cell.id)
-        return replace(self, cells=kept + (cell,))
+        return replace(self, cells=(*kept, cell))
 
 
 # ---- JSON ---------------------------------------------------------------------------------
@@ -225,7 +225,9 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         outcome = Outcome(outcome_text)
     except ValueError:
         valid = ", ".join(o.value for o in Outcome)
-        raise BloomperfError(f"{where}: unknown outcome {outcome_text!r} (valid: {valid})") from None
+        raise BloomperfError(
+            f"{where}: unknown outcome {outcome_text!r} (valid: {valid})"
+        ) from None
     samples = get_list(data, "samples_ms_per_token", where, default=[])
     return CellResult(
         backend=backend,

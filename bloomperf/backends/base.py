@@ -44,6 +44,10 @@ class Backend(ABC):
         """How many ranks the worker group needs (1: a plain process)."""
         return 1
 
+    def import_dependencies(self) -> None:
+        """Import what ``load`` needs, so load time does not include Python import time."""
+        import transformers.models.bloom.modeling_bloom  # noqa: F401
+
     @abstractmethod
     def load(self, request: LoadRequest) -> None:
         """Build the model ready to generate. Everything in here counts as load time."""

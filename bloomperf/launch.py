@@ -1,0 +1,244 @@
+"""Worker process groups, seen from the controller: start, talk, time out, kill.
+
+One group serves one (backend, dtype): a plain ``python -m bloomperf.worker`` for one rank, or
+DeepSpeed's launcher starting one worker per rank. The group runs in its own session so that a
+timeout kills every process of it (launcher, ranks, their children) and nothing outlives the run.
+The controller never imports torch for this and never holds a CUDA context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bloomperf.measure.memory import MemorySampler, create_sampler
+from bloomperf.protocol import ConnectionClosed, MessageStream, spec_to_dict
+from bloomperf.results import MemoryReading
+from bloomperf.worker import SPEC_ENV
+
+LOG_TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    backend: str
+    dtype: str
+    checkpoint: Path
+    device: str
+    new_tokens: int
+    world_size: int = 1
+    options: dict[str, Any] = field(default_factory=dict)
+    load_timeout_s: float = 1800.0
+    cell_timeout_s: float = 1800.0
+    log_dir: Path | None = None
+
+
+class WorkerFailure(Exception):
+    """A cell or load could not complete: ``outcome`` is oom, error or timeout."""
+
+    def __init__(self, outcome: str, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    load_time_s: float
+    memory: MemoryReading
+    details: dict[str, Any]
+
+
+class WorkerGroup:
+    """A started worker group with its memory sampler and control connection."""
+
+    def __init__(self, spec: GroupSpec) -> None:
+        self.spec = spec
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stream: MessageStream | None = None
+        self.sampler: MemorySampler | None = None
+        self._workdir = Path(tempfile.mkdtemp(prefix="bloomperf-worker-"))
+        self.log_path = (spec.log_dir or self._workdir) / (
+            f"worker-{spec.backend}-{spec.dtype}-{os.getpid()}-{time.monotonic_ns()}.log"
+        )
+
+    # -- start -----------------------------------------------------------------------------
+
+    def start(self) -> LoadReport:
+        """Launch the group and wait until rank 0 reports the model loaded."""
+        listener = socket.create_server(("127.0.0.1", 0))
+        try:
+            control = f"127.0.0.1:{listener.getsockname()[1]}"
+            self.process = self._launch(control)
+            self.sampler = create_sampler(self.spec.device, self.process.pid)
+            self.sampler.start()
+            self.stream = self._accept(listener, self.spec.load_timeout_s)
+        finally:
+            listener.close()
+        self._expect("hello", self.spec.load_timeout_s)
+        loaded = self._expect("loaded", self.spec.load_timeout_s)
+        return LoadReport(
+            load_time_s=float(loaded["load_time_s"]),
+            memory=self.sampler.mark(),
+            details=dict(loaded.get("details") or {}),
+        )
+
+    def _launch(self, control: str) -> subprocess.Popen[bytes]:
+        spec_file = self._workdir / "spec.json"
+        spec_file.write_text(
+            json.dumps(
+                spec_to_dict(
+                    backend=self.spec.backend,
+                    dtype=self.spec.dtype,
+                    checkpoint=str(self.spec.checkpoint),
+                    device=self.spec.device,
+                    options=self.spec.options,
+                    new_tokens=self.spec.new_tokens,
+                    control=control,
+                )
+            )
+        )
+        argv, extra_env = self._command()
+        env = {**os.environ, **extra_env, SPEC_ENV: str(spec_file)}
+        if self.spec.device == "cpu":
+            env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            return subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: killed as a whole
+            )
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        if self.spec.world_size == 1:
+            return [sys.executable, "-m", "bloomperf.worker"], {}
+        from bloomperf.dslaunch import rank_group_command
+
+        return rank_group_command(self.spec.world_size, self.spec.options)
+
+    def _accept(self, listener: socket.socket, timeout: float) -> MessageStream:
+        deadline = time.monotonic() + timeout
+        listener.settimeout(0.2)
+        while True:
+            try:
+                conn, _ = listener.accept()
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return MessageStream(conn)
+            except TimeoutError:
+                pass
+            self._raise_if_exited()
+            if time.monotonic() > deadline:
+                self.kill()
+                raise WorkerFailure("timeout", f"worker did not start within {timeout:g} s")
+
+    # -- talk ------------------------------------------------------------------------------
+
+    def request(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
+        assert self.stream is not None
+        try:
+            self.stream.send(message)
+        except ConnectionClosed:
+            self._raise_died()
+        return self._expect(expect, self.spec.cell_timeout_s)
+
+    def _expect(self, event: str, timeout: float) -> dict[str, Any]:
+        assert self.stream is not None
+        try:
+            reply = self.stream.receive(timeout)
+        except TimeoutError:
+            self.kill()
+            raise WorkerFailure(
+                "timeout", f"no answer from the worker within {timeout:g} s; its group was killed"
+            ) from None
+        except ConnectionClosed:
+            self._raise_died()
+        if reply.get("event") == "failed":
+            outcome = str(reply.get("outcome", "error"))
+            detail = reply.get("message", "")
+            if outcome == "error":
+                detail = f"{detail}\n{reply.get('traceback', '')}".strip()
+            raise WorkerFailure(outcome, str(detail))
+        if reply.get("event") != event:
+            raise WorkerFailure("error", f"protocol: expected {event!r}, got {reply!r:.200}")
+        return reply
+
+    def _raise_if_exited(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            self._raise_died()
+
+    def _raise_died(self) -> None:
+        code = self.process.wait(timeout=30) if self.process is not None else None
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        raise WorkerFailure("error", f"worker died ({how}); log tail:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        except OSError:
+            return ""
+
+    def mark_memory(self) -> MemoryReading | None:
+        return self.sampler.mark() if self.sampler is not None else None
+
+    # -- stop ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Ask the group to exit, then make sure it did."""
+        if self.stream is not None and self.process is not None and self.process.poll() is None:
+            try:
+                self.stream.send({"op": "close"})
+                self.process.wait(timeout=30)
+            except (ConnectionClosed, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill every process of the group (idempotent) and release what it held."""
+        if self.process is not None:
+            kill_tree(self.process)
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.spec.world_size > 1:
+            from bloomperf.dslaunch import cleanup_shm
+
+            cleanup_shm()
+
+
+def kill_tree(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process's session group and any descendant that left it."""
+    try:
+        descendants = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for child in descendants:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    psutil.wait_procs(descendants, timeout=10)

@@ -1,0 +1,100 @@
+"""The controller↔worker protocol: JSON lines over a localhost TCP socket.
+
+Why a socket and not stdin/stdout: ranks are started by launchers (DeepSpeed's, torchrun) that
+own the children's standard streams, and libraries print freely to stdout. Why JSON and not
+pickle: nothing a worker sends can execute code in the controller.
+
+Controller → worker (rank 0):  {"op": "begin", "batch_size": B}   build inputs, reset peaks
+                                {"op": "cycle"}                    one timed ``generate``
+                                {"op": "end"}                      report the cell's torch peaks
+                                {"op": "close"}                    exit cleanly
+Worker → controller:            {"event": "hello", "pid": P, "world_size": W}
+                                {"event": "loaded", "load_time_s": S, "details": {...}}
+                                {"event": "ready"} | {"event": "sample", "seconds": S}
+                                {"event": "ended", "torch_allocated_bytes": N, ...}
+                                {"event": "failed", "outcome": "oom"|"error", "message": M,
+                                 "traceback": T}
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+# Ops broadcast from rank 0 to the other ranks as small integers (a tensor, not an object).
+OP_CLOSE = 0
+OP_BEGIN = 1
+OP_CYCLE = 2
+OP_END = 3
+OP_CODES = {"close": OP_CLOSE, "begin": OP_BEGIN, "cycle": OP_CYCLE, "end": OP_END}
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class ConnectionClosed(Exception):
+    """The peer went away (a worker killed, crashed or exited)."""
+
+
+class MessageStream:
+    """Newline-delimited JSON messages over a connected socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buffer = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode() + b"\n"
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise ConnectionClosed(str(exc)) from None
+
+    def receive(self, timeout: float | None) -> dict[str, Any]:
+        """The next message; ``TimeoutError`` after ``timeout`` seconds of silence."""
+        self.sock.settimeout(timeout)
+        while b"\n" not in self._buffer:
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                raise TimeoutError from None
+            except OSError as exc:
+                raise ConnectionClosed(str(exc)) from None
+            if not chunk:
+                raise ConnectionClosed("connection closed")
+            self._buffer += chunk
+            if len(self._buffer) > MAX_MESSAGE_BYTES:
+                raise ConnectionClosed("message too large")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        message = json.loads(line)
+        if not isinstance(message, dict):
+            raise ConnectionClosed("malformed message")
+        return message
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def spec_to_dict(
+    *,
+    backend: str,
+    dtype: str,
+    checkpoint: str,
+    device: str,
+    options: dict[str, Any],
+    new_tokens: int,
+    control: str,
+) -> dict[str, Any]:
+    """What a worker needs to know, written to the file named by BLOOMPERF_WORKER_SPEC."""
+    return {
+        "backend": backend,
+        "dtype": dtype,
+        "checkpoint": checkpoint,
+        "device": device,
+        "options": options,
+        "new_tokens": new_tokens,
+        "control": control,
+    }

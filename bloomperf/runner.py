@@ -1,0 +1,109 @@
+"""Running the cells of one (backend, dtype) on one worker group: load once, restart on failure.
+
+Cells arrive in ascending batch size. The group is loaded on the first cell and reused; after an
+OOM, an error or a timeout it is killed and the next cell starts a fresh one (a CUDA OOM or a
+hung collective can poison a process, and a fresh process gives clean load and memory figures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from bloomperf.launch import GroupSpec, LoadReport, WorkerFailure, WorkerGroup
+from bloomperf.results import CellResult, Outcome
+from bloomperf.workload import ms_per_token
+
+# (one_cycle, warmup, cycles) -> seconds of each timed cycle. The default is a plain loop; the
+# pytest plugin passes one that runs the cycles inside pytest-benchmark's pedantic().
+Measure = Callable[[Callable[[], float], int, int], list[float]]
+
+
+def measure_plainly(one_cycle: Callable[[], float], warmup: int, cycles: int) -> list[float]:
+    for _ in range(warmup):
+        one_cycle()
+    return [one_cycle() for _ in range(cycles)]
+
+
+class GroupRunner:
+    def __init__(self, spec: GroupSpec, *, warmup: int = 1, cycles: int = 5) -> None:
+        self.spec = spec
+        self.warmup = warmup
+        self.cycles = cycles
+        self.group: WorkerGroup | None = None
+        self.loaded: LoadReport | None = None
+        self.load_count = 0
+        self.load_failure: WorkerFailure | None = None
+
+    def run_cell(self, batch_size: int, measure: Measure = measure_plainly) -> CellResult:
+        base = CellResult(
+            backend=self.spec.backend,
+            dtype=self.spec.dtype,
+            batch_size=batch_size,
+            outcome=Outcome.OK,
+        )
+        if self.load_failure is not None:
+            return replace(
+                base,
+                outcome=Outcome(self.load_failure.outcome),
+                message=f"model failed to load: {self.load_failure.message}",
+            )
+        try:
+            group, loaded = self._ensure_loaded()
+        except WorkerFailure as failure:
+            self.load_failure = failure
+            return replace(
+                base,
+                outcome=Outcome(failure.outcome),
+                message=f"model failed to load: {failure.message}",
+            )
+        base = replace(
+            base,
+            load_time_s=loaded.load_time_s,
+            load_memory=loaded.memory,
+            details={**loaded.details, "load_count": self.load_count},
+        )
+        group.mark_memory()  # drop what happened between cells from this cell's peak
+        try:
+            group.request({"op": "begin", "batch_size": batch_size}, "ready")
+            seconds = measure(lambda: self._cycle(group), self.warmup, self.cycles)
+            peaks = group.request({"op": "end"}, "ended")
+        except WorkerFailure as failure:
+            memory = group.mark_memory()
+            self.stop()
+            return replace(
+                base,
+                outcome=Outcome(failure.outcome),
+                message=failure.message,
+                generate_memory=memory,
+            )
+        memory = group.mark_memory()
+        if memory is not None:
+            memory = replace(
+                memory,
+                torch_allocated_bytes=peaks.get("torch_allocated_bytes"),
+                torch_reserved_bytes=peaks.get("torch_reserved_bytes"),
+            )
+        samples = tuple(ms_per_token(s, batch_size, self.spec.new_tokens) for s in seconds)
+        return replace(base, samples_ms_per_token=samples, generate_memory=memory)
+
+    def _cycle(self, group: WorkerGroup) -> float:
+        return float(group.request({"op": "cycle"}, "sample")["seconds"])
+
+    def _ensure_loaded(self) -> tuple[WorkerGroup, LoadReport]:
+        if self.group is None or self.loaded is None:
+            group = WorkerGroup(self.spec)
+            self.group = group
+            self.load_count += 1
+            try:
+                self.loaded = group.start()
+            except WorkerFailure:
+                self.stop()
+                raise
+        return self.group, self.loaded
+
+    def stop(self) -> None:
+        if self.group is not None:
+            self.group.close()
+        self.group = None
+        self.loaded = None

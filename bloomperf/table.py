@@ -1,0 +1,59 @@
+"""The blog's table for a run: rows backend + dtype, columns batch sizes, ms/token or OOM."""
+
+from __future__ import annotations
+
+from bloomperf.results import CellResult, Outcome, RunResult
+
+GIB = 2**30
+CELL_TEXT = {
+    Outcome.OOM: "OOM",
+    Outcome.ERROR: "error",
+    Outcome.TIMEOUT: "timeout",
+    Outcome.SKIPPED: "–",
+}
+
+
+def cell_text(cell: CellResult | None) -> str:
+    if cell is None:
+        return ""
+    if cell.outcome is Outcome.OK and cell.ms_per_token is not None:
+        value = cell.ms_per_token
+        return f"{value:.2f}" if value >= 0.1 else f"{value:.4f}"
+    return CELL_TEXT.get(cell.outcome, cell.outcome.value)
+
+
+def render_run_table(run: RunResult) -> str:
+    """Plain-text table: ms/token per cell, then load time and peak memory per row."""
+    batches = sorted({c.batch_size for c in run.cells})
+    rows: dict[tuple[str, str], dict[int, CellResult]] = {}
+    for cell in run.cells:
+        rows.setdefault((cell.backend, cell.dtype), {})[cell.batch_size] = cell
+    header = ["backend dtype", *(f"bs {b}" for b in batches), "load s", "peak GiB"]
+    lines = [header]
+    for (backend, dtype), cells in rows.items():
+        loads = [c.load_time_s for c in cells.values() if c.load_time_s is not None]
+        peaks = [c.peak_memory_bytes for c in cells.values() if c.peak_memory_bytes is not None]
+        lines.append(
+            [
+                f"{backend} {dtype}",
+                *(cell_text(cells.get(b)) for b in batches),
+                f"{min(loads):.2f}" if loads else "",
+                f"{max(peaks) / GIB:.2f}" if peaks else "",
+            ]
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = [
+        "  ".join(
+            col.ljust(w) if i == 0 else col.rjust(w)
+            for i, (col, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in lines
+    ]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(
+        [
+            f"{run.model.name} on {run.topology}: ms/token "
+            f"({run.workload.new_tokens} new tokens, median of {run.workload.cycles} cycles)",
+            *text,
+        ]
+    )

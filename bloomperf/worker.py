@@ -1,0 +1,231 @@
+"""The worker process: loads one (backend, dtype) once, then serves cells on command.
+
+Started as ``python -m bloomperf.worker`` (once per rank; by DeepSpeed's launcher for rank
+groups). Every rank loads and generates; rank 0 talks to the controller and relays each command
+to the other ranks, so all ranks call ``generate`` in lock-step as tensor/ZeRO parallelism needs.
+Timing happens here, next to the device, between two synchronisations; nothing else runs inside
+the timed region.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bloomperf.protocol import (
+    OP_BEGIN,
+    OP_CLOSE,
+    OP_CODES,
+    OP_CYCLE,
+    OP_END,
+    MessageStream,
+)
+
+SPEC_ENV = "BLOOMPERF_WORKER_SPEC"
+
+
+def classify_failure(exc: BaseException) -> str:
+    """``oom`` for a real allocator failure (GPU or CPU), ``error`` for anything else."""
+    import torch
+
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return "oom"
+    text = str(exc)
+    # The CPU allocator's failure surfaces as a RuntimeError from c10 (DefaultCPUAllocator).
+    if isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in text or "DefaultCPUAllocator" in text
+    ):
+        return "oom"
+    return "error"
+
+
+def limit_memory(limit_bytes: int | None) -> None:
+    """Cap the address space, so that running out of memory is an allocator failure we can catch
+    (used on CPU, where the kernel's OOM killer would otherwise kill the whole worker)."""
+    if limit_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+
+class Worker:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        from bloomperf.backends import backend_class
+        from bloomperf.backends.base import LoadRequest
+
+        self.spec = spec
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.backend = backend_class(spec["backend"])()
+        self.request = LoadRequest(
+            checkpoint=Path(spec["checkpoint"]),
+            dtype=spec["dtype"],
+            device=spec["device"],
+            rank=self.rank,
+            world_size=self.world_size,
+            options=spec["options"],
+        )
+        self.generate_kwargs = {
+            "max_new_tokens": spec["new_tokens"],
+            "min_new_tokens": spec["new_tokens"],
+            "do_sample": False,
+            "use_cache": True,
+        }
+        self.new_tokens = int(spec["new_tokens"])
+        self.inputs: dict[str, Any] = {}
+        self.tokenizer: Any = None
+
+    # -- load ------------------------------------------------------------------------------
+
+    def load(self) -> float:
+        """Load the model; the returned seconds cover only the backend's load, not imports."""
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.request.checkpoint))
+        self.backend.import_dependencies()
+        self.backend.synchronize()
+        start = time.perf_counter()
+        self.backend.load(self.request)
+        self.backend.synchronize()
+        seconds = time.perf_counter() - start
+        slowdown = float(self.spec["options"].get("slowdown_percent", 0) or 0)
+        if slowdown:
+            from bloomperf.measure.slowdown import install_slowdown
+
+            install_slowdown(self.backend.model, slowdown)  # type: ignore[attr-defined]
+        return seconds
+
+    # -- cells -----------------------------------------------------------------------------
+
+    def begin(self, batch_size: int) -> None:
+        import torch
+
+        from bloomperf.workload import build_inputs
+
+        self.inputs = build_inputs(self.tokenizer, batch_size, self.backend.input_device)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
+
+    def cycle(self) -> float:
+        """One synchronised ``generate``; checks that exactly N tokens were produced."""
+        self.backend.synchronize()
+        start = time.perf_counter()
+        output = self.backend.generate(
+            self.inputs["input_ids"], self.inputs["attention_mask"], self.generate_kwargs
+        )
+        self.backend.synchronize()
+        seconds = time.perf_counter() - start
+        produced = output.shape[-1] - self.inputs["input_ids"].shape[-1]
+        if produced != self.new_tokens:
+            raise RuntimeError(f"generate produced {produced} tokens instead of {self.new_tokens}")
+        return seconds
+
+    def torch_peaks(self) -> dict[str, int | None]:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return {
+                "torch_allocated_bytes": int(torch.cuda.max_memory_allocated()),
+                "torch_reserved_bytes": int(torch.cuda.max_memory_reserved()),
+            }
+        return {"torch_allocated_bytes": None, "torch_reserved_bytes": None}
+
+    def act(self, op: int, batch_size: int) -> dict[str, Any]:
+        if op == OP_BEGIN:
+            self.begin(batch_size)
+            return {"event": "ready"}
+        if op == OP_CYCLE:
+            return {"event": "sample", "seconds": self.cycle()}
+        if op == OP_END:
+            return {"event": "ended", **self.torch_peaks()}
+        raise ValueError(f"unknown op {op}")
+
+
+def relay(worker: Worker, op: int, batch_size: int) -> tuple[int, int]:
+    """Rank 0 sends (op, batch) to the other ranks; they receive it. Returns what to do."""
+    if worker.world_size == 1:
+        return op, batch_size
+    import torch
+    import torch.distributed as dist
+
+    device = worker.backend.input_device if dist.get_backend() == "nccl" else "cpu"
+    message = torch.tensor([op, batch_size], dtype=torch.int64, device=device)
+    dist.broadcast(message, src=0)
+    return int(message[0].item()), int(message[1].item())
+
+
+def failure_message(exc: BaseException) -> dict[str, Any]:
+    return {
+        "event": "failed",
+        "outcome": classify_failure(exc),
+        "message": f"{type(exc).__name__}: {exc}".strip()[:2000],
+        "traceback": traceback.format_exc()[-8000:],
+    }
+
+
+def serve_rank0(worker: Worker, stream: MessageStream) -> None:
+    while True:
+        message = stream.receive(timeout=None)
+        op = OP_CODES[message["op"]]
+        batch_size = int(message.get("batch_size", 0))
+        relay(worker, op, batch_size)
+        if op == OP_CLOSE:
+            return
+        try:
+            reply = worker.act(op, batch_size)
+        except Exception as exc:
+            stream.send(failure_message(exc))
+            return  # a failed worker is not trusted again: the controller starts a new one
+        stream.send(reply)
+
+
+def serve_other_rank(worker: Worker) -> None:
+    while True:
+        op, batch_size = relay(worker, OP_CLOSE, 0)
+        if op == OP_CLOSE:
+            return
+        worker.act(op, batch_size)
+
+
+def connect(address: str) -> MessageStream:
+    host, _, port = address.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return MessageStream(sock)
+
+
+def main() -> int:
+    spec = json.loads(Path(os.environ[SPEC_ENV]).read_text())
+    limit_memory(spec["options"].get("memory_limit_bytes"))
+    rank = int(os.environ.get("RANK", "0"))
+    stream = connect(spec["control"]) if rank == 0 else None
+    if stream is not None:
+        stream.send(
+            {"event": "hello", "pid": os.getpid(), "world_size": os.environ.get("WORLD_SIZE", "1")}
+        )
+    try:
+        worker = Worker(spec)
+        load_time = worker.load()
+    except Exception as exc:
+        if stream is not None:
+            stream.send(failure_message(exc))
+        return 1
+    if stream is None:
+        serve_other_rank(worker)
+    else:
+        stream.send(
+            {"event": "loaded", "load_time_s": load_time, "details": worker.backend.details()}
+        )
+        serve_rank0(worker, stream)
+        stream.close()
+    worker.backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
