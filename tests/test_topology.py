@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import os
@@ -210,31 +209,26 @@ def test_bad_topology_json_is_one_line_error(change: dict[str, object], message:
         topology_from_dict(data, "results.json topology")
 
 
-def run_command(argv: list[str]) -> int:
-    """`bloomperf <argv>` with the topology command as cli.build_parser adds it."""
-    parser = cli._Parser(prog="bloomperf")
-    topology.add_command(parser.add_subparsers(dest="command", parser_class=cli._Parser))
-    args: argparse.Namespace = parser.parse_args(argv)
-    code: int = args.func(args)
-    return code
-
-
 def test_topology_command_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert "bloomperf.topology" in cli.COMMAND_MODULES
-    assert run_command(["topology", "--json"]) == 0
+    assert cli.main(["topology", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert topology_from_dict(printed["topology"]) == detect_topology()
     assert printed["environment"]["packages"]["torch"] == importlib.metadata.version("torch")
 
 
 def test_topology_command_prints_text(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_command(["topology", "--nodes", "1"]) == 0
+    assert cli.main(["topology", "--nodes", "1"]) == 0
     text = capsys.readouterr().out
     t = detect_topology()
     assert text.startswith(f"topology  {t.id}\n")
     assert f"torch {importlib.metadata.version('torch')}" in text
     if t.device == "cpu":
         assert f"nvml      {t.nvml_reason}\n" in text
+
+
+def test_bad_nodes_option_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["topology", "--nodes", "0"]) == 2
+    assert capsys.readouterr().err == "bloomperf: error: --nodes: must be at least 1, not 0\n"
 
 
 def test_describe_a_recorded_machine() -> None:
