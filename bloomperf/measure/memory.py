@@ -43,13 +43,14 @@ class MemorySampler(ABC):
         """Stop sampling; safe to call twice."""
 
 
-def create_sampler(device: str, root_pid: int) -> MemorySampler:
+def create_sampler(device: str, root_pid: int, visible: str | None = None) -> MemorySampler:
     """The sampler for ``device`` ("cuda" or "cpu") watching ``root_pid`` and its descendants.
 
+    ``visible`` is the workers' CUDA_VISIBLE_DEVICES when it differs from the controller's.
     Never raises for a missing or broken NVML: the sampler's readings say why they are empty.
     """
     if device == "cuda" or device.startswith("cuda:"):
-        return NvmlSampler(root_pid)
+        return NvmlSampler(root_pid, visible=visible)
     if device == "cpu":
         return RssSampler(root_pid)
     raise BloomperfError(f"device: unknown device {device!r} (valid: cuda, cpu)")
