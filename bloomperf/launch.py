@@ -43,6 +43,10 @@ class GroupSpec:
     cell_timeout_s: float = 1800.0
     log_dir: Path | None = None
 
+    @property
+    def group(self) -> tuple[str, str]:
+        return (self.backend, self.dtype)
+
 
 class WorkerFailure(Exception):
     """A cell or load could not complete: ``outcome`` is oom, error or timeout."""
@@ -112,7 +116,11 @@ class WorkerGroup:
         argv, extra_env = self._command()
         env = {**os.environ, **extra_env, SPEC_ENV: str(spec_file)}
         if self.spec.device == "cpu":
-            env.setdefault("CUDA_VISIBLE_DEVICES", "")
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            # One thread per rank by default: on a small shared CPU, spinning OpenMP pools turn
+            # any other load into a many-fold slowdown (seen here: 17 vs 130 ms/token).
+            threads = str(self.spec.options.get("threads") or 1)
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = threads
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             return subprocess.Popen(

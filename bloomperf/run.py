@@ -8,11 +8,12 @@ import datetime as dt
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from bloomperf.backends import backend_class
+from bloomperf.baseline import Baseline, beyond_boundary, find_baseline, oom_boundary
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
 from bloomperf.models import PreparedModel, resolve_model
@@ -43,6 +44,7 @@ WORKER_OPTIONS = (
     "hostfile",
     "num_nodes",
     "slowdown_percent",
+    "threads",
 )
 
 
@@ -102,27 +104,64 @@ class Session:
             started_at=utc_now(),
         )
         groups = plan_groups(options, device)
-        return cls(options, topology, device, model, groups, run, options.get("output"))
+        baseline = find_baseline(topology.id, model.name, options.get("baselines"))
+        return cls(options, topology, device, model, groups, run, options.get("output"), baseline)
 
-    def runner(self, group: Group) -> GroupRunner:
-        backend = backend_class(group.backend)
-        visible = len(self.topology.gpus)
+    baseline: Baseline | None = None
+    active: GroupRunner | None = None
+    oom_at: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def runner(self, cell: Cell) -> GroupRunner:
+        """The runner of the cell's group; the previous group's workers are stopped first, so
+        two models never share the devices."""
+        if self.active is not None and self.active.spec.group == cell.group:
+            return self.active
+        self.stop()
+        backend = backend_class(cell.backend)
         spec = GroupSpec(
-            backend=group.backend,
-            dtype=group.dtype,
+            backend=cell.backend,
+            dtype=cell.dtype,
             checkpoint=self.model.path,
             device=self.device,
             new_tokens=self.run.workload.new_tokens,
-            world_size=backend.world_size(self.device, visible, self.options),
+            world_size=backend.world_size(self.device, len(self.topology.gpus), self.options),
             options=worker_options(self.options),
             load_timeout_s=self.options.get("load_timeout") or 1800.0,
             cell_timeout_s=self.options.get("cell_timeout") or 1800.0,
         )
-        return GroupRunner(spec, warmup=self.run.workload.warmup, cycles=self.run.workload.cycles)
+        self.active = GroupRunner(
+            spec, warmup=self.run.workload.warmup, cycles=self.run.workload.cycles
+        )
+        return self.active
 
-    def skip_reason(self, group: Group) -> str | None:
-        backend = backend_class(group.backend)
-        return backend.unmet_requirement(group.dtype, self.device, worker_options(self.options))
+    def skip_reason(self, cell: Cell) -> str | None:
+        """Why a cell is not run: the stack cannot, or it is beyond a known OOM boundary."""
+        backend = backend_class(cell.backend)
+        reason = backend.unmet_requirement(cell.dtype, self.device, worker_options(self.options))
+        if reason or self.options.get("probe"):
+            return reason
+        oom_at = self.oom_at.get(cell.group)
+        if oom_at is not None and cell.batch_size > oom_at:
+            return f"batch {oom_at} already ran out of memory (--probe runs it anyway)"
+        if self.baseline is not None and beyond_boundary(
+            self.baseline, cell.backend, cell.dtype, cell.batch_size
+        ):
+            boundary = oom_boundary(self.baseline, cell.backend, cell.dtype)
+            return (
+                f"beyond the baseline's OOM boundary (OOM at batch {boundary} in "
+                f"{self.baseline.path}; --probe runs it anyway)"
+            )
+        return None
+
+    def measure_cell(self, cell: Cell, measure: Measure = measure_plainly) -> CellResult:
+        """Measure (or skip) one cell and record it."""
+        reason = self.skip_reason(cell)
+        if reason:
+            return self.record(skipped(cell, reason))
+        result = self.record(self.runner(cell).run_cell(cell.batch_size, measure))
+        if result.outcome is Outcome.OOM:
+            self.oom_at.setdefault(cell.group, cell.batch_size)
+        return result
 
     def record(self, cell: CellResult) -> CellResult:
         """Keep the cell and rewrite the results file at once: a crash loses nothing measured."""
@@ -131,7 +170,13 @@ class Session:
             save_run(self.run, self.output)
         return cell
 
+    def stop(self) -> None:
+        if self.active is not None:
+            self.active.stop()
+        self.active = None
+
     def finish(self) -> RunResult:
+        self.stop()
         self.run = replace(self.run, finished_at=utc_now(), complete=True)
         if self.output is not None:
             save_run(self.run, self.output)
@@ -142,28 +187,9 @@ def skipped(cell: Cell, reason: str) -> CellResult:
     return CellResult(cell.backend, cell.dtype, cell.batch_size, Outcome.SKIPPED, message=reason)
 
 
-def run_group(
-    session: Session, group: Group, measure: Measure = measure_plainly, probe: bool = False
-) -> Iterator[CellResult]:
-    """Measure a group's cells in ascending batch size on one worker group, yielding each."""
-    reason = session.skip_reason(group)
-    if reason:
-        for cell in group.cells():
-            yield session.record(skipped(cell, reason))
-        return
-    runner = session.runner(group)
-    oom_at: int | None = None
-    try:
-        for cell in group.cells():
-            if oom_at is not None and not probe:
-                yield session.record(skipped(cell, f"batch {oom_at} already ran out of memory"))
-                continue
-            result = session.record(runner.run_cell(cell.batch_size, measure))
-            if result.outcome is Outcome.OOM:
-                oom_at = oom_at or cell.batch_size
-            yield result
-    finally:
-        runner.stop()
+def all_cells(session: Session) -> Iterator[Cell]:
+    for group in session.groups:
+        yield from group.cells()
 
 
 # ---- `bloomperf run` ----------------------------------------------------------------------
@@ -193,13 +219,12 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
     done = 0
     with hold_device_lock(session.topology.id, enabled=not options.get("no_lock")):
         try:
-            for group in session.groups:
-                for cell in run_group(session, group, probe=bool(options.get("probe"))):
-                    done += 1
-                    print(
-                        f"  [{done}/{total}] {cell.id:<28} {describe(cell)}", file=err, flush=True
-                    )
+            for cell in all_cells(session):
+                result = session.measure_cell(cell)
+                done += 1
+                print(f"  [{done}/{total}] {cell.id:<28} {describe(result)}", file=err, flush=True)
         except KeyboardInterrupt:
+            session.stop()
             print(f"bloomperf: interrupted; {done} cells saved in {session.output}", file=err)
             return 130
     run = session.finish()

@@ -1,0 +1,201 @@
+"""The pytest plugin: options, markers, the parametrised matrix, pytest-benchmark, the summary.
+
+Only hooks and fixtures live here; measuring is ``bloomperf.run.Session``'s job, verdicts are
+``bloomperf.compare``'s. A test asks for ``bloomperf_cell`` (parametrised backend × dtype × batch
+with ids like ``accelerate-bf16-bs32``), ``bloomperf`` and ``benchmark``, and calls
+``bloomperf.check(bloomperf_cell, benchmark)``. Tests marked ``gpu`` get the GPU matrix, tests
+marked ``cpu`` the tiny-model CPU matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from bloomperf.baseline import expected_cell
+from bloomperf.compare import compare_cell, incomparable_reason
+from bloomperf.errors import BloomperfError
+from bloomperf.matrix import Cell, plan_groups
+from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
+from bloomperf.results import CellResult, Outcome, cell_to_dict, run_to_dict
+from bloomperf.run import Session
+from bloomperf.table import render_run_table
+from bloomperf.topology import Topology, detect_topology
+
+MATRIX_FIXTURE = "bloomperf_cell"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_pytest_options(
+        parser.getgroup("bloomperf", "bloomperf: BLOOM inference benchmarks"), parser
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "gpu: the GPU matrix (skipped with NVML's reason without GPU)"
+    )
+    config.addinivalue_line("markers", "cpu: the tiny-model matrix on CPU")
+    config.pluginmanager.register(BloomperfController(config), "bloomperf-controller")
+
+
+def controller_of(config: pytest.Config) -> BloomperfController:
+    controller = config.pluginmanager.get_plugin("bloomperf-controller")
+    assert isinstance(controller, BloomperfController)
+    return controller
+
+
+def device_of(marked: Callable[[str], Any]) -> str:
+    return "cuda" if marked("gpu") else "cpu"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if MATRIX_FIXTURE not in metafunc.fixturenames:
+        return
+    controller = controller_of(metafunc.config)
+    device = device_of(metafunc.definition.get_closest_marker)
+    cells = [c for g in plan_groups(controller.options, device) for c in g.cells()]
+    metafunc.parametrize(MATRIX_FIXTURE, cells, ids=[c.id for c in cells])
+
+
+class VirtualClock:
+    """pytest-benchmark's timer, advanced by the worker's synchronised generate times.
+
+    The worker times each cycle next to the device; the controller's own clock would add the
+    round trip to the worker. Feeding pytest-benchmark this clock makes its statistics exactly
+    the worker's measurements.
+    """
+
+    __name__ = "bloomperf-worker-clock"
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pedantic_measure(benchmark: Any) -> Callable[[Callable[[], float], int, int], list[float]]:
+    def measure(one_cycle: Callable[[], float], warmup: int, cycles: int) -> list[float]:
+        clock = VirtualClock()
+        seconds: list[float] = []
+
+        def target() -> None:
+            elapsed = one_cycle()
+            clock.now += elapsed
+            seconds.append(elapsed)
+
+        if benchmark.disabled:  # --benchmark-disable: run the cycles ourselves
+            for _ in range(warmup):
+                one_cycle()
+            return [one_cycle() for _ in range(cycles)]
+        benchmark._timer = clock
+        benchmark.pedantic(target, rounds=cycles, warmup_rounds=warmup, iterations=1)
+        return seconds[warmup:]
+
+    return measure
+
+
+class BloomperfController:
+    """Session-wide state: resolved options, one measuring Session per device."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        cli = {o.name: config.getoption("bloomperf_" + o.name) for o in OPTIONS}
+        ini = {o.name: (config.getini(o.ini_key) or None) for o in OPTIONS}
+        try:
+            self.options = resolve_options(cli, ini, flag_style="pytest")
+        except BloomperfError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.sessions: dict[str, Session] = {}
+        self.topology: Topology | None = None
+        self._locks: list[Any] = []
+
+    def detected(self) -> Topology:
+        if self.topology is None:
+            self.topology = detect_topology()
+        return self.topology
+
+    def session(self, device: str) -> Session:
+        if device not in self.sessions:
+            from bloomperf.lock import hold_device_lock
+
+            topology = self.detected()
+            lock = hold_device_lock(topology.id, enabled=not self.options.get("no_lock"))
+            lock.__enter__()
+            self._locks.append(lock)
+            self.sessions[device] = Session.prepare({**self.options, "device": device}, topology)
+        return self.sessions[device]
+
+    def check(self, cell: Cell, benchmark: Any, device: str) -> CellResult:
+        """Measure the cell, attach it to pytest-benchmark, and assert its verdict."""
+        if device == "cuda" and self.detected().device != "cuda":
+            pytest.skip(f"no GPU: {self.detected().nvml_reason or 'NVML found none'}")
+        try:
+            session = self.session(device)
+        except BloomperfError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        result = session.measure_cell(cell, pedantic_measure(benchmark))
+        benchmark.extra_info["bloomperf"] = cell_to_dict(result)
+        benchmark.extra_info["bloomperf_run"] = {
+            k: v for k, v in run_to_dict(session.run).items() if k != "cells"
+        }
+        if result.outcome is Outcome.SKIPPED:
+            pytest.skip(result.message)
+        expected = expected_cell(session.baseline, result) if session.baseline else None
+        if expected is None and result.outcome is not Outcome.OK:
+            pytest.fail(f"{result.id}: {result.outcome.value}: {result.message}", pytrace=False)
+        incomparable = (
+            incomparable_reason(session.run, session.baseline) if session.baseline else None
+        )
+        verdict = compare_cell(
+            result, expected, strict=bool(self.options.get("strict")), incomparable=incomparable
+        )
+        failure = verdict.fails()
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        return result
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Keep each (backend, dtype) group's cells together, batch sizes ascending, so one
+        worker group serves them all; matrix items run after the ordinary tests."""
+
+        def key(item: pytest.Item) -> tuple[int, int]:
+            callspec = getattr(item, "callspec", None)
+            if callspec is None or MATRIX_FIXTURE not in callspec.params:
+                return (0, 0)
+            return (1, 0)
+
+        items.sort(key=key)  # stable: parametrisation order is already group-major, ascending
+
+    def pytest_sessionfinish(self) -> None:
+        for session in self.sessions.values():
+            session.finish()
+        for lock in reversed(self._locks):
+            lock.__exit__(None, None, None)
+        self._locks.clear()
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for device, session in self.sessions.items():
+            if not session.run.cells:
+                continue
+            terminalreporter.section(f"bloomperf ({device})")
+            terminalreporter.write_line(render_run_table(session.run))
+            if session.output is not None:
+                terminalreporter.write_line(f"results: {session.output}")
+
+
+@pytest.fixture
+def bloomperf(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Measure a matrix cell: ``bloomperf.check(bloomperf_cell, benchmark)``."""
+    controller = controller_of(request.config)
+    device = device_of(request.node.get_closest_marker)
+
+    class Checker:
+        def check(self, cell: Cell, benchmark: Any) -> CellResult:
+            return controller.check(cell, benchmark, device)
+
+    yield Checker()
