@@ -181,6 +181,8 @@ def test_nvml_peaks_over_time_per_device_and_per_process() -> None:
     sampler.stop()
     sampler.stop()
     assert nvml.shutdown_calls == 1
+    after_stop = sampler.mark()  # NVML is shut down: no new sample, no error
+    assert (after_stop.source, after_stop.reason) == ("unavailable", "NVML: no sample taken")
 
 
 def test_nvml_respects_cuda_visible_devices() -> None:

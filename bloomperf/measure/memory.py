@@ -261,7 +261,7 @@ class NvmlSampler(MemorySampler):
     def mark(self) -> MemoryReading:
         if not self._started:
             raise RuntimeError("NvmlSampler.mark() called before start()")
-        if self._handles and not self._failure:
+        if self._handles and not self._failure and not self._stop.is_set():
             self._sample_guarded()  # a phase shorter than one interval still gets a sample
         with self._lock:
             reading = self._reading()
