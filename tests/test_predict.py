@@ -1,0 +1,198 @@
+"""The memory model against the blog's tables, the CPU, and its own arithmetic."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bloomperf.baseline import find_baseline
+from bloomperf.cli import main
+from bloomperf.errors import BloomperfError
+from bloomperf.hardware import GPU_SPECS, GiB, parse_topology_id
+from bloomperf.models import MODEL_SHAPES, resolve_model
+from bloomperf.predict import (
+    CPU_RUNTIME_RSS_BYTES,
+    KV_HEADROOM,
+    accelerate_split,
+    check_boundaries,
+    default_max_memory,
+    efficiency,
+    kv_bytes,
+    predict_boundary,
+    predict_cell,
+    predict_cpu_rss,
+    roofline_ms_per_token,
+)
+
+BLOOM = MODEL_SHAPES["bloom-176b"]
+A100 = GPU_SPECS["A100-80GB"]
+BASELINES = Path(__file__).resolve().parent.parent / "baselines"
+
+# Rows where the model is known to miss by more than one batch step, and by how much. ZeRO-3:
+# physics gives 32 (41 GiB partition + the embedding gathered + the cache); the blog ran 8 and
+# ran out of memory at 16. Something ZeRO-3 held in 2022 (about 1.7-3.3 GiB per sequence, or
+# 14-20 GiB more per GPU) is not in the model. Listed here so it shows, and so a fix shows too.
+KNOWN_MISSES = {("8xA100-SXM4-80GB", "ds-zero", "bf16"): 2}
+
+
+@pytest.mark.parametrize("topology", ["8xA100-SXM4-80GB", "4xA100-SXM4-80GB"])
+def test_predicted_boundaries_match_the_blog(topology: str) -> None:
+    baseline = find_baseline(topology, "bloom-176b", BASELINES)
+    assert baseline is not None, f"no baseline for {topology} in {BASELINES}"
+    _, n_gpus, gpus = parse_topology_id(topology)
+    checks = check_boundaries(baseline, BLOOM, gpus, n_gpus)
+    expected_rows = {"8xA100-SXM4-80GB": 5, "4xA100-SXM4-80GB": 2}[topology]
+    assert len(checks) == expected_rows
+    for c in checks:
+        allowed = KNOWN_MISSES.get((topology, c.backend, c.dtype))
+        if allowed is not None:
+            assert c.steps_off == allowed, c
+        else:
+            assert abs(c.steps_off) <= 1, c
+    exact = sum(c.steps_off == 0 for c in checks)
+    assert exact == expected_rows - sum(1 for key in KNOWN_MISSES if key[0] == topology)
+
+
+def test_physics_alone_is_one_step_optimistic(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Why KV_HEADROOM exists: at 1.0 every Accelerate and DS-Inference row is one step too high.
+    monkeypatch.setattr("bloomperf.predict.KV_HEADROOM", 1.0)
+    assert predict_boundary(BLOOM, None, "accelerate", "bf16", A100, 8) == 64
+    assert predict_boundary(BLOOM, None, "ds-inference", "fp16", A100, 8) == 256
+    assert predict_boundary(BLOOM, None, "ds-inference", "int8", A100, 4) == 128
+
+
+def test_blog_accelerate_map_leaves_gpu0_empty() -> None:
+    max_memory = default_max_memory(BLOOM, 70, "bf16", A100, 8)
+    assert max_memory == (0.0, *([51.0] * 7))
+    split = accelerate_split(BLOOM, 70, "bf16", max_memory)
+    assert split is not None
+    weights, layers, embedding_gpu = split
+    assert weights[0] == 0 and layers[0] == 0 and embedding_gpu == 1
+    assert sum(layers) == 70
+    assert sum(weights) == pytest.approx(BLOOM.parameters() * 2, rel=1e-6)
+    assert max(weights) <= 51 * GiB
+
+
+def test_breakdown_adds_up_and_grows_with_batch() -> None:
+    small = predict_cell(BLOOM, None, "ds-zero", "bf16", 1, A100, 8)
+    large = predict_cell(BLOOM, None, "ds-zero", "bf16", 8, A100, 8)
+    assert small.fits and large.fits
+    assert large.peak_per_gpu_bytes > small.peak_per_gpu_bytes
+    gpu = large.per_gpu[0]
+    assert gpu.total == large.peak_per_gpu_bytes
+    # The whole model's cache for the rank's own batch, times the headroom.
+    assert gpu.kv_cache == int(kv_bytes(BLOOM, 70, "bf16", 8, 110) * KV_HEADROOM)
+
+
+def test_ds_inference_reports_why_it_does_not_fit() -> None:
+    cell = predict_cell(BLOOM, None, "ds-inference", "fp16", 256, A100, 8)
+    assert not cell.fits
+    assert "workspace holds" in cell.limit
+    # The workspace takes what is free, so the GPU is full either way.
+    assert cell.peak_per_gpu_bytes <= A100.memory_bytes
+
+
+def test_roofline_of_the_blog_example() -> None:
+    # 352 GB / (8 x 2.039 TB/s) ~ 21.6 ms; the blog measured 44.02 ms: about 49%.
+    bound = roofline_ms_per_token(BLOOM, None, "ds-inference", "fp16", 1, A100, 8)
+    assert 21.0 < bound < 22.5
+    assert 47 < efficiency(44.02, bound) < 51
+    # Per generated token: a large batch is compute-bound, 2 x 176e9 x B / (8 x 312 TFLOP/s).
+    compute = 2 * BLOOM.parameters() / (8 * 312e12) * 1000
+    large = roofline_ms_per_token(BLOOM, None, "ds-inference", "fp16", 512, A100, 8)
+    assert large == pytest.approx(compute, rel=1e-9)
+    # Accelerate's pipeline runs one GPU at a time.
+    naive = roofline_ms_per_token(BLOOM, None, "accelerate", "bf16", 1, A100, 8)
+    assert naive == pytest.approx(bound * 8, rel=0.01)
+    with pytest.raises(BloomperfError):
+        efficiency(0.0, bound)
+
+
+@pytest.mark.parametrize(
+    ("text", "nodes", "per_node", "gpu"),
+    [
+        ("8xH200-141GB", 1, 8, "H200-141GB"),
+        ("2x8xA100-40GB", 2, 8, "A100-40GB"),
+        ("8xA100-SXM4-80GB", 1, 8, "A100-80GB"),
+        ("8xa100-80gb", 1, 8, "A100-80GB"),
+    ],
+)
+def test_topology_ids(text: str, nodes: int, per_node: int, gpu: str) -> None:
+    assert parse_topology_id(text) == (nodes, per_node, GPU_SPECS[gpu])
+
+
+def test_unknown_gpu_lists_the_known_ones() -> None:
+    with pytest.raises(BloomperfError, match="known: A100-40GB, A100-80GB"):
+        parse_topology_id("8xB300-288GB")
+    with pytest.raises(BloomperfError, match="is not"):
+        parse_topology_id("eight A100s")
+
+
+def test_every_gpu_cites_its_datasheet() -> None:
+    for spec in GPU_SPECS.values():
+        assert "datasheet" in spec.source
+        assert spec.memory_bytes > 16 * GiB and spec.bandwidth_bytes_per_s > 5e11
+        assert spec.peak_fp16 > spec.peak_fp32
+
+
+def test_predict_command_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--model", "bloom-176b", "--topology", "8xA100-80GB"]) == 0
+    text = capsys.readouterr().out
+    assert "accelerate bf16" in text and "OOM" in text
+    assert "| ds-inference | fp16 | 128 (256) | 128 | equal |" in text
+    argv = ["predict", "--model", "bloom-176b", "--topology", "2x8xA100-40GB", "--format", "json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["topology"] == "2x8xA100-40GB"
+    rows = {(r["backend"], r["dtype"]): r for r in data["rows"]}
+    assert len(rows[("ds-inference", "fp16")]["cells"][0]["per_gpu"]) == 16
+    assert main(["predict", "--model", "nope", "--topology", "8xA100-80GB"]) == 2
+    assert "unknown shape" in capsys.readouterr().err
+
+
+# ---- CPU: predicted vs measured peak RSS --------------------------------------------------
+
+# Within 20%: the CPU model has one constant (CPU_RUNTIME_RSS_BYTES, measured on this machine)
+# and no headroom; allocator and library differences elsewhere move the runtime part.
+CPU_MARGIN = 0.20
+
+_CHILD = """
+import resource, sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from bloomperf.workload import Workload, build_inputs
+path, batch, new_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+tokenizer = AutoTokenizer.from_pretrained(path)
+inputs = build_inputs(tokenizer, batch, torch.device("cpu"))
+with torch.inference_mode():
+    model.generate(**inputs, **Workload(new_tokens=new_tokens).generate_kwargs())
+print(inputs["input_ids"].shape[1], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+@pytest.mark.cpu
+def test_cpu_peak_rss_matches_prediction() -> None:
+    cases = [("tiny", 32, 100), ("bloom-560m", 4, 4)]
+    children = []
+    for name, batch, new_tokens in cases:
+        path = resolve_model(name).path
+        argv = [sys.executable, "-c", _CHILD, str(path), str(batch), str(new_tokens)]
+        children.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
+    for (name, batch, new_tokens), child in zip(cases, children, strict=True):
+        out, _ = child.communicate(timeout=300)
+        assert child.returncode == 0, f"{name}: child failed"
+        prompt_tokens, measured = (int(v) for v in out.split()[-2:])
+        predicted = predict_cpu_rss(
+            MODEL_SHAPES[name], None, batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens
+        )
+        assert abs(predicted - measured) <= CPU_MARGIN * measured, (
+            f"{name} bs{batch}: predicted {predicted / 2**20:.0f} MiB, "
+            f"measured {measured / 2**20:.0f} MiB"
+        )
+    assert 0 < CPU_RUNTIME_RSS_BYTES < GiB
