@@ -1,0 +1,94 @@
+"""Rank-side DeepSpeed plumbing shared by the ds-* backends: joining the rank group, dtypes.
+
+Runs inside worker processes only (imports torch and DeepSpeed lazily). The controller-side
+counterpart, which builds the launcher command, is ``bloomperf.dslaunch``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution, without importing it (controller-safe)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """"4.43.4" -> (4, 43, 4); "5.0.0.dev0" -> (5, 0, 0): enough to compare releases."""
+    parts: list[int] = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def deepspeed_missing() -> str | None:
+    if installed_version("deepspeed") is None:
+        return "deepspeed is not installed (pip install 'bloomperf[gpu]')"
+    return None
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    import torch
+
+    return {
+        "fp32": torch.float32,
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "int8": torch.int8,
+    }[dtype]
+
+
+def join_rank_group(device: str) -> int:
+    """Initialise torch.distributed through DeepSpeed; return this rank's local rank.
+
+    Under a launcher the rank variables are set. A single-rank worker is started as a plain
+    process: without RANK/MASTER_ADDR DeepSpeed would try mpi4py to discover the world, so we
+    declare a world of one on a free localhost port.
+    """
+    import deepspeed
+    import torch
+
+    if "RANK" not in os.environ or "MASTER_ADDR" not in os.environ:
+        os.environ.update(
+            {
+                "RANK": "0",
+                "WORLD_SIZE": "1",
+                "LOCAL_RANK": "0",
+                "LOCAL_SIZE": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(free_port()),
+            }
+        )
+    # The shared-memory all-reduce on CPU sizes itself from LOCAL_SIZE; torchrun does not set it.
+    os.environ.setdefault("LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
+    return local_rank
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def leave_rank_group() -> None:
+    import torch
+
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
