@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.baseline",
     "bloomperf.topology",
     "bloomperf.history",
+    "bloomperf.predict",
 )
 
 
