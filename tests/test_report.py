@@ -1,0 +1,186 @@
+"""`bloomperf report`: rendered from the blog's table (read through baseline.py) and a history."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+
+from bloomperf.baseline import EXPECT_OK, EXPECT_OOM, Baseline, load_baseline, matching_load_time
+from bloomperf.cli import main
+from bloomperf.history import add_to_history
+from bloomperf.report import write_report
+from bloomperf.results import (
+    CellResult,
+    MemoryReading,
+    ModelInfo,
+    Outcome,
+    RunResult,
+    WorkloadInfo,
+    save_run,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+BLOG_BASELINE = REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json"
+GiB = 2**30
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def blog_memory(backend: str, dtype: str, batch_size: int) -> MemoryReading:
+    """Per-GPU NVML peaks of the right shape (the blog gives none): 41 GiB of 16-bit weights per
+    GPU at TP=8 (half in int8) plus a KV cache of about 4 MB per token; Accelerate leaves GPU 0
+    nearly empty."""
+    weights = 41 * GiB // (2 if dtype == "int8" else 1)
+    cache = batch_size * 110 * 4_000_000
+    devices = [weights + cache // 8] * 8
+    if backend == "accelerate":
+        devices = [3 * GiB] + [weights * 8 // 7 + cache // 7] * 7
+    return MemoryReading(source="nvml", peak_bytes=sum(devices), per_device_bytes=tuple(devices))
+
+
+def run_from_blog(baseline: Baseline, started: str = "2026-11-29T01:30:00Z") -> RunResult:
+    """The blog's table as measured results: its figures as the medians, its OOMs as OOMs."""
+    cells = []
+    for b in baseline.cells:
+        if b.outcome not in (EXPECT_OK, EXPECT_OOM):
+            continue
+        cell = CellResult(b.backend, b.dtype, b.batch_size, Outcome.OOM, message="CUDA OOM")
+        if b.outcome == EXPECT_OK:
+            assert b.ms_per_token is not None
+            ms = b.ms_per_token
+            cell = replace(
+                cell,
+                outcome=Outcome.OK,
+                samples_ms_per_token=(ms * 0.995, ms, ms * 1.004),
+                generate_memory=blog_memory(b.backend, b.dtype, b.batch_size),
+                message="",
+            )
+        load = matching_load_time(baseline, cell)
+        cells.append(replace(cell, load_time_s=load.seconds if load else None))
+    return RunResult(
+        model=ModelInfo(name="bloom-176b", path="bigscience/bloom", layers=70, parameters=0),
+        workload=WorkloadInfo(new_tokens=100, cycles=3, warmup=1, prompts=("DeepSpeed is",)),
+        topology=baseline.topology,
+        environment={"topology": baseline.topology, "packages": {"transformers": "4.43.4"}},
+        cells=tuple(cells),
+        started_at=started,
+        finished_at=started,
+        complete=True,
+    )
+
+
+def write_nights(folder: Path, blog_run: RunResult, factors: list[float], tmp: Path) -> None:
+    """One night per factor: every ms/token of the blog run scaled by it."""
+    for i, factor in enumerate(factors):
+        day = date(2026, 10, 1) + timedelta(days=i)
+        cells = tuple(
+            replace(c, samples_ms_per_token=tuple(s * factor for s in c.samples_ms_per_token))
+            for c in blog_run.cells
+        )
+        night = replace(blog_run, cells=cells, started_at=f"{day.isoformat()}T01:30:00Z")
+        path = tmp / f"night-{i}.json"
+        save_run(night, path)
+        add_to_history(path, folder)
+
+
+@pytest.fixture(scope="module")
+def blog() -> Baseline:
+    return load_baseline(BLOG_BASELINE)
+
+
+def check_files(out: Path, with_trend: bool) -> str:
+    names = ["ms_per_token.png", "memory.png", "load_time.png"] + (
+        ["trend.png"] if with_trend else []
+    )
+    for name in names:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 10_000, name
+    text = (out / "index.html").read_text(encoding="utf-8")
+    assert text.count("data:image/png;base64,") == len(names)  # self-contained
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    for name in names:
+        assert f"]({name})" in markdown
+    return text
+
+
+def test_report_of_the_blog_table_with_a_step_in_the_history(
+    tmp_path: Path, blog: Baseline
+) -> None:
+    run = run_from_blog(blog)
+    history = tmp_path / "history"
+    rng = random.Random(4)
+    factors = [(1.15 if i >= 12 else 1.0) * (1 + rng.uniform(-0.03, 0.03)) for i in range(20)]
+    write_nights(history, run, factors, tmp_path)
+    report = write_report(run, blog, tmp_path / "out", history)
+    text = check_files(tmp_path / "out", with_trend=True)
+    # The blog measured against itself: every cell passes, OOMs where the blog had them.
+    assert "passed" in text and "FAILED" not in text
+    assert "OOM (expected)" in text
+    assert "DeepSpeed-Inference fp16" in text
+    # Every cell that ran stepped up by 15 % on the 13th night, and only then.
+    ran = {c.id for c in run.cells if c.outcome == Outcome.OK}
+    ms_changes = [c for c in report.changes if c.metric == "ms_per_token"]
+    assert {c.cell for c in ms_changes} == ran
+    assert {c.night_label for c in ms_changes} == {"2026-10-13"}
+    assert all(c.worse for c in ms_changes)
+    assert "<td>2026-10-13</td><td>ds-inference-fp16-bs1</td>" in text
+    assert "2026-10-12</td>" not in text and "2026-10-14</td>" not in text
+
+
+def test_a_history_of_noise_marks_no_night(tmp_path: Path, blog: Baseline) -> None:
+    run = run_from_blog(blog)
+    history = tmp_path / "history"
+    rng = random.Random(8)
+    write_nights(history, run, [1 + rng.uniform(-0.03, 0.03) for _ in range(30)], tmp_path)
+    report = write_report(run, blog, tmp_path / "out", history)
+    assert report.changes == ()
+    text = check_files(tmp_path / "out", with_trend=True)
+    assert "No persistent change in any cell over 30 nights." in text
+
+
+def test_a_regression_and_an_unexpected_oom_show_in_the_verdicts(
+    tmp_path: Path, blog: Baseline
+) -> None:
+    run = run_from_blog(blog)
+    slower = [
+        replace(c, samples_ms_per_token=tuple(s * 1.3 for s in c.samples_ms_per_token))
+        if c.id == "ds-inference-fp16-bs8"
+        else c
+        for c in run.cells
+    ]
+    slower = [
+        replace(c, outcome=Outcome.OOM, samples_ms_per_token=(), generate_memory=None)
+        if c.id == "accelerate-bf16-bs32"
+        else c
+        for c in slower
+    ]
+    write_report(replace(run, cells=tuple(slower)), blog, tmp_path / "out")
+    text = check_files(tmp_path / "out", with_trend=False)
+    assert "FAILED" in text
+    assert '<td class="bad">OOM UNEXPECTED</td>' in text
+    assert "REGRESSED" in text
+
+
+def test_cli_report_reads_results_and_finds_the_baseline(
+    tmp_path: Path, blog: Baseline, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = tmp_path / "results.json"
+    save_run(run_from_blog(blog), result)
+    code = main(
+        [
+            "report",
+            str(result),
+            "--out",
+            str(tmp_path / "r"),
+            "--baselines",
+            str(REPO / "baselines"),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    check_files(tmp_path / "r", with_trend=False)
+    assert str(BLOG_BASELINE.name) in (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert main(["report", str(tmp_path / "missing.json"), "--out", str(tmp_path / "x")]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err
