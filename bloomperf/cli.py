@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.topology",
     "bloomperf.history",
     "bloomperf.predict",
+    "bloomperf.report",
 )
 
 
