@@ -20,7 +20,8 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -31,23 +32,25 @@ from bloomperf.workload import PROMPTS
 
 # Bump when the bytes a build writes change (init scheme, tokenizer corpus, file layout): the
 # cache folder name hashes it, so stale checkpoints are never reused.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 # BLOOM's special token ids; the config and the tokenizer must agree on them.
 SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>", "<pad>")
 UNK_ID, BOS_ID, EOS_ID, PAD_ID = range(4)
 
 MAX_SHARD_BYTES = 2 * 1024**3
-# Random values are generated and written this many elements at a time, so building a 7 GB
-# embedding never holds more than one chunk in memory. Part of the byte layout (see
-# BUILDER_VERSION): the chunking decides how the generator's stream is cut.
-CHUNK_ELEMENTS = 1 << 26
+# Random values are generated and written this many elements at a time, on BUILD_THREADS
+# threads, so building a 7 GB embedding holds only a few chunks in memory. Part of the byte
+# layout (see BUILDER_VERSION): each chunk has its own seed.
+CHUNK_ELEMENTS = 1 << 24
+BUILD_THREADS = 8
 
 # With the usual 0.02 the layers barely perturb the (tied) embedding, and greedy decoding repeats
 # the last prompt token forever. std = 5/sqrt(hidden) gives every projection an output of a few
-# units whatever the width (0.625 at hidden 64, 0.042 at 14336): tokens vary (tiny: 7 to 27
-# distinct in 30 greedy tokens per blog prompt, against 1 to 7 with 2.4/sqrt(hidden)) and the
-# activations stay far inside fp16's range.
+# units whatever the width (0.625 at hidden 64, 0.042 at 14336), so the activations stay far
+# inside fp16's range and tokens vary: bloom-560m with 2 layers gave 8 to 30 distinct tokens in
+# 30 greedy ones per blog prompt (1 to 7 with 2.4/sqrt(hidden)); tiny 14 on average over 6 seeds.
+# A random net still falls into a short cycle on some prompts (tiny: about 1 row in 6).
 INIT_SCALE = 5.0
 
 _DTYPE_CODES = {"float32": ("F32", 4), "bfloat16": ("BF16", 2), "float16": ("F16", 2)}
@@ -355,33 +358,58 @@ def write_shard(path: Path, specs: list[TensorSpec], dtype: str, std: float, see
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(encoded)))
         f.write(encoded)
-        for spec in specs:
-            write_values(f, spec, dtype, std, seed)
+        write_values(f, specs, dtype, std, seed)
 
 
-def write_values(f: IO[bytes], spec: TensorSpec, dtype: str, std: float, seed: int) -> None:
-    for chunk in generate_values(spec, dtype, std, seed):
-        f.write(chunk.view(-1).view(_torch().uint8).numpy())
+@dataclass(frozen=True)
+class Chunk:
+    spec: TensorSpec
+    index: int
+    count: int
 
 
-def generate_values(spec: TensorSpec, dtype: str, std: float, seed: int) -> Iterator[Any]:
-    """The tensor's values, in chunks. Each tensor has its own generator seeded from its name,
-    so a truncated model's layers equal the full model's first layers."""
+def write_values(f: IO[bytes], specs: list[TensorSpec], dtype: str, std: float, seed: int) -> None:
+    """Generate chunks on a few threads (torch releases the GIL), write them in order.
+
+    Random generation runs at ~100-200 M values/s per core, so one thread would spend a minute
+    on bloom-7b1; the bounded look-ahead keeps memory at a few chunks.
+    """
+    chunks = [
+        Chunk(spec, index, min(CHUNK_ELEMENTS, spec.numel - start))
+        for spec in specs
+        for index, start in enumerate(range(0, spec.numel, CHUNK_ELEMENTS))
+    ]
+    workers = min(BUILD_THREADS, os.cpu_count() or 1)
+    with ThreadPoolExecutor(workers) as pool:
+        pending: deque[Future[Any]] = deque()
+        for chunk in chunks:
+            pending.append(pool.submit(chunk_values, chunk, dtype, std, seed))
+            if len(pending) > 2 * workers:
+                f.write(as_bytes(pending.popleft().result()))
+        while pending:
+            f.write(as_bytes(pending.popleft().result()))
+
+
+def chunk_values(chunk: Chunk, dtype: str, std: float, seed: int) -> Any:
+    """One chunk's values. Each chunk has its own seed (from the tensor name and chunk index), so
+    chunks can be generated in parallel and a truncated model's layers equal the full model's."""
     torch = _torch()
     torch_dtype = getattr(torch, dtype)
-    generator = torch.Generator().manual_seed(tensor_seed(seed, spec.name))
-    for start in range(0, spec.numel, CHUNK_ELEMENTS):
-        count = min(CHUNK_ELEMENTS, spec.numel - start)
-        if spec.init == "normal":
-            yield torch.randn(count, dtype=torch_dtype, generator=generator).mul_(std)
-        elif spec.init == "ones":
-            yield torch.ones(count, dtype=torch_dtype)
-        else:
-            yield torch.zeros(count, dtype=torch_dtype)
+    if chunk.spec.init == "ones":
+        return torch.ones(chunk.count, dtype=torch_dtype)
+    if chunk.spec.init == "zeros":
+        return torch.zeros(chunk.count, dtype=torch_dtype)
+    generator = torch.Generator().manual_seed(chunk_seed(seed, chunk.spec.name, chunk.index))
+    return torch.randn(chunk.count, dtype=torch_dtype, generator=generator).mul_(std)
 
 
-def tensor_seed(seed: int, name: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little")
+def as_bytes(values: Any) -> Any:
+    return values.view(_torch().uint8).numpy()  # a view: no copy of the chunk
+
+
+def chunk_seed(seed: int, name: str, index: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{name}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
 
 
 def _torch() -> Any:
