@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -554,24 +555,41 @@ def baseline_cell_of(
 
 def provenance_of_run(run: RunResult, source: str, now: str | None) -> Provenance:
     date = run.finished_at or run.started_at or now or _utc_now()
-    software = run.environment.get("software") or run.environment.get("versions") or {}
     return Provenance(
         id=f"run-{date}",
         source=source,
         date=date,
         hardware=describe_hardware(run.environment, run.topology),
-        software={str(k): str(v) for k, v in software.items()}
-        if isinstance(software, dict)
-        else {},
+        software=describe_software(run.environment),
     )
 
 
 def describe_hardware(environment: dict[str, Any], topology: str) -> str:
-    for key in ("hardware", "description", "gpu", "cpu"):
+    """"8 x NVIDIA A100-SXM4-80GB; AMD EPYC 7763, 256 cores, 2015 GiB RAM" from the fingerprint."""
+    parts = []
+    gpus = environment.get("gpus")
+    if isinstance(gpus, list) and gpus:
+        names = Counter(str(g) for g in gpus)
+        parts.append(" + ".join(f"{n} x {name}" for name, n in names.items()))
+    cpu = environment.get("cpu_model")
+    if isinstance(cpu, str) and cpu:
+        cores = environment.get("cpu_cores")
+        ram = environment.get("ram_bytes")
+        text = cpu + (f", {cores} cores" if isinstance(cores, int) else "")
+        text += f", {ram / 2**30:.0f} GiB RAM" if isinstance(ram, int) else ""
+        parts.append(text)
+    return "; ".join(parts) or topology
+
+
+def describe_software(environment: dict[str, Any]) -> dict[str, str]:
+    """Package versions, Python, driver and CUDA from the run's environment fingerprint."""
+    packages = environment.get("packages")
+    software = {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
+    for key in ("python", "driver", "cuda_driver", "cuda_torch", "nccl"):
         value = environment.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return topology
+        if value not in (None, ""):
+            software[key] = str(value)
+    return software
 
 
 def _utc_now() -> str:

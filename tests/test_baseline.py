@@ -179,7 +179,15 @@ def tiny_run(*cells: CellResult, topology: str = "cpu") -> RunResult:
         model=ModelInfo("tiny", "/cache/tiny", 2, 100_000),
         workload=WorkloadInfo(new_tokens=20, cycles=3, warmup=1, prompts=("Hello",)),
         topology=topology,
-        environment={"cpu": "2 x vCPU", "software": {"torch": "2.13.0"}},
+        environment={
+            "cpu_model": "AMD EPYC",
+            "cpu_cores": 2,
+            "ram_bytes": 24 * 2**30,
+            "python": "3.11.7",
+            "packages": {"torch": "2.13.0+cpu"},
+            "gpus": [],
+            "driver": "",
+        },
         cells=cells,
         started_at="2026-11-29T10:00:00Z",
         finished_at="2026-11-29T10:05:00Z",
@@ -207,7 +215,8 @@ def test_accept_writes_a_cpu_baseline_that_judges_memory_but_not_time(tmp_path: 
     assert cell.peak_memory_bytes == 430 * 2**20 and cell.peak_memory_tolerance == 0.5
     assert loaded.new_tokens == 20 and loaded.model_layers == 2
     assert [p.source for p in loaded.provenance] == ["run.json"]
-    assert loaded.provenance[0].software == {"torch": "2.13.0"}
+    assert loaded.provenance[0].software == {"torch": "2.13.0+cpu", "python": "3.11.7"}
+    assert loaded.provenance[0].hardware == "AMD EPYC, 2 cores, 24 GiB RAM"
 
 
 def test_accept_updates_measured_cells_and_keeps_the_provenance_of_the_rest() -> None:

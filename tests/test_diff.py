@@ -239,7 +239,7 @@ def tiny_cpu_results(tmp_path: Path, *extra: CellResult) -> Path:
     run = replace(
         load_run(BLOG_RESULTS),
         topology="cpu",
-        environment={"cpu": "2 x vCPU", "software": {"torch": "2.13.0"}},
+        environment={"cpu_model": "AMD EPYC", "cpu_cores": 2, "packages": {"torch": "2.13.0"}},
     )
     run = replace(run, model=replace(run.model, name="tiny", layers=2), cells=())
     for bs, ms, mib in ((1, 1.5, 410), (8, 0.2, 430), (32, 0.08, 460)):
@@ -334,6 +334,10 @@ def test_accept_into_the_transcribed_baseline_keeps_its_provenance(
         "run-2022-09-10T12:00:00Z",
     ]
     cells = {(c["backend"], c["dtype"], c["batch_size"]): c for c in data["cells"]}
+    assert data["provenance"][1]["hardware"] == (
+        "8 x NVIDIA A100-SXM4-80GB; AMD EPYC 7543 32-Core Processor, 64 cores, 512 GiB RAM"
+    )
+    assert data["provenance"][1]["software"]["deepspeed"] == "0.7.3"
     assert cells[("ds-zero", "bf16", 16)]["outcome"] == "ok"
     assert cells[("ds-zero", "bf16", 16)]["provenance"] == data["provenance"][1]["id"]
     assert cells[("ds-zero", "bf16", 1)]["provenance"] == "hf-blog-2022-09-8xA100-80GB"
