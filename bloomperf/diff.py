@@ -26,6 +26,7 @@ from bloomperf.baseline import (
 )
 from bloomperf.compare import Comparison, compare_run, compare_without_baseline, render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
+from bloomperf.history import add_detection_options, detection_settings, history_section
 from bloomperf.jsonfile import MAX_FILE_BYTES, check_header, get_dict, get_list, parse_json_text
 from bloomperf.results import (
     RESULTS_KIND,
@@ -89,6 +90,7 @@ def newest_storage_file(folder: Path) -> Path:
 def run_from_benchmark_json(data: dict[str, Any], where: str) -> RunResult:
     """The bloomperf cells of a pytest-benchmark file as one RunResult."""
     run: RunResult | None = None
+    own_ids: set[str] = set()
     for index, bench in enumerate(get_list(data, "benchmarks", where)):
         if not isinstance(bench, dict):
             raise BloomperfError(f"{where}: benchmark {index} is not an object")
@@ -99,17 +101,22 @@ def run_from_benchmark_json(data: dict[str, Any], where: str) -> RunResult:
         cell = cell_from_dict(extra["bloomperf"], name)
         context = get_dict(extra, "bloomperf_run", name)
         check_header(context, f"{name} bloomperf_run", RESULTS_KIND, RESULTS_SCHEMA_VERSION)
-        this_run = run_from_dict({**context, "cells": []}, name)
+        # pytest-benchmark drops a benchmark that never timed anything (an OOM, an error), so
+        # the context may carry such cells itself; a benchmark's own cell always wins.
+        this_run = run_from_dict({"cells": [], **context}, name)
         if run is None:
-            run = replace(
-                this_run, finished_at=this_run.finished_at or str(data.get("datetime", ""))
-            )
+            finished = this_run.finished_at or str(data.get("datetime", ""))
+            run = replace(this_run, cells=(), finished_at=finished)
         elif (this_run.topology, this_run.model.name) != (run.topology, run.model.name):
             raise BloomperfError(
                 f"{name}: from another run ({this_run.topology}, {this_run.model.name}) than the "
                 f"first benchmark ({run.topology}, {run.model.name})"
             )
+        for carried in this_run.cells:
+            if carried.id not in own_ids:
+                run = run.with_cell(carried)
         run = run.with_cell(cell)
+        own_ids.add(cell.id)
     if run is None:
         raise BloomperfError(
             f"{where}: no bloomperf cells in this pytest-benchmark file "
@@ -204,6 +211,15 @@ def add_command(subparsers: Any) -> None:
         help="ms/token tolerance when diffing two results (default: 0.05 on GPUs, "
         "none on CPU), e.g. 0.1 for ±10%%",
     )
+    # ---- history (bloomperf.history owns the test; this only wires it in) ----
+    parser.add_argument(
+        "--history",
+        type=Path,
+        metavar="DIR",
+        help="history folder: also list persistent changes over the nights, and fail when the "
+        "newest night confirmed one for the worse",
+    )
+    add_detection_options(parser)
     parser.set_defaults(func=run_diff)
 
 
@@ -221,5 +237,14 @@ def run_diff(args: argparse.Namespace) -> int:
     comparison = diff(
         args.results, args.baseline, args.baselines, strict=args.strict, tolerance=args.tolerance
     )
-    print(render_comparison(comparison, args.format), end="")
-    return EXIT_REGRESSION if comparison.failed else 0
+    failed = comparison.failed
+    history = ""
+    if args.history is not None:
+        fmt = "markdown" if args.format == "markdown" else "text"
+        history, worse = history_section(args.history, fmt, **detection_settings(args))
+        failed = failed or worse
+    if args.format == "json" or not history:
+        print(render_comparison(comparison, args.format), end="")
+    else:
+        print(render_comparison(comparison, args.format) + "\n" + history, end="")
+    return EXIT_REGRESSION if failed else 0

@@ -343,3 +343,30 @@ def test_accept_into_the_transcribed_baseline_keeps_its_provenance(
     assert cells[("ds-zero", "bf16", 1)]["provenance"] == "hf-blog-2022-09-8xA100-80GB"
     assert cells[("ds-zero", "bf16", 1)]["ms_per_token"] == 283
     assert run_to_dict(run)["topology"] == data["topology"]["id"]
+
+
+def test_cells_pytest_benchmark_dropped_can_travel_in_the_run_context(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """pytest-benchmark leaves out a benchmark that timed nothing (an OOM); the context's cells
+    bring it back, and a benchmark's own cell wins over a carried copy."""
+    data = json.loads(BLOG_BENCHMARK.read_text())
+    kept = [
+        b
+        for b in data["benchmarks"]
+        if b["extra_info"]["bloomperf"]["id"] != "accelerate-bf16-bs32"
+    ]
+    oom = {
+        "backend": "accelerate",
+        "dtype": "bf16",
+        "batch_size": 32,
+        "outcome": "oom",
+        "message": "CUDA out of memory",
+    }
+    stale = dict(kept[0]["extra_info"]["bloomperf"]) | {"outcome": "error"}
+    kept[-1]["extra_info"]["bloomperf_run"]["cells"] = [oom, stale]
+    (tmp_path / "oom.json").write_text(json.dumps(data | {"benchmarks": kept}))
+    code, out, _ = bloomperf(capsys, "diff", tmp_path / "oom.json")
+    assert code == 1
+    assert "accelerate-bf16-bs32: unexpected OOM" in out
+    assert "28 cells: 22 same, 5 expected-oom, 1 unexpected-oom; FAILED" in out
