@@ -1,0 +1,179 @@
+"""Security rules, checked over the real source tree (parsed, so comments and docs don't count).
+
+No pickle anywhere (safetensors only; ``torch.load`` only with ``weights_only=True``), no
+``trust_remote_code=True`` written into a call, no shell: no ``shell=True``, ``os.system``,
+``os.popen``, ``eval``/``exec``. Paths read from hostfiles and baselines are validated (checked
+here through the real readers with hostile files).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED = ("bloomperf", "benchmarks", "tests", "conftest.py")
+
+UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "joblib", "shelve", "marshal"}
+SHELL_CALLS = {
+    ("os", "system"),
+    ("os", "popen"),
+    ("subprocess", "getoutput"),
+    ("subprocess", "getstatusoutput"),
+}
+# Keyword arguments that, written as a constant, switch a safe default off.
+UNSAFE_CONSTANT_KEYWORDS = {
+    "shell": True,
+    "trust_remote_code": True,
+    "safe_serialization": False,
+    "use_safetensors": False,
+    "weights_only": False,
+}
+
+
+def python_files() -> list[Path]:
+    files: list[Path] = []
+    for name in SCANNED:
+        path = ROOT / name
+        files.extend([path] if path.is_file() else sorted(path.rglob("*.py")))
+    return files
+
+
+def dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def violations(source: str, where: str) -> list[str]:
+    """Every breach of the rules in one file's source, as 'file:line: what'."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        line = f"{where}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import):
+            found += [f"{line}: imports {a.name}" for a in node.names if a.name in UNSAFE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "") in UNSAFE_MODULES:
+            found.append(f"{line}: imports from {node.module}")
+        elif isinstance(node, ast.Call):
+            found += call_violations(node, line)
+    return found
+
+
+def call_violations(node: ast.Call, line: str) -> list[str]:
+    found: list[str] = []
+    name = dotted(node.func)
+    parts = tuple(name.rsplit(".", 1)) if "." in name else ("", name)
+    if parts in SHELL_CALLS:
+        found.append(f"{line}: calls {name}")
+    if name in ("eval", "exec"):
+        found.append(f"{line}: calls {name}")
+    keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
+    for key, unsafe in UNSAFE_CONSTANT_KEYWORDS.items():
+        value = keywords.get(key)
+        if isinstance(value, ast.Constant) and value.value is unsafe:
+            found.append(f"{line}: {name}(... {key}={unsafe} ...)")
+    if name == "torch.load":
+        weights_only = keywords.get("weights_only")
+        if not (isinstance(weights_only, ast.Constant) and weights_only.value is True):
+            found.append(f"{line}: torch.load without weights_only=True")
+    return found
+
+
+def test_the_checker_catches_each_breach() -> None:
+    bad = "\n".join(
+        [
+            "import pickle",
+            "from joblib import load",
+            "import os, subprocess, torch",
+            "os.system('ls ' + user)",
+            "subprocess.run(cmd, shell=True)",
+            "torch.load(path)",
+            "torch.load(path, weights_only=False)",
+            "AutoModel.from_pretrained(name, trust_remote_code=True)",
+            "model.save_pretrained(folder, safe_serialization=False)",
+            "eval(text)",
+        ]
+    )
+    found = violations(bad, "bad.py")
+    assert len(found) == 10, found
+    good = "\n".join(
+        [
+            "import subprocess, torch",
+            "subprocess.run(['deepspeed', '--num_gpus', str(n)], check=True)",
+            "torch.load(path, map_location='cpu', weights_only=True)",
+            "AutoModel.from_pretrained(name, trust_remote_code=options.get('trust_remote_code'))",
+            "# pickle, shell=True and os.system in a comment are fine",
+        ]
+    )
+    assert violations(good, "good.py") == []
+
+
+def test_the_tree_has_no_pickle_no_shell_and_no_remote_code() -> None:
+    files = python_files()
+    assert len(files) > 20  # the scan really walks the package
+    found = [v for f in files for v in violations(f.read_text(), str(f.relative_to(ROOT)))]
+    # This file's own examples are strings, not calls: the parse does not see them as code.
+    assert found == []
+
+
+def test_checkpoints_are_written_as_safetensors_only(tmp_path: Path) -> None:
+    """The model builder writes no .bin/.pt/.pkl: a pickle in the cache could run code on load."""
+    from bloomperf.models import ModelShape, build_checkpoint
+
+    shape = ModelShape("sec", hidden_size=16, n_layer=1, n_head=2, vocab_size=300)
+    build_checkpoint(shape, None, tmp_path)
+    suffixes = {p.suffix for p in tmp_path.rglob("*") if p.is_file()}
+    assert ".safetensors" in suffixes
+    assert not suffixes & {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
+
+
+HOSTILE_HOSTFILES = [
+    "worker-1 slots=2; rm -rf /\n",
+    "$(touch /tmp/pwned) slots=1\n",
+    "`id` slots=1\n",
+    "node slots=abc\n",
+    "node slots=-1\n",
+    "../../etc/passwd slots=1\n",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE_HOSTFILES)
+def test_hostile_hostfiles_are_refused(tmp_path: Path, text: str) -> None:
+    from bloomperf.dslaunch import read_hostfile
+    from bloomperf.errors import BloomperfError
+
+    path = tmp_path / "hostfile"
+    path.write_text(text)
+    with pytest.raises(BloomperfError, match=r"expected 'HOST slots=N'"):
+        read_hostfile(path)
+
+
+def test_no_shell_reaches_the_launcher_through_options(tmp_path: Path) -> None:
+    """An option value with shell syntax is an argument, never a command line: the run refuses
+    it as bad input and nothing is executed."""
+    canary = tmp_path / "pwned"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bloomperf",
+            "run",
+            "--no-lock",
+            "--model",
+            f"tiny; touch {canary}",
+            "--output",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not canary.exists()
