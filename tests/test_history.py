@@ -214,3 +214,21 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     with pytest.raises(BloomperfError, match="no such history directory"):
         load_history(tmp_path / "missing")
     assert main(["history", "changes", "--dir", str(tmp_path), "--confirm", "1"]) == 2
+
+
+def test_diff_with_history_fails_on_the_night_a_slowdown_is_confirmed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = [v * 1.2 if i >= 12 else v for i, v in enumerate(noisy(15, seed=9))]
+    folder = tmp_path / "history"
+    write_history(folder, values, tmp_path)
+    tonight = tmp_path / "tonight.json"
+    save_run(night_run(FIRST_NIGHT + timedelta(days=14), [ok_cell(values[14])]), tonight)
+    no_baselines = tmp_path / "no-baselines"
+    no_baselines.mkdir()
+    args = ["diff", str(tonight), "--baselines", str(no_baselines), "--format", "markdown"]
+    assert main([*args, "--history", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "### History: 15 nights" in out and "new, worse" in out
+    # Without the history the same results pass: the failure is the history's.
+    assert main(args) == 0
