@@ -87,6 +87,12 @@ GPU_SPECS: dict[str, GpuSpec] = {
             ("A100-SXM4-80GB", "A100-SXM-80GB"),
         ),
         _spec(
+            "A100-PCIe-80GB", 81920, 1935, 19.5, 156, 312, 312, 624,
+            "NVIDIA A100 Tensor Core GPU datasheet (2021): A100 80GB PCIe, 1,935 GB/s; "
+            "dense FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS, INT8 624 TOPS",
+            ("A100-80GB-PCIe", "A100-PCIE-80GB"),
+        ),
+        _spec(
             "H100-80GB", 81559, 3350, 67, 494.5, 989.5, 989.5, 1979,
             "NVIDIA H100 Tensor Core GPU datasheet (2023): H100 SXM, 3.35 TB/s; FP32 67, "
             "TF32 989 / BF16 1,979 / INT8 3,958 with sparsity, halved for dense",

@@ -171,7 +171,8 @@ def predict_cell(
 ) -> MemoryPrediction:
     """Per-GPU memory of one cell. ``layout``: ``max_memory`` (GiB per GPU, Accelerate),
     ``tp`` (tensor-parallel degree, DeepSpeed), ``max_out_tokens`` (DeepSpeed-Inference),
-    ``offload`` (ZeRO-3 parameters kept in CPU memory)."""
+    ``offload`` (ZeRO-3 parameters kept in CPU memory), ``nodes`` (how many nodes the
+    ``n_gpus`` are spread over; default 1)."""
     n_layer = check_layers(layers, shape.n_layer, shape.name)
     if backend not in BACKEND_NAMES:
         raise BloomperfError(f"--backends: unknown backend {backend!r}")
@@ -179,6 +180,10 @@ def predict_cell(
         raise BloomperfError(f"--dtypes: unknown dtype {dtype!r}")
     cell = _Cell(shape, n_layer, dtype, batch, gpus, n_gpus, prompt_tokens, new_tokens)
     if backend == "accelerate":
+        if int(layout.get("nodes", 1)) > 1:
+            # One process drives every GPU: it cannot reach another node's.
+            empty = [GpuMemory()] * cell.n_gpus
+            return cell.result("accelerate", empty, "Accelerate runs on one node only")
         return _predict_accelerate(cell, layout.get("max_memory"))
     if backend == "ds-inference":
         tp = int(layout.get("tp", n_gpus))
@@ -409,6 +414,26 @@ def predict_boundary(
     return largest
 
 
+def batches_to_run(
+    shape: ModelShape,
+    layers: int | None,
+    backend: str,
+    dtype: str,
+    gpus: GpuSpec,
+    n_gpus: int,
+    batches: tuple[int, ...] = BATCH_SIZES,
+    beyond: int = 1,
+    **kwargs: Any,
+) -> tuple[int, ...]:
+    """The batches worth loading and running where no baseline says where the OOM is: those
+    predicted to fit and ``beyond`` more (to catch the model being pessimistic; an OOM there
+    is the expected outcome, a success a model error, not a regression)."""
+    ordered = sorted(batches)
+    fitting = predict_boundary(shape, layers, backend, dtype, gpus, n_gpus, batches, **kwargs)
+    last = -1 if fitting is None else ordered.index(fitting)
+    return tuple(ordered[: last + 1 + beyond])
+
+
 @dataclass(frozen=True)
 class BoundaryCheck:
     """One row of a baseline against the model: the largest batch that ran and the prediction."""
@@ -484,6 +509,7 @@ def roofline_ms_per_token(
     *,
     prompt_tokens: int = 10,
     new_tokens: int = 100,
+    streams: int | None = None,
 ) -> float:
     """A lower bound on ms per generated token (the blog's metric: step time / batch).
 
@@ -491,6 +517,9 @@ def roofline_ms_per_token(
     2 x parameters x batch FLOPs; the larger of bytes / bandwidth and FLOPs / peak rate bounds
     the step. Tensor-parallel backends use every GPU's bandwidth at once; Accelerate's pipeline
     runs one GPU at a time, and each ZeRO rank runs the whole model for its own batch.
+    ``streams``: independent batches generated at once; ZeRO's default is one per GPU, as the
+    blog's script counts every rank's tokens. (ZeRO's all-gathers over the interconnect, its
+    real limit, are not in this bound.)
     """
     n_layer = check_layers(layers, shape.n_layer, shape.name)
     parallel = n_gpus if backend in ("ds-inference", "ds-autotp") else 1
@@ -500,7 +529,9 @@ def roofline_ms_per_token(
     memory_s = (weights + cache) / (gpus.bandwidth_bytes_per_s * parallel)
     flops = 2 * shape.parameters(n_layer) * batch
     compute_s = flops / (gpus.peak_rate(dtype) * parallel)
-    return max(memory_s, compute_s) * 1000.0 / batch
+    if streams is None:
+        streams = n_gpus if backend == "ds-zero" else 1
+    return max(memory_s, compute_s) * 1000.0 / (batch * streams)
 
 
 def efficiency(measured_ms_per_token: float, bound_ms_per_token: float) -> float:
@@ -549,7 +580,9 @@ def add_command(subparsers: Any) -> None:
     parser.add_argument("--model", required=True, help=f"shape: {', '.join(MODEL_SHAPES)}")
     parser.add_argument("--layers", type=int, default=None, help="only the first N blocks")
     parser.add_argument(
-        "--topology", required=True, help="[NODESx]GPUSxGPU, e.g. 8xA100-80GB, 2x8xA100-40GB"
+        "--topology",
+        required=True,
+        help="[NODESx]GPUSxGPU, e.g. 8xA100-80GB, 2x8xA100-40GB, or 'detect'",
     )
     parser.add_argument("--backends", default="accelerate,ds-inference,ds-zero")
     parser.add_argument("--dtypes", default="bf16,fp16,int8")
@@ -611,15 +644,17 @@ def predict_rows(
     batches: tuple[int, ...],
     prompt_tokens: int = 10,
     new_tokens: int = 100,
+    nodes: int = 1,
 ) -> list[PredictedRow]:
-    tokens = {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens}
+    tokens: dict[str, Any] = {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens}
+    layout: dict[str, Any] = {**tokens, "nodes": nodes}
     rows = []
     for backend in backends:
         for dtype in dtypes:
             if dtype not in SUPPORTED_DTYPES[backend]:
                 continue
             cells = tuple(
-                predict_cell(shape, layers, backend, dtype, b, gpus, n_gpus, **tokens)
+                predict_cell(shape, layers, backend, dtype, b, gpus, n_gpus, **layout)
                 for b in batches
             )
             bounds = tuple(
@@ -627,7 +662,7 @@ def predict_rows(
                 for b in batches
             )
             boundary = predict_boundary(
-                shape, layers, backend, dtype, gpus, n_gpus, batches, **tokens
+                shape, layers, backend, dtype, gpus, n_gpus, batches, **layout
             )
             rows.append(PredictedRow(backend, dtype, boundary, cells, bounds))
     return rows
@@ -646,12 +681,42 @@ def render_text(rows: list[PredictedRow], batches: tuple[int, ...], title: str) 
     lines = [title, "cells: predicted peak GiB per GPU (or OOM) and roofline ms/token"]
     for r in table:
         lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    lines.append("")
+    lines.append("per row: the peak GPU at the largest batch that fits, and why the next does not")
+    lines.extend(_row_details(row) for row in rows)
     lines.append(
         f"constants: CUDA_CONTEXT {CUDA_CONTEXT_BYTES / GiB:.1f} GiB/GPU, "
         f"KV_HEADROOM {KV_HEADROOM} (calibrated), ACCELERATE_IO_CACHE_COPIES "
         f"{ACCELERATE_IO_CACHE_COPIES}"
     )
     return "\n".join(lines)
+
+
+def _row_details(row: PredictedRow) -> str:
+    fitting = [c for c in row.cells if c.fits]
+    failing = [c for c in row.cells if not c.fits]
+    parts = [f"{row.backend} {row.dtype}:"]
+    if fitting:
+        parts.append(f"bs{fitting[-1].batch_size} {breakdown_text(fitting[-1])};")
+    if failing:
+        parts.append(f"bs{failing[0].batch_size} does not fit: {failing[0].limit}")
+    return " ".join(parts)
+
+
+def breakdown_text(cell: MemoryPrediction) -> str:
+    """``GPU 0: weights 41.0 + KV 6.6 + ... = 55.8 GiB`` for the GPU at the peak."""
+    index = max(range(len(cell.per_gpu)), key=lambda i: cell.per_gpu[i].total)
+    gpu = cell.per_gpu[index]
+    terms = [
+        ("weights", gpu.weights),
+        ("KV", gpu.kv_cache),
+        ("activations", gpu.activations),
+        ("logits", gpu.logits),
+        ("workspace", gpu.workspace),
+        ("context", gpu.context),
+    ]
+    summed = " + ".join(f"{name} {value / GiB:.1f}" for name, value in terms if value)
+    return f"GPU {index}: {summed} = {gpu.total / GiB:.1f} GiB"
 
 
 def _ms(value: float) -> str:
@@ -688,12 +753,24 @@ def _gpu_dict(gpu: GpuMemory) -> dict[str, int]:
     return {**asdict(gpu), "total": gpu.total}
 
 
+def _topology_text(text: str) -> str:
+    """``detect``: this machine's GPUs through NVML (bloomperf.topology)."""
+    if text != "detect":
+        return text
+    from bloomperf.topology import detect_topology
+
+    found = detect_topology()
+    if found.device != "cuda":
+        raise BloomperfError(f"--topology detect: no GPU found ({found.nvml_reason or 'CPU only'})")
+    return found.id
+
+
 def run_predict(args: argparse.Namespace) -> int:
     if args.model not in MODEL_SHAPES:
         known = ", ".join(MODEL_SHAPES)
         raise BloomperfError(f"--model: unknown shape {args.model!r} (known: {known})")
     shape = MODEL_SHAPES[args.model]
-    nodes, per_node, gpus = parse_topology_id(args.topology)
+    nodes, per_node, gpus = parse_topology_id(_topology_text(args.topology))
     n_gpus = nodes * per_node
     backends = _split(args.backends, BACKEND_NAMES, "--backends")
     dtypes = _split(args.dtypes, DTYPES, "--dtypes")
@@ -702,7 +779,7 @@ def run_predict(args: argparse.Namespace) -> int:
         raise BloomperfError("--prompt-tokens/--new-tokens: must be at least 1")
     rows = predict_rows(
         shape, args.layers, backends, dtypes, gpus, n_gpus, batches,
-        args.prompt_tokens, args.new_tokens,
+        args.prompt_tokens, args.new_tokens, nodes,
     )
     topology = topology_id(nodes, per_node, gpus)
     if args.format == "json":

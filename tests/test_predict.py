@@ -18,6 +18,7 @@ from bloomperf.predict import (
     CPU_RUNTIME_RSS_BYTES,
     KV_HEADROOM,
     accelerate_split,
+    batches_to_run,
     check_boundaries,
     default_max_memory,
     efficiency,
@@ -196,3 +197,21 @@ def test_cpu_peak_rss_matches_prediction() -> None:
             f"measured {measured / 2**20:.0f} MiB"
         )
     assert 0 < CPU_RUNTIME_RSS_BYTES < GiB
+
+
+def test_sweep_stops_one_step_past_the_predicted_boundary() -> None:
+    run = batches_to_run(BLOOM, None, "ds-inference", "fp16", A100, 8)
+    assert run == (1, 8, 16, 32, 64, 128, 256)
+    assert batches_to_run(BLOOM, None, "accelerate", "bf16", A100, 8, beyond=0)[-1] == 32
+
+
+def test_accelerate_cannot_span_nodes() -> None:
+    cell = predict_cell(BLOOM, None, "accelerate", "int8", 1, A100, 16, nodes=2)
+    assert not cell.fits and "one node" in cell.limit
+    assert predict_cell(BLOOM, None, "ds-inference", "int8", 1, A100, 16, nodes=2).fits
+
+
+def test_zero_roofline_counts_every_rank_tokens() -> None:
+    per_rank = roofline_ms_per_token(BLOOM, None, "ds-zero", "bf16", 1, A100, 8, streams=1)
+    blog = roofline_ms_per_token(BLOOM, None, "ds-zero", "bf16", 1, A100, 8)
+    assert blog == pytest.approx(per_rank / 8)
