@@ -32,7 +32,7 @@ from bloomperf.workload import PROMPTS
 
 # Bump when the bytes a build writes change (init scheme, tokenizer corpus, file layout): the
 # cache folder name hashes it, so stale checkpoints are never reused.
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 
 # BLOOM's special token ids; the config and the tokenizer must agree on them.
 SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>", "<pad>")
@@ -477,7 +477,11 @@ def write_tokenizer(folder: Path) -> None:
         show_progress=False,
     )
     tokenizer.train_from_iterator([*PROMPTS, *TOKENIZER_CORPUS.splitlines()], trainer)
-    tokenizer.save(str(folder / "tokenizer.json"))
+    saved = json.loads(tokenizer.to_str())
+    # Merges as "a b" strings, the format tokenizers < 0.20 (transformers 4.43's) can read; newer
+    # versions read it too. Byte-level tokens never contain a space, so the split is unambiguous.
+    saved["model"]["merges"] = [" ".join(pair) for pair in saved["model"]["merges"]]
+    write_json(folder / "tokenizer.json", saved)
     # BloomTokenizerFast: transformers 4.x has that class; 5.x maps the name to its fast backend.
     write_json(
         folder / "tokenizer_config.json",

@@ -174,6 +174,14 @@ def test_tokenizer_round_trips_prompts_with_blooms_special_ids(tiny: PreparedMod
         assert tokenizer.decode(ids) == prompt
 
 
+def test_tokenizer_file_uses_the_merges_format_old_tokenizers_read(tiny: PreparedModel) -> None:
+    # transformers 4.43.4 (the reference profile) comes with tokenizers 0.19, which refuses
+    # merges written as pairs; the same checkpoint must load in both environments.
+    merges = json.loads((tiny.path / "tokenizer.json").read_text())["model"]["merges"]
+    assert len(merges) == TINY.vocab_size - 256 - 4  # bytes and special tokens are not merges
+    assert all(isinstance(m, str) and len(m.split(" ")) == 2 for m in merges)
+
+
 def test_greedy_decoding_gives_varied_tokens(tiny: PreparedModel) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny.path)
     tokenizer.padding_side = "left"
