@@ -99,6 +99,8 @@ MODEL_SHAPES: dict[str, ModelShape] = {
 }
 
 TOKENIZER_VOCAB_SIZE = MODEL_SHAPES["tiny"].vocab_size
+# Byte-level BPE starts from all 256 bytes plus BLOOM's 4 special tokens.
+MIN_TOKENIZER_VOCAB = 256 + len(SPECIAL_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -116,11 +118,12 @@ def default_cache_dir() -> Path:
 
 
 def resolve_model(
-    name: str, layers: int | None = None, cache_dir: Path | None = None
+    name: str, layers: int | None = None, cache_dir: Path | str | None = None
 ) -> PreparedModel:
     """Turn a ``--model`` value into a checkpoint folder, building a registry shape if needed."""
     if name in MODEL_SHAPES:
-        return prepare_shape(MODEL_SHAPES[name], layers, cache_dir or default_cache_dir())
+        cache = Path(cache_dir) if cache_dir else default_cache_dir()
+        return prepare_shape(MODEL_SHAPES[name], layers, cache)
     folder = Path(name).expanduser()
     if folder.is_dir():
         return prepare_external(name, folder, layers)
@@ -224,7 +227,7 @@ def build_checkpoint(shape: ModelShape, layers: int | None, folder: Path, seed: 
     write_json(folder / "config.json", bloom_config(shape, n_layer))
     write_json(folder / "generation_config.json", generation_config())
     write_weights(shape, n_layer, folder, seed)
-    write_tokenizer(folder)
+    write_tokenizer(folder, min(TOKENIZER_VOCAB_SIZE, shape.vocab_size))
 
 
 def bloom_config(shape: ModelShape, layers: int) -> dict[str, Any]:
@@ -460,18 +463,20 @@ Punctuation and symbols: . , ; : ! ? ' " ( ) [ ] { } < > / \\ | - _ + = * & ^ % 
 """
 
 
-def write_tokenizer(folder: Path) -> None:
+def write_tokenizer(folder: Path, vocab_size: int) -> None:
     """A byte-level BPE trained on TOKENIZER_CORPUS (under a second), loadable by AutoTokenizer.
 
-    Its vocabulary is never larger than a registry shape's, so every id it makes is in range.
+    ``vocab_size`` is at most the model's, so every id it makes is in range.
     """
+    if vocab_size < MIN_TOKENIZER_VOCAB:
+        raise BloomperfError(f"tokenizer: vocab_size {vocab_size} < {MIN_TOKENIZER_VOCAB} (bytes)")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK_ID]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=TOKENIZER_VOCAB_SIZE,
+        vocab_size=vocab_size,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,

@@ -182,6 +182,16 @@ def test_tokenizer_file_uses_the_merges_format_old_tokenizers_read(tiny: Prepare
     assert all(isinstance(m, str) and len(m.split(" ")) == 2 for m in merges)
 
 
+def test_small_vocabulary_shape_gets_a_tokenizer_that_fits(tmp_path: Path) -> None:
+    small = models.ModelShape("small", hidden_size=16, n_layer=1, n_head=2, vocab_size=300)
+    build_checkpoint(small, None, tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert len(tokenizer) == 300
+    assert max(max(tokenizer(p)["input_ids"]) for p in PROMPTS) < 300
+    with pytest.raises(BloomperfError):
+        build_checkpoint(dataclasses.replace(small, vocab_size=200), None, tmp_path / "too-small")
+
+
 def test_greedy_decoding_gives_varied_tokens(tiny: PreparedModel) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny.path)
     tokenizer.padding_side = "left"
@@ -258,7 +268,7 @@ def test_failed_build_leaves_nothing_behind(
     stale = tmp_path / "models" / f".{checkpoint_folder_name(TINY, 2)}.killed.partial"
     stale.mkdir(parents=True)
 
-    def fail(folder: Path) -> None:
+    def fail(folder: Path, vocab_size: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(models, "write_tokenizer", fail)
