@@ -159,3 +159,12 @@ def parse_topology_id(text: str) -> tuple[int, int, GpuSpec]:
 def topology_id(nodes: int, per_node: int, gpu: GpuSpec) -> str:
     prefix = f"{nodes}x" if nodes > 1 else ""
     return f"{prefix}{per_node}x{gpu.name}"
+
+
+def known_topology(text: str) -> tuple[int, int, GpuSpec] | None:
+    """``parse_topology_id`` for callers that carry on without a prediction: None for ``cpu``,
+    a mixed node or a GPU missing from the table."""
+    try:
+        return parse_topology_id(text)
+    except BloomperfError:
+        return None

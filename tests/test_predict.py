@@ -12,7 +12,7 @@ import pytest
 from bloomperf.baseline import find_baseline
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
-from bloomperf.hardware import GPU_SPECS, GiB, parse_topology_id
+from bloomperf.hardware import GPU_SPECS, GiB, known_topology, parse_topology_id
 from bloomperf.models import MODEL_SHAPES, resolve_model
 from bloomperf.predict import (
     CPU_RUNTIME_RSS_BYTES,
@@ -124,6 +124,13 @@ def test_roofline_of_the_blog_example() -> None:
 )
 def test_topology_ids(text: str, nodes: int, per_node: int, gpu: str) -> None:
     assert parse_topology_id(text) == (nodes, per_node, GPU_SPECS[gpu])
+
+
+def test_known_topology_is_none_where_nothing_can_be_predicted() -> None:
+    assert known_topology("cpu") is None
+    assert known_topology("8xB300-288GB") is None
+    assert known_topology("1xA100-80GB+1xA10-24GB") is None
+    assert known_topology("8xH100-80GB-HBM3") == (1, 8, GPU_SPECS["H100-80GB"])
 
 
 def test_unknown_gpu_lists_the_known_ones() -> None:
