@@ -36,9 +36,10 @@ CUDA_CONTEXT_BYTES = 1 * GiB
 # Torch-managed caches grow by one token every step: each step allocates every layer's K and V a
 # little larger than the blocks it frees, so the caching allocator cannot reuse them and small
 # allocations pin the freed segments. DeepSpeed's fused kernels size their workspace per token
-# and need it for more than the cache. The reference tables fit for values from about 1.8 to 2.4
-# for every row of both tables (the physics-only value, 1.0, predicts every Accelerate and
-# DeepSpeed-Inference boundary one batch step too high).
+# and need it for more than the cache. Fitted on the blog's tables: 1.8 and 2.0 make all six
+# Accelerate and DeepSpeed-Inference boundaries exact; 1.5 and 2.4 each miss rows by one step;
+# the physics-only 1.0 predicts every one of them one batch step too high. ZeRO-3's row is
+# missed (two steps optimistic) whatever the value in that range.
 KV_HEADROOM = 2.0
 
 # Accelerate's top-level hook returns the model's outputs, past key values included, on the
