@@ -99,7 +99,7 @@ def format_value(metric: str, value: float | None) -> str:
         return format_ms(value)
     if metric == "peak_memory":
         return f"{value / 2**30:.2f} GiB"
-    return f"{value:g} s"
+    return f"{value:.3g} s" if value < 1000 else f"{value:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -377,7 +377,8 @@ def cell_text(v: CellVerdict | None) -> str:
     ms = v.metric("ms_per_token")
     change = ""
     if ms is not None and ms.estimate is not None:
-        change = f" ({(ms.estimate.ratio - 1) * 100:+.1f}%)"
+        judged = "" if ms.status != NOT_JUDGED else ", not judged"
+        change = f" ({(ms.estimate.ratio - 1) * 100:+.1f}%{judged})"
     label = {
         SAME: "",
         REGRESSED: " REGRESSED",

@@ -228,3 +228,25 @@ def test_render_markdown_and_json(blog_run: RunResult, baseline: Baseline) -> No
     (ms,) = [m for m in bad["metrics"] if m["metric"] == "ms_per_token"]
     assert ms["expected"] == 34.88 and ms["tolerance"] == 0.05
     assert ms["ratio"] == pytest.approx(1.2)
+
+
+def test_the_cpu_baseline_judges_outcomes_and_memory_never_timing() -> None:
+    cpu = load_baseline(REPO / "baselines" / "cpu.tiny.json")
+    assert {c.outcome for c in cpu.cells} == {"ok"} and len(cpu.cells) == 9
+    for b in cpu.cells:
+        assert b.ms_per_token_tolerance is None and b.peak_memory_tolerance == 0.5
+        assert b.ms_per_token is not None and b.peak_memory_bytes is not None
+        memory = MemoryReading("rss", b.peak_memory_bytes)
+        slow = CellResult(
+            b.backend,
+            b.dtype,
+            b.batch_size,
+            Outcome.OK,
+            (b.ms_per_token * 25,),
+            generate_memory=memory,
+        )
+        assert cmp.compare_cell(slow, expected_cell(cpu, slow)).status == "same"
+        bloated = replace(slow, generate_memory=MemoryReading("rss", b.peak_memory_bytes * 2))
+        assert cmp.compare_cell(bloated, expected_cell(cpu, bloated)).status == "regressed"
+        oom = replace(slow, outcome=Outcome.OOM, samples_ms_per_token=())
+        assert cmp.compare_cell(oom, expected_cell(cpu, oom)).status == "unexpected-oom"
