@@ -434,11 +434,11 @@ def resolve_baseline(text: str, model: str | None, folder: Path | None) -> Basel
     path = Path(text)
     if path.suffix == ".json" or path.exists():
         return load_baseline(path)
-    candidates = [
-        b
-        for b in all_baselines(folder)
-        if b.matches_topology(text) and (model is None or b.matches_model(model))
-    ]
+    candidates = [b for b in all_baselines(folder) if b.matches_topology(text)]
+    # The model narrows the choice; when no baseline has it, the topology's only baseline is
+    # still the one asked for (the comparison then says why it is incomparable).
+    same_model = [b for b in candidates if model is not None and b.matches_model(model)]
+    candidates = same_model or candidates
     if len(candidates) == 1:
         return candidates[0]
     where = folder if folder is not None else default_baselines_dir()

@@ -370,3 +370,15 @@ def test_cells_pytest_benchmark_dropped_can_travel_in_the_run_context(
     assert code == 1
     assert "accelerate-bf16-bs32: unexpected OOM" in out
     assert "28 cells: 22 same, 5 expected-oom, 1 unexpected-oom; FAILED" in out
+
+
+def test_a_named_topology_with_another_model_is_incomparable(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run = load_run(BLOG_RESULTS)
+    save_run(
+        replace(run, model=replace(run.model, name="bloom-7b1", layers=30)), tmp_path / "r.json"
+    )
+    code, out, _ = bloomperf(capsys, "diff", tmp_path / "r.json", "--baseline", "8xA100-80GB")
+    assert code == 0
+    assert "incomparable: model bloom-7b1 is not the baseline's bloom-176b" in out
