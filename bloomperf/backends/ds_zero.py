@@ -1,0 +1,169 @@
+"""DeepSpeed ZeRO-3 inference, as in the blog's ``bloom-ds-zero-inference.py``.
+
+``HfDeepSpeedConfig`` is created before ``from_pretrained`` so that transformers partitions the
+weights across the ranks while loading (no rank ever holds the whole model), then
+``deepspeed.initialize`` wraps the model; ``generate`` runs with ``synced_gpus`` when there are
+several ranks, because every rank must take part in each forward's parameter gathering even
+after its own sequences finish. Parameters can be offloaded to CPU or to NVMe (option
+``offload``: none | cpu | nvme, with ``nvme_path``).
+
+Every rank generates its own batch. The worker feeds all ranks the same inputs (the blog's
+script did too); the aggregate throughput of ranks serving independent inputs is world_size
+times the batch per cycle, reported in ``details()["aggregate_batch_factor"]``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from bloomperf.backends.base import Backend, LoadRequest
+from bloomperf.backends.ds_ranks import (
+    deepspeed_missing,
+    installed_version,
+    join_rank_group,
+    torch_dtype,
+)
+from bloomperf.errors import BloomperfError
+
+if TYPE_CHECKING:
+    import torch
+
+OFFLOAD_CHOICES = ("none", "cpu", "nvme")
+
+
+class DeepSpeedZeroBackend(Backend):
+    name: ClassVar[str] = "ds-zero"
+    dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
+
+    @classmethod
+    def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
+        reason = super().unmet_requirement(dtype, device, options) or deepspeed_missing()
+        if reason:
+            return reason
+        offload = str(options.get("offload") or "none")
+        if offload not in OFFLOAD_CHOICES:
+            return f"offload={offload} is not one of {', '.join(OFFLOAD_CHOICES)}"
+        if offload == "nvme":
+            return nvme_unsupported(options)
+        return None
+
+    @classmethod
+    def world_size(cls, device: str, visible_devices: int, options: dict[str, Any]) -> int:
+        if options.get("ranks") or options.get("tp"):
+            return int(options.get("ranks") or options["tp"])
+        return max(1, visible_devices) if device == "cuda" else 1
+
+    def load(self, request: LoadRequest) -> None:
+        import deepspeed
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.integrations import HfDeepSpeedConfig
+
+        local_rank = join_rank_group(request.device)
+        self._device = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
+        self._world_size = request.world_size
+        self._offload = str(request.options.get("offload") or "none")
+        config = AutoConfig.from_pretrained(str(request.checkpoint))
+        ds_config = zero3_config(request, config.hidden_size)
+        # Must exist (and stay referenced) before from_pretrained: it is what makes transformers
+        # load straight into ZeRO-3 partitions.
+        self._hf_ds_config = HfDeepSpeedConfig(ds_config)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(request.checkpoint), dtype=torch_dtype(request.dtype)
+        )
+        engine = deepspeed.initialize(model=model, config_params=ds_config)[0]
+        engine.module.eval()
+        self.engine = engine
+        self.model = engine.module
+
+    @property
+    def input_device(self) -> torch.device:
+        return self._device
+
+    def generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generate_kwargs: dict[str, Any]
+    ) -> torch.Tensor:
+        import torch
+
+        with torch.inference_mode():
+            output: torch.Tensor = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                synced_gpus=self._world_size > 1,
+                **generate_kwargs,
+            )
+        return output
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "path": "ds-zero",
+            "zero_stage": 3,
+            "ranks": self._world_size,
+            "offload": self._offload,
+            "checkpoint": "hf",
+            "kernel_inject": False,
+            # Each rank could serve its own batch; the measured cycle runs the same one on all.
+            "aggregate_batch_factor": self._world_size,
+            "deepspeed": installed_version("deepspeed"),
+        }
+
+    def close(self) -> None:
+        del self.model, self.engine
+
+
+def zero3_config(request: LoadRequest, hidden_size: int) -> dict[str, Any]:
+    """The blog script's ZeRO-3 inference config, with this run's dtype and offload."""
+    offload = str(request.options.get("offload") or "none")
+    zero: dict[str, Any] = {
+        "stage": 3,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": hidden_size * hidden_size,
+        "stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
+        "stage3_param_persistence_threshold": 0,
+    }
+    if offload == "cpu":
+        zero["offload_param"] = {"device": "cpu", "pin_memory": request.device == "cuda"}
+    elif offload == "nvme":
+        zero["offload_param"] = {
+            "device": "nvme",
+            "nvme_path": str(nvme_folder(request.options)),
+            "pin_memory": request.device == "cuda",
+            "buffer_count": 4,
+            "buffer_size": max(10**8, 4 * hidden_size * hidden_size),
+        }
+        zero["aio"] = {"block_size": 1048576, "queue_depth": 8, "single_submit": False,
+                       "overlap_events": True, "thread_count": 1}
+    return {
+        "bf16": {"enabled": request.dtype == "bf16"},
+        "fp16": {"enabled": request.dtype == "fp16"},
+        "zero_optimization": zero,
+        "steps_per_print": 2000,
+        "train_batch_size": request.world_size,
+        "train_micro_batch_size_per_gpu": 1,
+        "wall_clock_breakdown": False,
+    }
+
+
+def nvme_folder(options: dict[str, Any]) -> Path:
+    raw = options.get("nvme_path")
+    if not raw:
+        raise BloomperfError("nvme_path: offload=nvme needs a folder on the NVMe drive")
+    folder = Path(str(raw))
+    if not folder.is_dir():
+        raise BloomperfError(f"nvme_path: {folder} is not a folder")
+    return folder
+
+
+def nvme_unsupported(options: dict[str, Any]) -> str | None:
+    """Why NVMe offload cannot run here: its async I/O op must be buildable (libaio)."""
+    if not options.get("nvme_path"):
+        return "offload=nvme needs the nvme_path option (a folder on the NVMe drive)"
+    # ZeRO's NVMe offload goes through the async_io op, JIT-built against libaio; checking the
+    # builder imports DeepSpeed, which the controller avoids, so look for the library itself.
+    from ctypes.util import find_library
+
+    if find_library("aio") is None:
+        return "NVMe offload needs DeepSpeed's async_io op, built against libaio (libaio-dev)"
+    return None
