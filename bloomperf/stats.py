@@ -37,6 +37,9 @@ DEFAULT_SEED = 20220910
 FALSE_ALARM_RATE = 0.01
 # Below this a tolerance is smaller than what any timer or allocator can promise.
 MIN_TOLERANCE = 0.01
+# Tolerances are fractions below 1 (a baseline refuses more); a machine whose A/A runs differ by
+# this much cannot judge a figure at all, and the noise table says so with the raw spread.
+MAX_TOLERANCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -187,11 +190,11 @@ def suggest_tolerance(
     ``tolerance >= z(1 - a) * sqrt(2) * run_cv`` (3.3 x run_cv at 1 %). A few calibration runs
     estimate ``run_cv`` poorly, so the tolerance is never below the largest difference actually
     seen between those runs (``spread``), nor below 1 %; it is rounded up to half a percent so the
-    number is easy to write into a baseline.
+    number is easy to write into a baseline, and capped at ``MAX_TOLERANCE``.
     """
     z = statistics.NormalDist().inv_cdf(1.0 - false_alarm_rate)
     needed = max(z * math.sqrt(2.0) * run_cv, spread, MIN_TOLERANCE)
-    return math.ceil(needed * 200.0 - 1e-9) / 200.0
+    return min(math.ceil(needed * 200.0 - 1e-9) / 200.0, MAX_TOLERANCE)
 
 
 def measure_noise(runs: Sequence[Sequence[float]]) -> NoiseFloor:

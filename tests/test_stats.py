@@ -134,6 +134,7 @@ def test_noise_helpers() -> None:
     assert suggest_tolerance(0.0, 0.0) == 0.01
     assert suggest_tolerance(0.01, 0.0) == 0.035  # 2.33 * 1.41 * 1 % = 3.3 %, up to 3.5 %
     assert suggest_tolerance(0.001, 0.042) == 0.045
+    assert suggest_tolerance(0.5, 1.6) == 0.95  # a baseline takes fractions below 1 only
     with pytest.raises(BloomperfError, match="at least 2 runs"):
         measure_noise([[1.0, 2.0]])
 
