@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.history",
     "bloomperf.predict",
     "bloomperf.report",
+    "bloomperf.calibrate",
 )
 
 
