@@ -41,6 +41,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(BloomperfController(config), "bloomperf-controller")
 
 
+def cell_of(item: pytest.Item) -> Cell | None:
+    callspec = getattr(item, "callspec", None)
+    cell = callspec.params.get(MATRIX_FIXTURE) if callspec is not None else None
+    return cell if isinstance(cell, Cell) else None
+
+
 def controller_of(config: pytest.Config) -> BloomperfController:
     controller = config.pluginmanager.get_plugin("bloomperf-controller")
     assert isinstance(controller, BloomperfController)
@@ -163,13 +169,20 @@ class BloomperfController:
         """Keep each (backend, dtype) group's cells together, batch sizes ascending, so one
         worker group serves them all; matrix items run after the ordinary tests."""
 
-        def key(item: pytest.Item) -> tuple[int, int]:
-            callspec = getattr(item, "callspec", None)
-            if callspec is None or MATRIX_FIXTURE not in callspec.params:
-                return (0, 0)
-            return (1, 0)
+        # A stable sort: parametrisation order is already group-major, batch sizes ascending.
+        items.sort(key=lambda item: cell_of(item) is not None)
 
-        items.sort(key=key)  # stable: parametrisation order is already group-major, ascending
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Stop a group's workers after its last cell, before the next model is loaded."""
+        cell = cell_of(item)
+        if cell is None:
+            return
+        following = cell_of(nextitem) if nextitem is not None else None
+        if following is None or following.group != cell.group:
+            device = device_of(item.get_closest_marker)
+            if device in self.sessions:
+                self.sessions[device].stop()
 
     def pytest_sessionfinish(self) -> None:
         for session in self.sessions.values():

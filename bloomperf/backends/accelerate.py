@@ -70,9 +70,10 @@ def max_memory_map(request: LoadRequest, parameters: int) -> dict[int | str, Any
     choice = str(request.options.get("max_memory") or "auto")
     if request.device == "cpu":
         if request.options.get("offload") == "disk":
-            # Keep only half of the weights in RAM so the rest really goes through the disk.
-            half = weight_bytes(parameters, request.dtype) // 2
-            return {"cpu": request.options.get("cpu_memory") or half}
+            # Keep part of the weights in RAM so the rest really goes through the disk. (Below
+            # about 3/4, accelerate's reserve for the largest layer sends everything to disk.)
+            share = weight_bytes(parameters, request.dtype) * 3 // 4
+            return {"cpu": request.options.get("cpu_memory") or share}
         return None
     import torch
 
