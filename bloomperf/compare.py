@@ -147,10 +147,8 @@ class CellVerdict:
             parts = [f"{METRICS[m.metric]} {m.status}: {m.describe()}" for m in self.metrics]
             return "; ".join(parts) if parts else self.status
         if self.status == BOUNDARY_MOVED_UP:
-            return (
-                f"boundary moved up: ran at {measured} where the baseline expects OOM"
-                f" ({self.expected_outcome})"
-            )
+            beyond = " (beyond its OOM boundary)" if self.expected_outcome == "not-run" else ""
+            return f"boundary moved up: ran at {measured} where the baseline expects OOM{beyond}"
         if self.status == EXPECTED_OOM:
             return "out of memory, as the baseline expects"
         if self.status == NO_BASELINE:

@@ -382,3 +382,24 @@ def test_a_named_topology_with_another_model_is_incomparable(
     code, out, _ = bloomperf(capsys, "diff", tmp_path / "r.json", "--baseline", "8xA100-80GB")
     assert code == 0
     assert "incomparable: model bloom-7b1 is not the baseline's bloom-176b" in out
+
+
+PLUGIN_BENCHMARK = DATA / "cpu.tiny.plugin-benchmark.json"
+
+
+def test_a_file_the_real_plugin_wrote_diffs_against_the_cpu_baseline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`pytest -m cpu --benchmark-json` output of the bloomperf plugin (9 cells, tiny model)."""
+    code, out, _ = bloomperf(capsys, "diff", PLUGIN_BENCHMARK)
+    assert code == 0 and "9 cells: 9 same" in out
+    cpu = json.loads((REPO / "baselines" / "cpu.tiny.json").read_text())
+    for cell in cpu["cells"]:
+        if cell["dtype"] == "fp32" and cell["batch_size"] == 8:
+            cell["peak_memory_bytes"] //= 2
+    (tmp_path / "cpu.tiny.json").write_text(json.dumps(cpu))
+    code, out, _ = bloomperf(capsys, "diff", PLUGIN_BENCHMARK, "--baselines", tmp_path)
+    assert code == 1
+    assert (
+        "accelerate-fp32-bs8: peak memory regressed: measured 0.35 GiB vs expected 0.18 GiB" in out
+    )

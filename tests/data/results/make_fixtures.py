@@ -7,6 +7,9 @@
   (``--benchmark-json``), in the plugin's ``extra_info`` layout.
 * ``benchmarks/<machine>/0001_blog.json``, ``0002_slower.json``: pytest-benchmark storage
   (``--benchmark-save``); the second run has accelerate-bf16-bs8 10 % slower.
+
+Not made here: ``cpu.tiny.plugin-benchmark.json`` was written by the bloomperf plugin itself,
+``pytest -m cpu tests/test_bloom_matrix.py --benchmark-json=...`` on the 2-core CPU VM.
 """
 
 from __future__ import annotations
