@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.ds_ranks import (
     deepspeed_missing,
+    dtype_argument,
     installed_version,
     join_rank_group,
     torch_dtype,
@@ -88,7 +89,7 @@ class _TensorParallelBackend(Backend):
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(
-            str(request.checkpoint), dtype=weights_dtype(request.dtype)
+            str(request.checkpoint), **dtype_argument(weights_dtype(request.dtype))
         )
         return self.init_inference(model, request)
 
@@ -212,7 +213,7 @@ def meta_model(checkpoint: Path, dtype: str) -> Any:
     # torch's device context, not deepspeed.OnDevice: OnDevice replaces torch.Tensor.__new__,
     # which breaks torch._dynamo's import (signature mismatch) with torch 2.13.
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, dtype=weights_dtype(dtype))
+        return AutoModelForCausalLM.from_config(config, **dtype_argument(weights_dtype(dtype)))
 
 
 def checkpoint_files(folder: Path, torch_only: bool) -> list[str]:

@@ -49,6 +49,14 @@ def torch_dtype(dtype: str) -> torch.dtype:
     }[dtype]
 
 
+def dtype_argument(dtype: torch.dtype) -> dict[str, torch.dtype]:
+    """``from_pretrained``'s dtype keyword: ``dtype`` since transformers 4.56, before that
+    ``torch_dtype`` (the reference profile's 4.43.4 silently ignores ``dtype``)."""
+    if version_tuple(installed_version("transformers") or "0") >= (4, 56):
+        return {"dtype": dtype}
+    return {"torch_dtype": dtype}
+
+
 def join_rank_group(device: str) -> int:
     """Initialise torch.distributed through DeepSpeed; return this rank's local rank.
 

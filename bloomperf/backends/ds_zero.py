@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.ds_ranks import (
     deepspeed_missing,
+    dtype_argument,
     installed_version,
     join_rank_group,
     torch_dtype,
@@ -70,7 +71,7 @@ class DeepSpeedZeroBackend(Backend):
         # load straight into ZeRO-3 partitions.
         self._hf_ds_config = HfDeepSpeedConfig(ds_config)
         model = AutoModelForCausalLM.from_pretrained(
-            str(request.checkpoint), dtype=torch_dtype(request.dtype)
+            str(request.checkpoint), **dtype_argument(torch_dtype(request.dtype))
         )
         engine = deepspeed.initialize(model=model, config_params=ds_config)[0]
         engine.module.eval()

@@ -1,0 +1,69 @@
+"""A rank of a test group: runs DeepSpeed backends on the tiny model and compares their greedy
+tokens with the plain model's (not a test; tests/test_ds_backends.py starts it).
+
+Env: BLOOMPERF_PROBE_MODEL (checkpoint folder), BLOOMPERF_PROBE_CASES (JSON list of
+[backend, options]), BLOOMPERF_PROBE_DIR (where each rank writes rank<N>.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from bloomperf.backends import backend_class
+from bloomperf.backends.base import LoadRequest
+from bloomperf.workload import build_inputs
+
+NEW_TOKENS = 12
+BATCHES = (1, 8)
+
+
+def reference_outputs(model_dir: Path) -> dict[int, tuple[Any, Any]]:
+    """Inputs and plain-model greedy outputs, computed before any DeepSpeed config exists
+    (ZeRO's HfDeepSpeedConfig would otherwise partition this model too)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    plain = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    cases = {}
+    for batch in BATCHES:
+        inputs = build_inputs(tokenizer, batch, plain.device)
+        cases[batch] = (inputs, plain.generate(**inputs, **generate_kwargs()))
+    return cases
+
+
+def generate_kwargs() -> dict[str, Any]:
+    return {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False}
+
+
+def run_case(name: str, options: dict[str, Any], model_dir: Path, refs: dict[int, Any]) -> dict:
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    backend = backend_class(name)()
+    backend.load(LoadRequest(model_dir, "fp32", "cpu", rank, world, options))
+    result: dict[str, Any] = {"backend": name, "options": options, "details": backend.details()}
+    for batch, (inputs, expected) in refs.items():
+        output = backend.generate(inputs["input_ids"], inputs["attention_mask"], generate_kwargs())
+        new = output[:, -NEW_TOKENS:]
+        result[f"bs{batch}"] = {
+            "equal": bool(output.shape == expected.shape and (output == expected).all()),
+            "distinct_new_tokens": len(set(new[0].tolist())),
+        }
+    backend.close()
+    return result
+
+
+def main() -> None:
+    model_dir = Path(os.environ["BLOOMPERF_PROBE_MODEL"])
+    cases = json.loads(os.environ["BLOOMPERF_PROBE_CASES"])
+    refs = reference_outputs(model_dir)
+    results = [run_case(name, options, model_dir, refs) for name, options in cases]
+    rank = int(os.environ.get("RANK", "0"))
+    out = Path(os.environ["BLOOMPERF_PROBE_DIR"]) / f"rank{rank}.json"
+    out.write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
