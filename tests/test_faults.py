@@ -1,0 +1,447 @@
+"""Faults on the real run path (tiny model, CPU): what bloomperf does when things go wrong.
+
+The spine's own tests (test_run.py) cover a SIGKILLed worker, a single hung worker and a CPU OOM's
+outcome; these go further: a hung rank of two, the memory reading after an OOM, NVML missing or
+failing mid-run, Ctrl-C, a read-only or full output location, hostile JSON, and two runs at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from nvml_replay import NvmlReplay
+
+import bloomperf.launch
+from bloomperf.cli import main as cli_main
+from bloomperf.matrix import Cell
+from bloomperf.measure.memory import NvmlSampler, create_sampler
+from bloomperf.models import resolve_model
+from bloomperf.options import resolve_options
+from bloomperf.results import (
+    CellResult,
+    ModelInfo,
+    Outcome,
+    RunResult,
+    WorkloadInfo,
+    load_run,
+    run_to_dict,
+    save_run,
+)
+from bloomperf.run import Session
+
+REPO = Path(__file__).resolve().parents[1]
+GB = 1024**3
+
+
+def bloomperf_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bloomperf", *args]
+
+
+def session(tmp_path: Path, **extra: str) -> Session:
+    options = resolve_options(
+        {"new_tokens": "8", "cycles": "2", "output": str(tmp_path / "s.json"), **extra}, env={}
+    )
+    return Session.prepare(options)
+
+
+def alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (a zombie awaiting its parent's wait is gone)."""
+    running = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                running.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+def group_pids(sess: Session) -> set[int]:
+    assert sess.active is not None and sess.active.group is not None
+    process = sess.active.group.process
+    assert process is not None
+    root = psutil.Process(process.pid)
+    return {root.pid, *(c.pid for c in root.children(recursive=True))}
+
+
+def one_line_error(stderr: str, *fragments: str) -> None:
+    """One error line (after at most the run's banner line), no traceback."""
+    lines = stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("bloomperf: error:")]
+    assert len(errors) == 1 and len(lines) <= 2, stderr
+    assert "Traceback" not in stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def marked_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a run whose workers (they inherit it) can be found afterwards."""
+    return {**os.environ, "BLOOMPERF_TEST_MARK": str(tmp_path)}
+
+
+def marked_processes(tmp_path: Path, wait_s: float = 10.0) -> set[int]:
+    """Processes still running with ``marked_env(tmp_path)``, after up to ``wait_s`` for any that
+    are already on their way out."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = set()
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("BLOOMPERF_TEST_MARK") == str(tmp_path):
+                    found.add(proc.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        found = alive(found)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+# ---- OOM: the next cell's memory reading is its own --------------------------------------------
+
+
+def test_after_an_oom_the_next_cells_memory_is_not_polluted(tmp_path: Path) -> None:
+    sess = session(tmp_path, memory_limit="1500MiB")
+    try:
+        clean = sess.measure_cell(Cell("accelerate", "fp32", 1))
+        oom = sess.measure_cell(Cell("accelerate", "fp32", 65536))
+        after = sess.measure_cell(Cell("accelerate", "bf16", 1))
+    finally:
+        sess.stop()
+    assert (clean.outcome, oom.outcome, after.outcome) == (Outcome.OK, Outcome.OOM, Outcome.OK)
+    assert oom.generate_memory is not None and oom.generate_memory.peak_bytes is not None
+    assert clean.generate_memory is not None and after.generate_memory is not None
+    clean_peak, oom_peak = clean.generate_memory.peak_bytes, oom.generate_memory.peak_bytes
+    after_peak = after.generate_memory.peak_bytes
+    assert clean_peak is not None and after_peak is not None
+    # The OOM cell really climbed (hundreds of MB of activations before the failed allocation) ...
+    assert oom_peak > clean_peak + 200 * 2**20
+    # ... and the next cell reads like a clean one, nowhere near the OOM cell's peak.
+    assert after_peak < clean_peak * 1.25
+    assert len(after.samples_ms_per_token) == 2 and after.ms_per_token is not None
+
+
+# ---- NVML missing or failing mid-run --------------------------------------------------------
+
+
+def measure_with_nvml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_sampler: Callable[[int], Any]
+) -> tuple[CellResult, CellResult]:
+    """Two cells of one group, the workers' memory read by ``make_sampler(pid)``: the real
+    NVML code, on this machine's missing library or on answers recorded on a GPU machine."""
+    monkeypatch.setattr(
+        bloomperf.launch, "create_sampler", lambda device, pid, visible=None: make_sampler(pid)
+    )
+    sess = session(tmp_path, dtypes="fp32")
+    try:
+        return (
+            sess.measure_cell(Cell("accelerate", "fp32", 1)),
+            sess.measure_cell(Cell("accelerate", "fp32", 2)),
+        )
+    finally:
+        sess.stop()
+
+
+def test_nvml_missing_reports_memory_unavailable_and_keeps_timings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML works on this machine: the missing-NVML path cannot be observed")
+    except pynvml.NVMLError as exc:
+        why = f"NVML: {exc}"
+    first, second = measure_with_nvml(
+        tmp_path, monkeypatch, lambda pid: create_sampler("cuda", pid)
+    )
+    for cell in (first, second):
+        assert cell.outcome is Outcome.OK
+        assert len(cell.samples_ms_per_token) == 2 and cell.load_time_s is not None
+        for memory in (cell.load_memory, cell.generate_memory):
+            assert memory is not None and memory.source == "unavailable"
+            assert memory.peak_bytes is None and memory.reason == why
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert saved["cells"][0]["generate_memory"]["reason"] == why
+
+
+def test_nvml_failing_mid_run_reports_why_and_keeps_timings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pynvml
+
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    lost = pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+    samplers: list[NvmlSampler] = []
+
+    def sampler(pid: int) -> NvmlSampler:
+        samplers.append(NvmlSampler(pid, nvml=nvml, visible="0", interval_s=0.005))
+        return samplers[-1]
+
+    real_mark = NvmlSampler.mark
+    marks = 0
+
+    def mark_then_fail(self: NvmlSampler) -> Any:
+        # The first mark closes the load; the third closes cell 1's generation. Between them
+        # the GPU is lost: cell 1 keeps what was sampled before, cell 2 has nothing.
+        nonlocal marks
+        marks += 1
+        reading = real_mark(self)
+        if marks == 2:
+            nvml.script_used({0: [3 * GB, lost]})
+            assert nvml.drained.wait(10)
+        return reading
+
+    monkeypatch.setattr(NvmlSampler, "mark", mark_then_fail)
+    first, second = measure_with_nvml(tmp_path, monkeypatch, sampler)
+    assert first.outcome is Outcome.OK and second.outcome is Outcome.OK
+    assert first.load_memory is not None and first.load_memory.source == "nvml"
+    assert first.generate_memory is not None and first.generate_memory.peak_bytes == 3 * GB
+    assert first.generate_memory.reason == "NVML failed mid-run: GPU is lost"
+    assert second.generate_memory is not None and second.generate_memory.source == "unavailable"
+    assert second.generate_memory.reason == "NVML failed mid-run: GPU is lost"
+    for cell in (first, second):
+        assert len(cell.samples_ms_per_token) == 2 and all(s > 0 for s in cell.samples_ms_per_token)
+
+
+# ---- two runs at once, then Ctrl-C ----------------------------------------------------------
+
+
+def read_until(stream: Any, needle: str, timeout: float) -> str:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        line = stream.readline()
+        if not line or time.monotonic() > deadline:
+            raise AssertionError(f"{needle!r} never came; got:\n{seen}")
+        seen += line
+    return seen
+
+
+def test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "BLOOMPERF_LOCK_DIR": str(tmp_path / "locks")}
+    out = tmp_path / "first.json"
+    first = subprocess.Popen(
+        bloomperf_cmd(
+            "run",
+            "--new-tokens",
+            "8",
+            "--cycles",
+            "2",
+            "--dtypes",
+            "fp32",
+            "--batch-sizes",
+            ",".join(str(b) for b in range(1, 41)),
+            "--output",
+            str(out),
+        ),
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert first.stderr is not None
+        read_until(first.stderr, "[2/40]", timeout=300)
+        workers = {c.pid for c in psutil.Process(first.pid).children(recursive=True)}
+        assert workers
+
+        second = subprocess.run(
+            bloomperf_cmd("run", "--new-tokens", "8", "--output", str(tmp_path / "second.json")),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert second.returncode == 2
+        one_line_error(second.stderr, f"another bloomperf run (PID {first.pid})", "--no-lock")
+        assert not (tmp_path / "second.json").exists()
+
+        first.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        assert first.wait(timeout=60) == 130
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    run = load_run(out)  # a valid file, complete or not
+    assert not run.complete
+    assert len(run.cells) >= 2 and all(c.outcome is Outcome.OK for c in run.cells)
+    assert [c.batch_size for c in run.cells] == list(range(1, len(run.cells) + 1))
+    assert alive(workers) == set()
+    assert not list(tmp_path.glob(".first.json.*"))  # no temporary file left behind
+
+
+# ---- unwritable output: read-only folder, full disk ---------------------------------------------
+
+
+def test_read_only_output_folder_is_one_line_and_leaves_no_worker(tmp_path: Path) -> None:
+    done = subprocess.run(
+        bloomperf_cmd(
+            "run",
+            "--no-lock",
+            "--new-tokens",
+            "4",
+            "--cycles",
+            "1",
+            "--dtypes",
+            "fp32",
+            "--batch-sizes",
+            "1",
+            "--output",
+            "/sys/bloomperf-results.json",
+        ),
+        env=marked_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    one_line_error(done.stderr, "/sys/bloomperf-results.json", "cannot write")
+    assert marked_processes(tmp_path) == set()
+
+
+def test_full_disk_leaves_the_old_results_file_whole(tmp_path: Path) -> None:
+    resolve_model("tiny", None, None)  # build the model now: the limit below is for the run only
+    out = tmp_path / "r.json"
+    old = RunResult(
+        model=ModelInfo("tiny", "", 2, 1),
+        workload=WorkloadInfo(8, 1, 1, ()),
+        topology="cpu",
+        environment={},
+    )
+    save_run(old, out)
+    old_bytes = out.read_bytes()
+    limit = len(old_bytes) + 200  # the new file, with a cell and the environment, is larger
+
+    def fill_the_disk_at_limit() -> None:
+        # Writing past RLIMIT_FSIZE fails like a full disk does (EFBIG instead of ENOSPC) once
+        # SIGXFSZ is ignored.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run(
+        bloomperf_cmd(
+            "run",
+            "--no-lock",
+            "--new-tokens",
+            "4",
+            "--cycles",
+            "1",
+            "--dtypes",
+            "fp32",
+            "--batch-sizes",
+            "1",
+            "--output",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=fill_the_disk_at_limit,
+    )
+    assert done.returncode == 2
+    one_line_error(done.stderr, str(out), "cannot write")
+    assert out.read_bytes() == old_bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+# ---- hostile JSON -------------------------------------------------------------------------------
+
+
+def valid_results() -> dict[str, Any]:
+    run = RunResult(
+        model=ModelInfo("tiny", "", 2, 165760),
+        workload=WorkloadInfo(8, 2, 1, ("Hi",)),
+        topology="cpu",
+        environment={},
+        cells=(CellResult("accelerate", "fp32", 1, Outcome.OK, (1.5, 1.6), 0.5),),
+        complete=True,
+    )
+    return run_to_dict(run)
+
+
+def hostile(kind: str) -> str:
+    text = json.dumps(valid_results())
+    cell = '"batch_size": 1'
+    cases = {
+        "huge float": text.replace('"load_time_s": 0.5', '"load_time_s": 1e400'),
+        "huge sample": text.replace("[1.5, 1.6]", "[1e308, 1.6]"),
+        "huge int": text.replace(cell, '"batch_size": 1' + "0" * 5000),
+        "negative": text.replace(cell, '"batch_size": -3'),
+        "bool as int": text.replace(cell, '"batch_size": true'),
+        "string as number": text.replace("[1.5, 1.6]", '["1.5", 1.6]'),
+        "list as object": text.replace('"model": {', '"model": [{').replace(
+            '"parameters": 165760}', '"parameters": 165760}]'
+        ),
+        "NaN": text.replace("[1.5, 1.6]", "[NaN, 1.6]"),
+        "deep nesting": text.replace('"details": {}', '"details": ' + "[" * 100000 + "]" * 100000),
+        "truncated": text[: len(text) // 2],
+        "empty": "",
+        "binary": "\x00\xff\xfe garbage",
+        "wrong version": text.replace('"schema_version": 1', '"schema_version": 7'),
+        "unknown outcome": text.replace('"outcome": "ok"', '"outcome": "rm -rf"'),
+    }
+    return cases[kind]
+
+
+HOSTILE_KINDS = [
+    "huge float",
+    "huge sample",
+    "huge int",
+    "negative",
+    "bool as int",
+    "string as number",
+    "list as object",
+    "NaN",
+    "deep nesting",
+    "truncated",
+    "empty",
+    "binary",
+    "wrong version",
+    "unknown outcome",
+]
+
+
+def test_the_unmodified_fixture_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "good.json"
+    path.write_text(json.dumps(valid_results()))
+    assert load_run(path).cells[0].batch_size == 1  # so each hostile case fails for its change
+
+
+@pytest.mark.parametrize("kind", HOSTILE_KINDS)
+def test_hostile_json_is_one_line_exit_2_and_overwrites_nothing(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "hostile.json"
+    path.write_bytes(hostile(kind).encode("utf-8", errors="surrogateescape"))
+    baselines = tmp_path / "baselines"
+    shutil.copytree(REPO / "baselines", baselines)
+    snapshot = {p.name: p.read_bytes() for p in baselines.iterdir()}
+    hostile_bytes = path.read_bytes()
+    for argv in (
+        ["diff", str(path)],
+        ["baseline", "accept", str(path), "--baselines", str(baselines)],
+    ):
+        code = cli_main(argv)
+        captured = capsys.readouterr()
+        assert code == 2, (argv, captured)
+        one_line_error(captured.err, "hostile.json")
+    assert {p.name: p.read_bytes() for p in baselines.iterdir()} == snapshot
+    assert path.read_bytes() == hostile_bytes
