@@ -33,7 +33,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="bloomperf", description=__doc__)
+    parser = _Parser(
+        prog="bloomperf",
+        description="Performance regression suite for BLOOM inference (Accelerate, DeepSpeed).",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_command(subparsers)

@@ -86,6 +86,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except OSError as exc:
         raise BloomperfError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
+        # mkstemp creates 0600; stored results and baselines are meant to be shared.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

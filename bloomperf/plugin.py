@@ -9,13 +9,15 @@ marked ``cpu`` the tiny-model CPU matrix.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bloomperf.baseline import expected_cell
-from bloomperf.compare import compare_cell, incomparable_reason
+from bloomperf.compare import compare_cell, compare_run, incomparable_reason, render_comparison
 from bloomperf.errors import BloomperfError
 from bloomperf.matrix import Cell, plan_groups
 from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
@@ -132,7 +134,13 @@ class BloomperfController:
             lock = hold_device_lock(topology.id, enabled=not self.options.get("no_lock"))
             lock.__enter__()
             self._locks.append(lock)
-            self.sessions[device] = Session.prepare({**self.options, "device": device}, topology)
+            options = {**self.options, "device": device}
+            if options.get("output") is None:
+                # Always keep a complete results file: pytest-benchmark's JSON leaves out cells
+                # that timed nothing (OOM, error, timeout).
+                stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+                options["output"] = Path("results") / f"pytest-{device}-{stamp}.json"
+            self.sessions[device] = Session.prepare(options, topology)
         return self.sessions[device]
 
     def check(self, cell: Cell, benchmark: Any, device: str) -> CellResult:
@@ -145,13 +153,17 @@ class BloomperfController:
             pytest.fail(str(exc), pytrace=False)
         result = session.measure_cell(cell, pedantic_measure(benchmark))
         benchmark.extra_info["bloomperf"] = cell_to_dict(result)
-        benchmark.extra_info["bloomperf_run"] = {
-            k: v for k, v in run_to_dict(session.run).items() if k != "cells"
-        }
+        run = run_to_dict(session.run)
+        # pytest-benchmark drops benchmarks that timed nothing (OOM, error, timeout): keep those
+        # cells in the run context of every later benchmark so `bloomperf diff` still sees them.
+        run["cells"] = [c for c in run["cells"] if c["outcome"] != Outcome.OK.value]
+        benchmark.extra_info["bloomperf_run"] = run
         if result.outcome is Outcome.SKIPPED:
             pytest.skip(result.message)
         expected = expected_cell(session.baseline, result) if session.baseline else None
         if expected is None and result.outcome is not Outcome.OK:
+            if result.outcome is Outcome.OOM and result.details.get("predicted_fits") is False:
+                return result  # no baseline here, but the memory model predicted this OOM
             pytest.fail(f"{result.id}: {result.outcome.value}: {result.message}", pytrace=False)
         incomparable = (
             incomparable_reason(session.run, session.baseline) if session.baseline else None
@@ -197,6 +209,13 @@ class BloomperfController:
                 continue
             terminalreporter.section(f"bloomperf ({device})")
             terminalreporter.write_line(render_run_table(session.run))
+            if session.baseline is not None:
+                comparison = compare_run(
+                    session.run, session.baseline, strict=bool(self.options.get("strict"))
+                )
+                terminalreporter.write_line("")
+                terminalreporter.write_line(f"verdicts against {session.baseline.path}:")
+                terminalreporter.write_line(render_comparison(comparison, "text"))
             if session.output is not None:
                 terminalreporter.write_line(f"results: {session.output}")
 

@@ -20,7 +20,7 @@ from typing import Any
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.baseline import EXPECT_OK, Baseline, find_baseline, oom_boundary
 from bloomperf.errors import BloomperfError
-from bloomperf.hardware import GiB, GpuSpec, parse_topology_id, topology_id
+from bloomperf.hardware import GiB, GpuSpec, known_topology, parse_topology_id, topology_id
 from bloomperf.models import MODEL_SHAPES, ModelShape, check_layers
 
 BATCH_SIZES: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 512)
@@ -793,3 +793,47 @@ def run_predict(args: argparse.Namespace) -> int:
             print()
             print(render_checks(checks, f"OOM boundary, predicted vs {baseline.path}"))
     return 0
+
+
+# ---- used by the suite ----------------------------------------------------------------------
+
+
+def cell_prediction(
+    shape: ModelShape | None,
+    layers: int | None,
+    topology: str,
+    backend: str,
+    dtype: str,
+    batch: int,
+    new_tokens: int,
+) -> dict[str, Any]:
+    """What the model predicts for a cell the suite measures, for its results' ``details``:
+    peak memory (per GPU, or process RSS on CPU), whether it fits, and the roofline bound.
+    Empty where there is nothing to predict from (an external checkpoint, an unknown GPU)."""
+    if shape is None:
+        return {}
+    if topology == "cpu":
+        if dtype != "fp32":  # the CPU model knows the fp32 load path only
+            return {}
+        rss = predict_cpu_rss(shape, layers, batch, new_tokens=new_tokens)
+        return {"predicted_peak_bytes": rss, "predicted_peak_scope": "process RSS"}
+    known = known_topology(topology)
+    if known is None:
+        return {}
+    nodes, per_node, gpus = known
+    try:
+        memory = predict_cell(
+            shape, layers, backend, dtype, batch, gpus, nodes * per_node, new_tokens=new_tokens
+        )
+        bound = roofline_ms_per_token(
+            shape, layers, backend, dtype, batch, gpus, nodes * per_node, new_tokens=new_tokens
+        )
+    except (BloomperfError, KeyError, ValueError):
+        return {}
+    return {
+        "predicted_peak_bytes": memory.peak_per_gpu_bytes,
+        "predicted_peak_scope": "per GPU",
+        "predicted_fits": memory.fits,
+        "predicted_limit": memory.limit,
+        "roofline_ms_per_token": bound,
+    }

@@ -18,6 +18,7 @@ from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
 from bloomperf.models import PreparedModel, resolve_model
 from bloomperf.options import add_cli_options, resolve_options
+from bloomperf.predict import cell_prediction, efficiency
 from bloomperf.results import (
     CellResult,
     ModelInfo,
@@ -158,7 +159,8 @@ class Session:
         reason = self.skip_reason(cell)
         if reason:
             return self.record(skipped(cell, reason))
-        result = self.record(self.runner(cell).run_cell(cell.batch_size, measure))
+        result = self.runner(cell).run_cell(cell.batch_size, measure)
+        result = self.record(with_prediction(result, self))
         if result.outcome is Outcome.OOM:
             self.oom_at.setdefault(cell.group, cell.batch_size)
         return result
@@ -181,6 +183,23 @@ class Session:
         if self.output is not None:
             save_run(self.run, self.output)
         return self.run
+
+
+def with_prediction(result: CellResult, session: Session) -> CellResult:
+    """Add the memory model's prediction and the roofline efficiency to a measured cell."""
+    predicted = cell_prediction(
+        session.model.shape,
+        session.model.layers,
+        session.topology.id,
+        result.backend,
+        result.dtype,
+        result.batch_size,
+        session.run.workload.new_tokens,
+    )
+    bound = predicted.get("roofline_ms_per_token")
+    if bound and result.ms_per_token:
+        predicted["efficiency_percent"] = efficiency(result.ms_per_token, bound)
+    return replace(result, details={**result.details, **predicted}) if predicted else result
 
 
 def skipped(cell: Cell, reason: str) -> CellResult:

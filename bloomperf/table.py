@@ -22,6 +22,11 @@ def cell_text(cell: CellResult | None) -> str:
     return CELL_TEXT.get(cell.outcome, cell.outcome.value)
 
 
+def efficiency_text(cell: CellResult | None) -> str:
+    value = cell.details.get("efficiency_percent") if cell is not None else None
+    return f"{value:.0f}%" if isinstance(value, (int, float)) else ""
+
+
 def render_run_table(run: RunResult) -> str:
     """Plain-text table: ms/token per cell, then load time and peak memory per row."""
     batches = sorted({c.batch_size for c in run.cells})
@@ -50,10 +55,13 @@ def render_run_table(run: RunResult) -> str:
         for line in lines
     ]
     text.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(
-        [
-            f"{run.model.name} on {run.topology}: ms/token "
-            f"({run.workload.new_tokens} new tokens, median of {run.workload.cycles} cycles)",
-            *text,
-        ]
+    title = (
+        f"{run.model.name} on {run.topology}: ms/token "
+        f"({run.workload.new_tokens} new tokens, median of {run.workload.cycles} cycles)"
     )
+    if any("efficiency_percent" in c.details for c in run.cells):
+        text += ["", "roofline efficiency (lower bound on ms/token / measured):"]
+        for (backend, dtype), cells in rows.items():
+            values = "  ".join(f"bs{b} {efficiency_text(cells.get(b))}" for b in batches)
+            text.append(f"  {backend} {dtype}: {values}")
+    return "\n".join([title, *text])
