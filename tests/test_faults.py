@@ -109,6 +109,55 @@ def marked_processes(tmp_path: Path, wait_s: float = 10.0) -> set[int]:
         time.sleep(0.2)
 
 
+# ---- one rank of two hangs ------------------------------------------------------------------
+
+
+def stop_one_rank_then_cycle(sess: Session, stopped: list[int]) -> Any:
+    """A measure that freezes rank 1 (SIGSTOP: alive, silent) and then asks for a cycle; rank 0
+    waits for it inside generate's all-reduce, as with a hung NCCL collective."""
+
+    def measure(one_cycle: Any, warmup: int, cycles: int) -> list[float]:
+        for pid in group_pids(sess):
+            try:
+                if psutil.Process(pid).environ().get("RANK") == "1":
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        assert stopped, "no rank 1 found in the group"
+        return [one_cycle()]
+
+    return measure
+
+
+def test_a_hung_rank_of_two_times_out_and_the_whole_group_is_killed(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    timeout_s = 20.0
+    sess = session(
+        tmp_path, backends="ds-autotp", tp="2", dtypes="fp32", cell_timeout=str(timeout_s)
+    )
+    stopped: list[int] = []
+    try:
+        first = sess.measure_cell(Cell("ds-autotp", "fp32", 2))
+        assert first.outcome is Outcome.OK, first.message
+        assert first.details.get("tp") == 2
+        pids = group_pids(sess)
+        assert len(pids) >= 3  # the launcher and two ranks
+        started = time.monotonic()
+        hung = sess.measure_cell(
+            Cell("ds-autotp", "fp32", 4), stop_one_rank_then_cycle(sess, stopped)
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        sess.stop()
+    assert hung.outcome is Outcome.TIMEOUT
+    assert "within 20 s" in hung.message
+    assert timeout_s <= elapsed < timeout_s + 10  # the limit plus a few seconds
+    assert alive(pids) == set()  # every process of the group, the frozen rank included
+    saved = load_run(tmp_path / "s.json")
+    assert [c.outcome for c in saved.cells] == [Outcome.OK, Outcome.TIMEOUT]
+
+
 # ---- OOM: the next cell's memory reading is its own --------------------------------------------
 
 
