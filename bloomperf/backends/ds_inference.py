@@ -115,10 +115,19 @@ class _TensorParallelBackend(Backend):
         if self.kernel_inject:
             # DeepSpeed reads its own ds_inference_config.json: each rank its tp_RR_* files.
             return self.init_inference(model, request, checkpoint=str(folder / DS_SHARD_CONFIG))
-        # Auto-TP has no loader for pre-sharded files, so shard the meta model (no data moves)
-        # and fill each rank's parameters from its own files.
+        # Auto-TP has no loader for pre-sharded files. The replicated tensors (embeddings,
+        # norms) go in first, so that auto-TP cuts lm_head, tied to the embeddings, from real
+        # weights: DeepSpeed saved rank 0's lm_head slice with them, useless to other ranks.
+        # Then the layers are sharded while still on the meta device and filled from this
+        # rank's own files.
+        assign_tensors(model, folder / "non-tp.pt", skip=("lm_head.",))
+        model.tie_weights()
         model = self.init_inference(model, request)
-        load_rank_shards(model, folder, request.rank)
+        for path in sorted(folder.glob(f"tp_{request.rank:0>2d}_*.pt")):
+            assign_tensors(model, path)
+        still_meta = [name for name, p in model.named_parameters() if p.is_meta]
+        if still_meta:
+            raise BloomperfError(f"{folder}: rank {request.rank} lacks {', '.join(still_meta[:3])}")
         return model
 
     @property
@@ -253,19 +262,13 @@ def read_shard_marker(folder: Path) -> dict[str, Any]:
         raise BloomperfError(f"{path}: unreadable shard marker ({exc})") from None
 
 
-def load_rank_shards(model: Any, folder: Path, rank: int) -> None:
-    """Assign this rank's saved tensors (and the replicated ones) to a sharded meta model."""
+def assign_tensors(model: Any, path: Path, skip: tuple[str, ...] = ()) -> None:
+    """Put a saved state dict's tensors into the model (replacing meta tensors)."""
     import torch
 
-    state: dict[str, Any] = {}
-    for path in [folder / "non-tp.pt", *sorted(folder.glob(f"tp_{rank:0>2d}_*.pt"))]:
-        state.update(torch.load(path, map_location="cpu", weights_only=True))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = {k: v for k, v in state.items() if not k.startswith(skip)}
     model.load_state_dict(state, strict=False, assign=True)
-    # BLOOM ties lm_head to the embeddings; assign=True broke that tie, so tie again.
-    model.tie_weights()
-    still_meta = [name for name, p in model.named_parameters() if p.is_meta]
-    if still_meta:
-        raise BloomperfError(f"{folder}: rank {rank} shard lacks {', '.join(still_meta[:3])}")
 
 
 def give_alibi_an_explicit_mask(model: Any) -> None:

@@ -1,0 +1,109 @@
+"""`bloomperf shard --tp N`: write a tensor-parallel pre-sharded checkpoint.
+
+What the blog's ``microsoft/bloom-deepspeed-inference-fp16`` is: the model split for TP=N once,
+so that each rank later reads only its own files (a 1-minute instead of a 10-minute load for
+BLOOM-176B). N ranks run ``deepspeed.init_inference(save_mp_checkpoint_path=OUT)`` through the
+DeepSpeed launcher; a ``bloomperf-shard.json`` marker records TP degree, dtype and path
+(auto-TP or fused kernels: their files differ), and the ds-* backends load the folder with the
+``sharded=OUT`` option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bloomperf.errors import BloomperfError
+
+SPEC_ENV = "BLOOMPERF_SHARD_SPEC"
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser("shard", help="write a TP pre-sharded DeepSpeed checkpoint")
+    parser.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
+    parser.add_argument("--model", default="tiny", help="registry shape or checkpoint folder")
+    parser.add_argument("--out", type=Path, required=True, help="folder to write")
+    parser.add_argument("--dtype", default="fp16", choices=("fp32", "bf16", "fp16", "int8"))
+    parser.add_argument(
+        "--backend", default="ds-autotp", choices=("ds-autotp", "ds-inference"),
+        help="whose layout to write: auto-TP, or the fused kernels' (GPU, reference profile)",
+    )
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.set_defaults(func=run_shard)
+
+
+def run_shard(args: argparse.Namespace) -> int:
+    from bloomperf.backends import backend_class
+    from bloomperf.dslaunch import cleanup_shm, rank_group_command, shm_segments
+    from bloomperf.models import resolve_model
+
+    if args.tp < 1:
+        raise BloomperfError(f"--tp: must be at least 1, got {args.tp}")
+    reason = backend_class(args.backend).unmet_requirement(args.dtype, args.device, {})
+    if reason:
+        raise BloomperfError(f"--backend {args.backend}: {reason}")
+    checkpoint = resolve_model(args.model).path
+    spec = {
+        "checkpoint": str(checkpoint),
+        "out": str(args.out.resolve()),
+        "dtype": args.dtype,
+        "device": args.device,
+        "kernel_inject": args.backend == "ds-inference",
+    }
+    argv: list[str] = [sys.executable, "-m", "bloomperf.shard"]
+    extra_env: dict[str, str] = {}
+    if args.tp > 1:
+        argv, extra_env = rank_group_command(args.tp, {}, module="bloomperf.shard")
+    before = shm_segments()
+    env = {**os.environ, **extra_env, SPEC_ENV: json.dumps(spec)}
+    if args.device == "cpu":
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    try:
+        code = subprocess.run(argv, env=env, check=False).returncode
+    finally:
+        cleanup_shm(before)
+    if code != 0:
+        raise BloomperfError(f"--out {args.out}: sharding failed (exit {code}, see output above)")
+    print(f"wrote TP={args.tp} {args.backend} shards to {args.out}")
+    return 0
+
+
+def shard_rank(spec: dict[str, Any]) -> None:
+    """One rank: load the model, let DeepSpeed split it and save this rank's part."""
+    import deepspeed
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from bloomperf.backends.ds_inference import SHARD_MARKER, weights_dtype
+    from bloomperf.backends.ds_ranks import dtype_argument, join_rank_group, torch_dtype
+
+    join_rank_group(spec["device"])
+    model = AutoModelForCausalLM.from_pretrained(
+        spec["checkpoint"], **dtype_argument(weights_dtype(spec["dtype"]))
+    )
+    deepspeed.init_inference(
+        model,
+        tensor_parallel={"tp_size": dist.get_world_size()},
+        dtype=torch_dtype(spec["dtype"]),
+        replace_with_kernel_inject=spec["kernel_inject"],
+        save_mp_checkpoint_path=spec["out"],
+    )
+    dist.barrier()
+    if dist.get_rank() == 0:
+        marker = {
+            "tp": dist.get_world_size(),
+            "dtype": spec["dtype"],
+            "kernel_inject": spec["kernel_inject"],
+            "source": spec["checkpoint"],
+        }
+        (Path(spec["out"]) / SHARD_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    shard_rank(json.loads(os.environ[SPEC_ENV]))
