@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.predict",
     "bloomperf.report",
     "bloomperf.calibrate",
+    "bloomperf.shard",
 )
 
 
