@@ -24,6 +24,7 @@ all-reduce op JIT-builds once (about 35 s), not in every group. Every rank leave
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
@@ -45,9 +46,14 @@ PASSED_OPTIONS = ("launcher", "launcher_args", "include", "exclude", "ssh_port")
 
 
 def extensions_dir() -> Path:
-    """Where DeepSpeed JIT-builds its ops: kept between runs (XDG cache, like torch's default)."""
+    """Where DeepSpeed JIT-builds its ops: kept between runs (XDG cache, like torch's default).
+
+    One folder per Python environment: the current and reference profiles' torch builds would
+    otherwise keep invalidating each other's build of the same op (a rebuild each switch).
+    """
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "bloomperf" / "torch_extensions"
+    environment = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return base / "bloomperf" / "torch_extensions" / environment
 
 
 def rank_group_command(
