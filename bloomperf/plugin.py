@@ -22,7 +22,7 @@ from bloomperf.errors import BloomperfError
 from bloomperf.matrix import Cell, plan_groups
 from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
 from bloomperf.results import CellResult, Outcome, cell_to_dict, run_to_dict
-from bloomperf.run import Session
+from bloomperf.run import Session, lock_key
 from bloomperf.table import render_run_table
 from bloomperf.topology import Topology, detect_topology
 
@@ -131,7 +131,7 @@ class BloomperfController:
             from bloomperf.lock import hold_device_lock
 
             topology = self.detected()
-            lock = hold_device_lock(topology.id, enabled=not self.options.get("no_lock"))
+            lock = hold_device_lock(lock_key(topology), enabled=not self.options.get("no_lock"))
             lock.__enter__()
             self._locks.append(lock)
             options = {**self.options, "device": device}

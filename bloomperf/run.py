@@ -106,7 +106,12 @@ class Session:
         )
         groups = plan_groups(options, device)
         baseline = find_baseline(topology.id, model.name, options.get("baselines"))
-        return cls(options, topology, device, model, groups, run, options.get("output"), baseline)
+        session = cls(
+            options, topology, device, model, groups, run, options.get("output"), baseline
+        )
+        if session.output is not None:
+            save_run(run, session.output)  # an unwritable output fails now, not after a cell
+        return session
 
     baseline: Baseline | None = None
     active: GroupRunner | None = None
@@ -202,6 +207,12 @@ def with_prediction(result: CellResult, session: Session) -> CellResult:
     return replace(result, details={**result.details, **predicted}) if predicted else result
 
 
+def lock_key(topology: Topology) -> str:
+    """The devices a run occupies: its GPUs by UUID (runs on disjoint GPUs do not block each
+    other), or the CPU."""
+    return ",".join(g.uuid or str(g.index) for g in topology.gpus) or "cpu"
+
+
 def skipped(cell: Cell, reason: str) -> CellResult:
     return CellResult(cell.backend, cell.dtype, cell.batch_size, Outcome.SKIPPED, message=reason)
 
@@ -236,7 +247,7 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
         file=err,
     )
     done = 0
-    with hold_device_lock(session.topology.id, enabled=not options.get("no_lock")):
+    with hold_device_lock(lock_key(session.topology), enabled=not options.get("no_lock")):
         try:
             for cell in all_cells(session):
                 result = session.measure_cell(cell)
