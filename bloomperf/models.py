@@ -485,7 +485,10 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
     saved = json.loads(tokenizer.to_str())
     # Merges as "a b" strings, the format tokenizers < 0.20 (transformers 4.43's) can read; newer
     # versions read it too. Byte-level tokens never contain a space, so the split is unambiguous.
-    saved["model"]["merges"] = [" ".join(pair) for pair in saved["model"]["merges"]]
+    # tokenizers < 0.20 already writes strings: join only pairs.
+    saved["model"]["merges"] = [
+        pair if isinstance(pair, str) else " ".join(pair) for pair in saved["model"]["merges"]
+    ]
     write_json(folder / "tokenizer.json", saved)
     # BloomTokenizerFast: transformers 4.x has that class; 5.x maps the name to its fast backend.
     write_json(
