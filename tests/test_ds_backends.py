@@ -22,7 +22,7 @@ pytest.importorskip("deepspeed")
 
 TIMEOUT_S = 900
 TP_CASES: list[list[Any]] = [["ds-autotp", {}]]
-ZERO_CASES: list[list[Any]] = [["ds-zero", {}], ["ds-zero", {"offload": "cpu"}]]
+ZERO_CASES: list[list[Any]] = [["ds-zero", {}], ["ds-zero", {"zero_offload": "cpu"}]]
 
 
 @pytest.fixture(scope="module")

@@ -132,9 +132,11 @@ def test_autotp_runs_anywhere_but_int8() -> None:
 
 def test_zero_offload_reasons(tmp_path: Path) -> None:
     zero = backend_class("ds-zero")
-    assert zero.unmet_requirement("bf16", "cpu", {"offload": "cpu"}) is None
-    assert "nvme_path" in str(zero.unmet_requirement("bf16", "cpu", {"offload": "nvme"}))
-    assert "not one of" in str(zero.unmet_requirement("bf16", "cpu", {"offload": "tape"}))
+    assert zero.unmet_requirement("bf16", "cpu", {"zero_offload": "cpu"}) is None
+    assert "nvme_path" in str(zero.unmet_requirement("bf16", "cpu", {"zero_offload": "nvme"}))
+    assert "not one of" in str(zero.unmet_requirement("bf16", "cpu", {"zero_offload": "tape"}))
+    # accelerate's --offload disk in the same run is no ds-zero setting
+    assert zero.unmet_requirement("bf16", "cpu", {"offload": "disk"}) is None
 
 
 def test_world_sizes() -> None:

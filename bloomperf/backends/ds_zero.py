@@ -5,7 +5,7 @@ weights across the ranks while loading (no rank ever holds the whole model), the
 ``deepspeed.initialize`` wraps the model; ``generate`` runs with ``synced_gpus`` when there are
 several ranks, because every rank must take part in each forward's parameter gathering even
 after its own sequences finish. Parameters can be offloaded to CPU or to NVMe (option
-``offload``: none | cpu | nvme, with ``nvme_path``).
+``zero_offload``: none | cpu | nvme, with ``nvme_path``).
 
 Every rank generates its own batch. The worker feeds all ranks the same inputs (the blog's
 script did too); the aggregate throughput of ranks serving independent inputs is world_size
@@ -42,9 +42,9 @@ class DeepSpeedZeroBackend(Backend):
         reason = super().unmet_requirement(dtype, device, options) or deepspeed_missing()
         if reason:
             return reason
-        offload = str(options.get("offload") or "none")
+        offload = str(options.get("zero_offload") or "none")
         if offload not in OFFLOAD_CHOICES:
-            return f"offload={offload} is not one of {', '.join(OFFLOAD_CHOICES)}"
+            return f"zero_offload={offload} is not one of {', '.join(OFFLOAD_CHOICES)}"
         if offload == "nvme":
             return nvme_unsupported(options)
         return None
@@ -64,7 +64,7 @@ class DeepSpeedZeroBackend(Backend):
         local_rank = join_rank_group(request.device)
         self._device = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
         self._world_size = request.world_size
-        self._offload = str(request.options.get("offload") or "none")
+        self._offload = str(request.options.get("zero_offload") or "none")
         config = AutoConfig.from_pretrained(str(request.checkpoint))
         ds_config = zero3_config(request, config.hidden_size)
         # Must exist (and stay referenced) before from_pretrained: it is what makes transformers
@@ -115,7 +115,7 @@ class DeepSpeedZeroBackend(Backend):
 
 def zero3_config(request: LoadRequest, hidden_size: int) -> dict[str, Any]:
     """The blog script's ZeRO-3 inference config, with this run's dtype and offload."""
-    offload = str(request.options.get("offload") or "none")
+    offload = str(request.options.get("zero_offload") or "none")
     zero: dict[str, Any] = {
         "stage": 3,
         "overlap_comm": True,
@@ -150,7 +150,7 @@ def zero3_config(request: LoadRequest, hidden_size: int) -> dict[str, Any]:
 def nvme_folder(options: dict[str, Any]) -> Path:
     raw = options.get("nvme_path")
     if not raw:
-        raise BloomperfError("nvme_path: offload=nvme needs a folder on the NVMe drive")
+        raise BloomperfError("nvme_path: zero_offload=nvme needs a folder on the NVMe drive")
     folder = Path(str(raw))
     if not folder.is_dir():
         raise BloomperfError(f"nvme_path: {folder} is not a folder")
@@ -160,7 +160,7 @@ def nvme_folder(options: dict[str, Any]) -> Path:
 def nvme_unsupported(options: dict[str, Any]) -> str | None:
     """Why NVMe offload cannot run here: its async I/O op must be buildable (libaio)."""
     if not options.get("nvme_path"):
-        return "offload=nvme needs the nvme_path option (a folder on the NVMe drive)"
+        return "zero_offload=nvme needs the nvme_path option (a folder on the NVMe drive)"
     # ZeRO's NVMe offload goes through the async_io op, JIT-built against libaio; checking the
     # builder imports DeepSpeed, which the controller avoids, so look for the library itself.
     from ctypes.util import find_library
