@@ -239,15 +239,16 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
         options["output"] = Path("results") / f"bloomperf-{stamp}.json"
     from bloomperf.lock import hold_device_lock
 
-    session = Session.prepare(options)
-    total = sum(len(g.batch_sizes) for g in session.groups)
-    print(
-        f"bloomperf: {session.model.name} ({session.model.parameters:,} parameters, "
-        f"{session.model.layers} layers) on {session.topology.id}, {total} cells",
-        file=err,
-    )
-    done = 0
-    with hold_device_lock(lock_key(session.topology), enabled=not options.get("no_lock")):
+    topology = detect_topology()
+    with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
+        session = Session.prepare(options, topology)
+        total = sum(len(g.batch_sizes) for g in session.groups)
+        print(
+            f"bloomperf: {session.model.name} ({session.model.parameters:,} parameters, "
+            f"{session.model.layers} layers) on {topology.id}, {total} cells",
+            file=err,
+        )
+        done = 0
         try:
             for cell in all_cells(session):
                 result = session.measure_cell(cell)
@@ -257,7 +258,7 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
             session.stop()
             print(f"bloomperf: interrupted; {done} cells saved in {session.output}", file=err)
             return 130
-    run = session.finish()
+        run = session.finish()
     print(render_run_table(run), file=out)
     print(f"results: {session.output}", file=out)
     failed = [c for c in run.cells if c.outcome in (Outcome.ERROR, Outcome.TIMEOUT)]
