@@ -63,7 +63,9 @@ class _TensorParallelBackend(Backend):
         if sharded:
             self._checkpoint = "pre-sharded"
             self.model = self._load_presharded(request, Path(str(sharded)))
-        elif request.options.get("load", default_load(self.kernel_inject)) == "hf":
+        elif request.options.get(
+            "load", default_load(self.kernel_inject, request.checkpoint)
+        ) == "hf":
             self._checkpoint = "hf"
             self.model = self._load_hf(request)
         else:
@@ -189,11 +191,16 @@ class DeepSpeedAutoTPBackend(_TensorParallelBackend):
         return super().unmet_requirement(dtype, device, options) or deepspeed_missing()
 
 
-def default_load(kernel_inject: bool) -> str:
-    # DeepSpeed's meta-device checkpoint loading is part of kernel injection (the blog's path).
-    # Its auto-TP variant expects the original BLOOM key names (no "transformer." prefix) and
-    # leaves a TP=1 model unloaded, so auto-TP reads with from_pretrained.
-    return "unsharded" if kernel_inject else "hf"
+def default_load(kernel_inject: bool, checkpoint: Path) -> str:
+    """The blog's meta-device path where DeepSpeed can read the files, else from_pretrained.
+
+    DeepSpeed's meta-device loading belongs to kernel injection and reads torch pickles only
+    (safetensors-only folders, like bloomperf's random checkpoints, cannot go that way). Its
+    auto-TP variant expects the original BLOOM key names (no "transformer." prefix) and leaves a
+    TP=1 model unloaded, so auto-TP reads with from_pretrained. ``details()`` says which ran.
+    """
+    has_torch_files = any(checkpoint.glob("*.bin")) or any(checkpoint.glob("*.pt"))
+    return "unsharded" if kernel_inject and has_torch_files else "hf"
 
 
 def fused_kernels_unsupported() -> str | None:
