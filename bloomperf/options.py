@@ -188,8 +188,13 @@ OPTIONS: tuple[Option, ...] = (
         "where built models are kept [$BLOOMPERF_CACHE or ~/.cache/bloomperf]",
         "DIR",
     ),
-    Option("threads", parse_positive_int, "CPU threads per worker rank [1: on a small shared "
-           "CPU, spinning thread pools make figures erratic]", "N"),
+    Option(
+        "threads",
+        parse_positive_int,
+        "CPU threads per worker rank [1: on a small shared "
+        "CPU, spinning thread pools make figures erratic]",
+        "N",
+    ),
     Option("load_timeout", parse_positive_float, "seconds allowed for loading a model [1800]", "S"),
     Option(
         "cell_timeout", parse_positive_float, "seconds allowed for one generate step [1800]", "S"

@@ -295,9 +295,7 @@ def _predict_accelerate(cell: _Cell, max_memory: tuple[float, ...] | None) -> Me
         logits = cell.logits() if index in (0, embedding_gpu) else 0
         if index == 0:  # generate's GPU: the inputs are there, so the outputs come back there
             kv += ACCELERATE_IO_CACHE_COPIES * cell.held_kv(cell.layers)
-        per_gpu.append(
-            GpuMemory(weights[index], kv, activations, logits, 0, CUDA_CONTEXT_BYTES)
-        )
+        per_gpu.append(GpuMemory(weights[index], kv, activations, logits, 0, CUDA_CONTEXT_BYTES))
     return cell.result("accelerate", per_gpu)
 
 
@@ -373,9 +371,7 @@ def _predict_ds_autotp(cell: _Cell, tp: int) -> MemoryPrediction:
 def _predict_ds_zero(cell: _Cell, offload: bool) -> MemoryPrediction:
     shape, dtype = cell.shape, cell.dtype
     if dtype == "int8":
-        return cell.result(
-            "ds-zero", [GpuMemory()] * cell.n_gpus, "ZeRO-3 has no int8 inference"
-        )
+        return cell.result("ds-zero", [GpuMemory()] * cell.n_gpus, "ZeRO-3 has no int8 inference")
     total = cell.layers * layer_bytes(shape, dtype) + embedding_bytes(shape, dtype)
     partition = 0 if offload else total // cell.n_gpus
     # Gathered on the fly: the largest module being run (the embedding, or one block) plus
@@ -384,9 +380,7 @@ def _predict_ds_zero(cell: _Cell, offload: bool) -> MemoryPrediction:
     gathered = max(embedding_bytes(shape, dtype), layer_bytes(shape, dtype)) + prefetch
     kv = cell.held_kv(cell.layers)  # the whole model's cache, for this rank's own batch
     activations = cell.block_activations() + 2 * cell.kv(1)
-    gpu = GpuMemory(
-        partition + gathered, kv, activations, cell.logits(), 0, CUDA_CONTEXT_BYTES
-    )
+    gpu = GpuMemory(partition + gathered, kv, activations, cell.logits(), 0, CUDA_CONTEXT_BYTES)
     return cell.result("ds-zero", [gpu] * cell.n_gpus)
 
 
@@ -739,8 +733,11 @@ def render_json(rows: list[PredictedRow], topology: str, model: str) -> str:
                 "dtype": row.dtype,
                 "boundary": row.boundary,
                 "cells": [
-                    {**asdict(cell), "per_gpu": [_gpu_dict(g) for g in cell.per_gpu],
-                     "roofline_ms_per_token": bound}
+                    {
+                        **asdict(cell),
+                        "per_gpu": [_gpu_dict(g) for g in cell.per_gpu],
+                        "roofline_ms_per_token": bound,
+                    }
                     for cell, bound in zip(row.cells, row.roofline_ms_per_token, strict=True)
                 ],
             }
@@ -779,8 +776,16 @@ def run_predict(args: argparse.Namespace) -> int:
     if args.prompt_tokens < 1 or args.new_tokens < 1:
         raise BloomperfError("--prompt-tokens/--new-tokens: must be at least 1")
     rows = predict_rows(
-        shape, args.layers, backends, dtypes, gpus, n_gpus, batches,
-        args.prompt_tokens, args.new_tokens, nodes,
+        shape,
+        args.layers,
+        backends,
+        dtypes,
+        gpus,
+        n_gpus,
+        batches,
+        args.prompt_tokens,
+        args.new_tokens,
+        nodes,
     )
     topology = topology_id(nodes, per_node, gpus)
     if args.format == "json":
@@ -813,7 +818,8 @@ def cell_prediction(
     if shape is None:
         return {}
     if topology == "cpu":
-        if dtype != "fp32":  # the CPU model knows the fp32 load path only
+        # The CPU model knows one process loading in fp32 (accelerate's path), not rank groups.
+        if dtype != "fp32" or backend != "accelerate":
             return {}
         rss = predict_cpu_rss(shape, layers, batch, new_tokens=new_tokens)
         return {"predicted_peak_bytes": rss, "predicted_peak_scope": "process RSS"}

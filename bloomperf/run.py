@@ -41,6 +41,8 @@ WORKER_OPTIONS = (
     "memory_limit",
     "tp",
     "zero_offload",
+    "sharded",
+    "load",
     "nvme_path",
     "hostfile",
     "num_nodes",
@@ -204,6 +206,11 @@ def with_prediction(result: CellResult, session: Session) -> CellResult:
     bound = predicted.get("roofline_ms_per_token")
     if bound and result.ms_per_token:
         predicted["efficiency_percent"] = efficiency(result.ms_per_token, bound)
+    factor = result.details.get("aggregate_batch_factor")
+    if isinstance(factor, int) and factor > 1 and result.ms_per_token:
+        # ZeRO ranks all ran the same batch in lock-step; given independent inputs each would
+        # have produced its own tokens at the same cost (the blog's note on its ZeRO script).
+        predicted["aggregate_ms_per_token"] = result.ms_per_token / factor
     return replace(result, details={**result.details, **predicted}) if predicted else result
 
 

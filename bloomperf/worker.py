@@ -97,7 +97,7 @@ class Worker:
         if slowdown:
             from bloomperf.measure.slowdown import install_slowdown
 
-            install_slowdown(self.backend.model, slowdown)  # type: ignore[attr-defined]
+            install_slowdown(self.backend.model, slowdown)
         return seconds
 
     # -- cells -----------------------------------------------------------------------------

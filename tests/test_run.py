@@ -156,6 +156,45 @@ def test_after_an_oom_the_worker_is_restarted_before_the_next_cell(tmp_path: Pat
     assert [c.details["load_count"] for c in cells] == [1, 1, 2]
 
 
+def test_deepspeed_rank_groups_run_through_the_launcher(tmp_path: Path) -> None:
+    out = tmp_path / "ds.json"
+    shm_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*"))
+    done = bloomperf(
+        "run",
+        *QUICK,
+        "--backends",
+        "ds-autotp,ds-zero",
+        "--dtypes",
+        "fp32",
+        "--tp",
+        "2",
+        "--batch-sizes",
+        "1,3",
+        "--output",
+        str(out),
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    cells = {c.id: c for c in load_run(out).cells}
+    assert set(cells) == {
+        "ds-autotp-fp32-bs1",
+        "ds-autotp-fp32-bs3",
+        "ds-zero-fp32-bs1",
+        "ds-zero-fp32-bs3",
+    }
+    for cell in cells.values():
+        assert cell.outcome is Outcome.OK, cell.message
+        assert cell.details["load_count"] == 1
+    assert cells["ds-autotp-fp32-bs1"].details["tp"] == 2  # batch 1 at TP=2: the alibi fix
+    assert cells["ds-autotp-fp32-bs1"].details["kernel_inject"] is False
+    zero = cells["ds-zero-fp32-bs3"]
+    assert zero.details["ranks"] == 2
+    assert zero.details["aggregate_ms_per_token"] == pytest.approx(zero.ms_per_token / 2)
+    # Launcher + two ranks: the process tree's memory is more than one process's.
+    assert zero.peak_memory_bytes is not None and zero.peak_memory_bytes > 2 * 200 * 2**20
+    assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")) <= shm_before
+
+
 def session(tmp_path: Path, **extra: str) -> Session:
     options = resolve_options(
         {

@@ -148,21 +148,6 @@ class AccelerateBackend(Backend):
         self._device = torch.device("cuda:0" if request.device == "cuda" else "cpu")
         self._device_map = getattr(self.model, "hf_device_map", None)
 
-    @property
-    def input_device(self) -> torch.device:
-        return self._device
-
-    def generate(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generate_kwargs: dict[str, Any]
-    ) -> torch.Tensor:
-        import torch
-
-        with torch.inference_mode():
-            output: torch.Tensor = self.model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs
-            )
-        return output
-
     def details(self) -> dict[str, Any]:
         placement: dict[str, int] = {}
         for where in (self._device_map or {}).values():

@@ -28,6 +28,8 @@ class LoadRequest:
 class Backend(ABC):
     name: ClassVar[str]
     dtypes: ClassVar[tuple[str, ...]]
+    model: Any  # the loaded model (or DeepSpeed's module wrapping it), set by ``load``
+    _device: torch.device  # where inputs go, set by ``load``
 
     @classmethod
     def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
@@ -52,16 +54,29 @@ class Backend(ABC):
     def load(self, request: LoadRequest) -> None:
         """Build the model ready to generate. Everything in here counts as load time."""
 
-    @abstractmethod
     def generate(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generate_kwargs: dict[str, Any]
     ) -> torch.Tensor:
-        """Return the output token ids (prompt + new tokens) for one batch."""
+        """The output token ids (prompt + new tokens) for one batch: ``model.generate``."""
+        import torch
+
+        with torch.inference_mode():
+            output: torch.Tensor = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                **self.generate_options(),
+                **generate_kwargs,
+            )
+        return output
+
+    def generate_options(self) -> dict[str, Any]:
+        """Backend-specific ``generate`` arguments (e.g. ZeRO's ``synced_gpus``)."""
+        return {}
 
     @property
-    @abstractmethod
     def input_device(self) -> torch.device:
-        """Where input ids must be placed before ``generate``."""
+        """Where input ids must be placed before ``generate`` (set by ``load``)."""
+        return self._device
 
     def synchronize(self) -> None:
         """Wait for queued device work, so a timer read after this is honest."""

@@ -63,9 +63,10 @@ class _TensorParallelBackend(Backend):
         if sharded:
             self._checkpoint = "pre-sharded"
             self.model = self._load_presharded(request, Path(str(sharded)))
-        elif request.options.get(
-            "load", default_load(self.kernel_inject, request.checkpoint)
-        ) == "hf":
+        elif (
+            request.options.get("load", default_load(self.kernel_inject, request.checkpoint))
+            == "hf"
+        ):
             self._checkpoint = "hf"
             self.model = self._load_hf(request)
         else:
@@ -131,21 +132,6 @@ class _TensorParallelBackend(Backend):
         if still_meta:
             raise BloomperfError(f"{folder}: rank {request.rank} lacks {', '.join(still_meta[:3])}")
         return model
-
-    @property
-    def input_device(self) -> torch.device:
-        return self._device
-
-    def generate(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generate_kwargs: dict[str, Any]
-    ) -> torch.Tensor:
-        import torch
-
-        with torch.inference_mode():
-            output: torch.Tensor = self.model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs
-            )
-        return output
 
     def details(self) -> dict[str, Any]:
         return {

@@ -24,7 +24,7 @@ def installed_version(distribution: str) -> str | None:
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """"4.43.4" -> (4, 43, 4); "5.0.0.dev0" -> (5, 0, 0): enough to compare releases."""
+    """ "4.43.4" -> (4, 43, 4); "5.0.0.dev0" -> (5, 0, 0): enough to compare releases."""
     parts: list[int] = []
     for piece in version.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())

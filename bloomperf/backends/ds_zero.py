@@ -28,7 +28,7 @@ from bloomperf.backends.ds_ranks import (
 from bloomperf.errors import BloomperfError
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 OFFLOAD_CHOICES = ("none", "cpu", "nvme")
 
@@ -78,23 +78,9 @@ class DeepSpeedZeroBackend(Backend):
         self.engine = engine
         self.model = engine.module
 
-    @property
-    def input_device(self) -> torch.device:
-        return self._device
-
-    def generate(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generate_kwargs: dict[str, Any]
-    ) -> torch.Tensor:
-        import torch
-
-        with torch.inference_mode():
-            output: torch.Tensor = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                synced_gpus=self._world_size > 1,
-                **generate_kwargs,
-            )
-        return output
+    def generate_options(self) -> dict[str, Any]:
+        # Every ZeRO-3 rank must keep calling forward (to serve all-gathers) until all are done.
+        return {"synced_gpus": self._world_size > 1}
 
     def details(self) -> dict[str, Any]:
         return {
@@ -134,8 +120,13 @@ def zero3_config(request: LoadRequest, hidden_size: int) -> dict[str, Any]:
             "buffer_count": 4,
             "buffer_size": max(10**8, 4 * hidden_size * hidden_size),
         }
-        zero["aio"] = {"block_size": 1048576, "queue_depth": 8, "single_submit": False,
-                       "overlap_events": True, "thread_count": 1}
+        zero["aio"] = {
+            "block_size": 1048576,
+            "queue_depth": 8,
+            "single_submit": False,
+            "overlap_events": True,
+            "thread_count": 1,
+        }
     return {
         "bf16": {"enabled": request.dtype == "bf16"},
         "fp16": {"enabled": request.dtype == "fp16"},
