@@ -28,23 +28,28 @@ from bloomperf.run import Session
 
 def bare_loop(path: str, batch_size: int, new_tokens: int, cycles: int) -> list[float]:
     """The reference: ms/token of plain synchronised generate calls on the saved model."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from pathlib import Path
 
+    from transformers import AutoTokenizer
+
+    from bloomperf.backends.accelerate import AccelerateBackend
+    from bloomperf.backends.base import LoadRequest
     from bloomperf.workload import Workload, build_inputs, ms_per_token
 
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    inputs = build_inputs(tokenizer, batch_size, torch.device("cpu"))
+    backend = AccelerateBackend()
+    backend.load(LoadRequest(Path(path), "fp32", "cpu"))
+    inputs = build_inputs(tokenizer, batch_size, backend.input_device)
     kwargs = Workload(new_tokens=new_tokens).generate_kwargs()
     samples = []
-    with torch.inference_mode():
-        for i in range(cycles + 1):
-            start = time.perf_counter()
-            model.generate(**inputs, **kwargs)
-            seconds = time.perf_counter() - start
-            if i:  # the first call is the warm-up, as in bloomperf
-                samples.append(ms_per_token(seconds, batch_size, new_tokens))
+    for i in range(cycles + 1):
+        backend.synchronize()
+        start = time.perf_counter()
+        backend.generate(inputs["input_ids"], inputs["attention_mask"], kwargs)
+        backend.synchronize()
+        seconds = time.perf_counter() - start
+        if i:  # the first call is the warm-up, as in bloomperf
+            samples.append(ms_per_token(seconds, batch_size, new_tokens))
     return samples
 
 
