@@ -24,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from bloomperf.results import Outcome
 from bloomperf.run import worker_options
 from bloomperf.runner import GroupRunner
 from bloomperf.stats import REGRESSED, classify_ratio, estimate_ratio, measure_noise
+from bloomperf.workload import ms_per_token
 
 AA = "A/A"
 
@@ -63,6 +65,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slowdowns", default="5,10", help="percent, comma-separated")
     parser.add_argument("--tolerances", default="0.02,0.03,0.05", help="comma-separated")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="alternate the arms' cycles inside each trial (A B C D A B C D …), so drift "
+        "between trials hits every arm alike",
+    )
     return parser.parse_args(argv)
 
 
@@ -90,6 +98,42 @@ def measure(arm: Arm, batch_size: int) -> tuple[float, ...]:
     return cell.samples_ms_per_token
 
 
+def measure_interleaved(arms: list[Arm], batch_size: int) -> list[tuple[float, ...]]:
+    """One cell per arm with their cycles alternated, through each arm's real run path.
+
+    Each arm's ``run_cell`` hands its cycle function to ``measure``; the arms are nested so
+    that the innermost level holds every arm's cycle function and alternates them, rotating
+    the order each round so no arm always runs first.
+    """
+    cycle_fns: list[Callable[[], float]] = []
+    collected: list[list[float]] = []
+
+    def level(i: int) -> None:
+        if i == len(arms):
+            for one_cycle in cycle_fns:
+                for _ in range(arms[0].runner.warmup):
+                    one_cycle()
+            collected.extend([] for _ in arms)
+            for round_ in range(arms[0].runner.cycles):
+                order = list(range(len(arms)))
+                order = order[round_ % len(order) :] + order[: round_ % len(order)]
+                for k in order:
+                    collected[k].append(cycle_fns[k]())
+            return
+
+        def measure_arm(one_cycle: Callable[[], float], warmup: int, cycles: int) -> list[float]:
+            cycle_fns.append(one_cycle)
+            level(i + 1)
+            return collected[i]
+
+        cell = arms[i].runner.run_cell(batch_size, measure_arm)
+        if cell.outcome is not Outcome.OK:
+            raise BloomperfError(f"{arms[i].name}: {cell.outcome.value}: {cell.message}")
+
+    level(0)
+    return [tuple(c) for c in collected]  # seconds per cycle
+
+
 def run_trials(args: argparse.Namespace) -> tuple[Arm, list[Arm]]:
     checkpoint = resolve_model(args.model, None, None).path
     percents = [float(p) for p in args.slowdowns.split(",") if p]
@@ -99,6 +143,14 @@ def run_trials(args: argparse.Namespace) -> tuple[Arm, list[Arm]]:
     try:
         started = time.monotonic()
         for trial in range(args.trials):
+            if args.interleave:
+                arms = [reference, *others]
+                seconds = measure_interleaved(arms, args.batch_size)
+                for arm, values in zip(arms, seconds, strict=True):
+                    arm.samples.append(
+                        tuple(ms_per_token(v, args.batch_size, args.new_tokens) for v in values)
+                    )
+                continue
             reference.samples.append(measure(reference, args.batch_size))
             shift = trial % len(others)
             for arm in others[shift:] + others[:shift]:

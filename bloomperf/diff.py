@@ -27,7 +27,8 @@ from bloomperf.baseline import (
 from bloomperf.compare import Comparison, compare_run, compare_without_baseline, render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.history import add_detection_options, detection_settings, history_section
-from bloomperf.jsonfile import MAX_FILE_BYTES, check_header, get_dict, get_list, parse_json_text
+from bloomperf.jsonfile import check_header, get_dict, get_list
+from bloomperf.jsonfile import read_document as jsonfile_read_document
 from bloomperf.results import (
     RESULTS_KIND,
     RESULTS_SCHEMA_VERSION,
@@ -62,17 +63,8 @@ def read_results(path: Path) -> RunResult:
 
 
 def read_document(path: Path) -> Any:
-    """The parsed JSON of ``path``, with one-line errors (no kind check: the format is sniffed)."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise BloomperfError(f"{path}: file is {size} bytes, too large to be a results file")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BloomperfError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BloomperfError(f"{path}: cannot read: {exc}") from None
-    return parse_json_text(text, str(path))
+    """The parsed JSON of ``path`` (no kind check here: the format is sniffed by the caller)."""
+    return jsonfile_read_document(path, "a results")
 
 
 def newest_storage_file(folder: Path) -> Path:

@@ -26,20 +26,25 @@ def _reject_constant(name: str) -> float:
 
 def read_json(path: Path, kind: str, schema_version: int) -> dict[str, Any]:
     """Load a stored file of ``kind`` and check its schema version."""
+    data = read_document(path, f"a {kind}")
+    check_header(data, str(path), kind, schema_version)
+    return data
+
+
+def read_document(path: Path, what: str) -> Any:
+    """The parsed JSON of ``path`` (``what`` it should be, for messages), with one-line errors."""
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise BloomperfError(f"{path}: file is {size} bytes, too large to be a {kind} file")
+            raise BloomperfError(f"{path}: file is {size} bytes, too large to be {what} file")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BloomperfError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise BloomperfError(f"{path}: is a directory, expected a {kind} JSON file") from None
+        raise BloomperfError(f"{path}: is a directory, expected {what} JSON file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BloomperfError(f"{path}: cannot read: {exc}") from None
-    data = parse_json_text(text, str(path))
-    check_header(data, str(path), kind, schema_version)
-    return data
+    return parse_json_text(text, str(path))
 
 
 def parse_json_text(text: str, where: str) -> Any:

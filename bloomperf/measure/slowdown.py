@@ -23,9 +23,10 @@ import torch
 from bloomperf.errors import BloomperfError
 
 MAX_PERCENT = 1000.0
-# time.sleep overshoots by up to a scheduler tick; sleep only up to this much before the end
-# and spin the rest, so a 0.1 ms delay is as exact as a 100 ms one.
-SPIN_SECONDS = 0.0005
+# time.sleep overshoots by a scheduler tick or more (on a busy VM, several ms: a "5 %" delay of
+# a 70 ms generate measured as +11 %); sleep only up to this much before the end and spin the
+# rest, so short delays are exact.
+SPIN_SECONDS = 0.02
 
 
 def install_slowdown(model: torch.nn.Module, percent: float) -> None:
