@@ -17,6 +17,7 @@ from safetensors import safe_open
 from transformers import AutoTokenizer, BloomConfig, BloomForCausalLM
 
 from bloomperf import models
+from bloomperf.backends.compat import dtype_argument
 from bloomperf.errors import BloomperfError
 from bloomperf.models import (
     MODEL_SHAPES,
@@ -221,7 +222,7 @@ def test_real_width_truncated_build(tmp_path: Path) -> None:
         assert f.get_tensor("transformer.h.1.mlp.dense_4h_to_h.weight").shape == (1024, 4096)
     assert embedding.dtype == torch.bfloat16
     assert embedding.shape == (250880, 1024)
-    loaded = BloomForCausalLM.from_pretrained(model.path, dtype=torch.float16)
+    loaded = BloomForCausalLM.from_pretrained(model.path, **dtype_argument(torch.float16))
     tokenizer = AutoTokenizer.from_pretrained(model.path)
     with torch.no_grad():
         logits = loaded(**tokenizer(PROMPTS[0], return_tensors="pt")).logits

@@ -12,6 +12,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bloomperf.backends.base import Backend, LoadRequest
+from bloomperf.backends.compat import dtype_argument
 from bloomperf.errors import BloomperfError
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class AccelerateBackend(Backend):
         config = AutoConfig.from_pretrained(str(request.checkpoint))
         parameters = bloom_parameters(config)
         kwargs: dict[str, Any] = {
-            "dtype": torch_dtype(request.dtype),
+            **dtype_argument(torch_dtype(request.dtype)),
             "device_map": "auto" if request.device == "cuda" else "cpu",
         }
         limits = max_memory_map(request, parameters)

@@ -8,28 +8,15 @@ from __future__ import annotations
 
 import os
 import socket
-from importlib import metadata
 from typing import TYPE_CHECKING
+
+# Re-exported: the ds-* backends import these from here.
+from bloomperf.backends.compat import dtype_argument, installed_version, version_tuple
+
+__all__ = ["dtype_argument", "installed_version", "version_tuple"]
 
 if TYPE_CHECKING:
     import torch
-
-
-def installed_version(distribution: str) -> str | None:
-    """The installed version of a distribution, without importing it (controller-safe)."""
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """ "4.43.4" -> (4, 43, 4); "5.0.0.dev0" -> (5, 0, 0): enough to compare releases."""
-    parts: list[int] = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
 
 
 def deepspeed_missing() -> str | None:
@@ -47,14 +34,6 @@ def torch_dtype(dtype: str) -> torch.dtype:
         "fp16": torch.float16,
         "int8": torch.int8,
     }[dtype]
-
-
-def dtype_argument(dtype: torch.dtype) -> dict[str, torch.dtype]:
-    """``from_pretrained``'s dtype keyword: ``dtype`` since transformers 4.56, before that
-    ``torch_dtype`` (the reference profile's 4.43.4 silently ignores ``dtype``)."""
-    if version_tuple(installed_version("transformers") or "0") >= (4, 56):
-        return {"dtype": dtype}
-    return {"torch_dtype": dtype}
 
 
 def join_rank_group(device: str) -> int:
