@@ -288,10 +288,11 @@ def test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells(
     first = subprocess.Popen(
         bloomperf_cmd(
             "run",
+            # Long enough (about a minute on a quiet machine) that Ctrl-C lands mid-run.
             "--new-tokens",
-            "8",
+            "100",
             "--cycles",
-            "2",
+            "5",
             "--dtypes",
             "fp32",
             "--batch-sizes",
