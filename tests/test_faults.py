@@ -304,6 +304,9 @@ def test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells(
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        # A shell that started this suite in the background leaves SIGINT ignored, and children
+        # inherit that: give the run the default disposition, as a terminal's Ctrl-C would find.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert first.stderr is not None
