@@ -453,9 +453,14 @@ def batches_to_run(
     """The batches worth loading and running where no baseline says where the OOM is: those
     predicted to fit and ``beyond`` more (to catch the model being pessimistic; an OOM there
     is the expected outcome, a success a model error, not a regression)."""
-    ordered = sorted(batches)
     fitting = predict_boundary(shape, layers, backend, dtype, gpus, n_gpus, batches, **kwargs)
-    last = -1 if fitting is None else ordered.index(fitting)
+    return batches_through(batches, fitting, beyond)
+
+
+def batches_through(batches: tuple[int, ...], boundary: int | None, beyond: int) -> tuple[int, ...]:
+    """The batches up to ``boundary`` (None: none fits) and ``beyond`` more."""
+    ordered = sorted(batches)
+    last = -1 if boundary is None else ordered.index(boundary)
     return tuple(ordered[: last + 1 + beyond])
 
 
@@ -875,3 +880,42 @@ def cell_prediction(
         "predicted_limit": memory.limit,
         "roofline_ms_per_token": bound,
     }
+
+
+def predicted_skip_reason(
+    shape: ModelShape | None,
+    layers: int | None,
+    topology: str,
+    backend: str,
+    dtype: str,
+    batch: int,
+    batch_sizes: tuple[int, ...],
+    new_tokens: int,
+    largest_ok: int | None = None,
+) -> str | None:
+    """Why a cell is not worth loading and running where no baseline knows the OOM boundary:
+    it is more than one batch step beyond the boundary the memory model predicts, and beyond
+    ``largest_ok`` (the largest batch of its group that ran). The step beyond still runs, so a
+    pessimistic model shows up as a success there, and the sweep goes on from it."""
+    if shape is None or topology == "cpu":
+        return None
+    known = known_topology(topology)
+    if known is None:
+        return None
+    nodes, per_node, gpus = known
+    try:
+        boundary = predict_boundary(
+            shape, layers, backend, dtype, gpus, nodes * per_node, batch_sizes,
+            new_tokens=new_tokens, nodes=nodes,
+        )  # fmt: skip
+    except (BloomperfError, KeyError, ValueError):
+        return None
+    if largest_ok is not None and (boundary is None or largest_ok > boundary):
+        boundary = largest_ok
+    if batch not in batch_sizes or batch in batches_through(batch_sizes, boundary, 1):
+        return None
+    largest = "no batch" if boundary is None else f"batch {boundary}"
+    return (
+        f"predicted to run out of memory: more than one step beyond {largest}, the largest "
+        f"that the memory model fits or that ran on {topology} (no baseline; --probe runs it)"
+    )

@@ -18,7 +18,7 @@ from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
 from bloomperf.models import PreparedModel, resolve_model
 from bloomperf.options import add_cli_options, resolve_options
-from bloomperf.predict import cell_prediction, efficiency
+from bloomperf.predict import cell_prediction, efficiency, predicted_skip_reason
 from bloomperf.results import (
     CellResult,
     ModelInfo,
@@ -118,6 +118,7 @@ class Session:
     baseline: Baseline | None = None
     active: GroupRunner | None = None
     oom_at: dict[tuple[str, str], int] = field(default_factory=dict)
+    ok_at: dict[tuple[str, str], int] = field(default_factory=dict)  # largest batch that ran
 
     def runner(self, cell: Cell) -> GroupRunner:
         """The runner of the cell's group; the previous group's workers are stopped first, so
@@ -159,7 +160,25 @@ class Session:
                 f"beyond the baseline's OOM boundary (OOM at batch {boundary} in "
                 f"{self.baseline.path}; --probe runs it anyway)"
             )
+        if self.baseline is None:
+            return predicted_skip_reason(
+                self.model.shape,
+                self.model.layers,
+                self.topology.id,
+                cell.backend,
+                cell.dtype,
+                cell.batch_size,
+                self.batch_sizes(cell.group),
+                self.run.workload.new_tokens,
+                self.ok_at.get(cell.group),
+            )
         return None
+
+    def batch_sizes(self, group: tuple[str, str]) -> tuple[int, ...]:
+        for planned in self.groups:
+            if (planned.backend, planned.dtype) == group:
+                return planned.batch_sizes
+        return ()
 
     def measure_cell(self, cell: Cell, measure: Measure = measure_plainly) -> CellResult:
         """Measure (or skip) one cell and record it."""
@@ -170,6 +189,8 @@ class Session:
         result = self.record(with_prediction(result, self))
         if result.outcome is Outcome.OOM:
             self.oom_at.setdefault(cell.group, cell.batch_size)
+        if result.outcome is Outcome.OK:
+            self.ok_at[cell.group] = max(cell.batch_size, self.ok_at.get(cell.group, 0))
         return result
 
     def record(self, cell: CellResult) -> CellResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ from bloomperf.baseline import find_baseline
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
 from bloomperf.hardware import GPU_SPECS, GiB, known_topology, parse_topology_id
+from bloomperf.matrix import Cell, Group
 from bloomperf.models import MODEL_SHAPES, resolve_model
+from bloomperf.options import resolve_options
 from bloomperf.predict import (
     CPU_RUNTIME_RSS_BYTES,
     KV_HEADROOM,
@@ -31,6 +34,7 @@ from bloomperf.predict import (
     roofline_ms_per_token,
     zero_largest_gather,
 )
+from bloomperf.run import Session
 
 BLOOM = MODEL_SHAPES["bloom-176b"]
 A100 = GPU_SPECS["A100-80GB"]
@@ -241,3 +245,32 @@ def test_zero_roofline_counts_every_rank_tokens() -> None:
     per_rank = roofline_ms_per_token(BLOOM, None, "ds-zero", "bf16", 1, A100, 8, streams=1)
     blog = roofline_ms_per_token(BLOOM, None, "ds-zero", "bf16", 1, A100, 8)
     assert blog == pytest.approx(per_rank / 8)
+
+
+def test_no_baseline_skips_cells_far_beyond_the_predicted_boundary(tmp_path: Path) -> None:
+    """Through the run's own skip decision: on a topology with no baseline, the cells more than
+    one step past the predicted boundary are skipped with the reason, the rest are run."""
+    options = resolve_options(
+        {"output": str(tmp_path / "r.json"), "baselines": str(tmp_path)}, env={}
+    )
+    session = Session.prepare(options)  # the tiny model on this CPU; its parts replaced below
+    assert session.baseline is None
+    batches = (1, 8, 16, 32, 64, 128, 256, 512)
+    session.topology = replace(session.topology, id="8xH100-80GB", device="cuda")
+    session.model = replace(session.model, name="bloom-176b", shape=BLOOM, layers=70)
+    session.groups = [Group("accelerate", "bf16", batches)]
+    _, n_gpus, h100 = parse_topology_id("8xH100-80GB")
+    boundary = predict_boundary(BLOOM, None, "accelerate", "bf16", h100, n_gpus, batches)
+    assert boundary is not None and boundary < 256
+    expected_run = batches[: batches.index(boundary) + 2]
+    reasons = {b: session.skip_reason(Cell("accelerate", "bf16", b)) for b in batches}
+    assert [b for b, why in reasons.items() if why is None] == list(expected_run)
+    for b in batches[len(expected_run) :]:
+        assert f"beyond batch {boundary}, the largest" in (reasons[b] or "")
+    # The model was pessimistic: the step beyond ran. The sweep goes on one step past it.
+    session.ok_at[("accelerate", "bf16")] = expected_run[-1]
+    next_step = batches[len(expected_run)]
+    assert session.skip_reason(Cell("accelerate", "bf16", next_step)) is None
+    assert session.skip_reason(Cell("accelerate", "bf16", batches[len(expected_run) + 1]))
+    session.options = {**session.options, "probe": True}
+    assert session.skip_reason(Cell("accelerate", "bf16", 512)) is None
