@@ -866,8 +866,9 @@ def cell_prediction(
     nodes, per_node, gpus = known
     try:
         memory = predict_cell(
-            shape, layers, backend, dtype, batch, gpus, nodes * per_node, new_tokens=new_tokens
-        )
+            shape, layers, backend, dtype, batch, gpus, nodes * per_node,
+            new_tokens=new_tokens, nodes=nodes,
+        )  # fmt: skip
         bound = roofline_ms_per_token(
             shape, layers, backend, dtype, batch, gpus, nodes * per_node, new_tokens=new_tokens
         )
