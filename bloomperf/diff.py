@@ -27,8 +27,7 @@ from bloomperf.baseline import (
 from bloomperf.compare import Comparison, compare_run, compare_without_baseline, render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.history import add_detection_options, detection_settings, history_section
-from bloomperf.jsonfile import check_header, get_dict, get_list
-from bloomperf.jsonfile import read_document as jsonfile_read_document
+from bloomperf.jsonfile import check_header, get_dict, get_list, read_document
 from bloomperf.results import (
     RESULTS_KIND,
     RESULTS_SCHEMA_VERSION,
@@ -48,7 +47,7 @@ def read_results(path: Path) -> RunResult:
     path = Path(path)
     if path.is_dir():
         path = newest_storage_file(path)
-    data = read_document(path)
+    data = read_document(path, "a results")  # no kind check yet: the format is sniffed below
     where = str(path)
     if not isinstance(data, dict):
         raise BloomperfError(f"{where}: expected a JSON object, found {type(data).__name__}")
@@ -60,11 +59,6 @@ def read_results(path: Path) -> RunResult:
     if "benchmarks" in data:
         return run_from_benchmark_json(data, where)
     raise BloomperfError(f"{where}: neither a bloomperf results file nor a pytest-benchmark file")
-
-
-def read_document(path: Path) -> Any:
-    """The parsed JSON of ``path`` (no kind check here: the format is sniffed by the caller)."""
-    return jsonfile_read_document(path, "a results")
 
 
 def newest_storage_file(folder: Path) -> Path:

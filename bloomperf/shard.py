@@ -79,8 +79,9 @@ def shard_rank(spec: dict[str, Any]) -> None:
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
+    from bloomperf.backends.compat import dtype_argument
     from bloomperf.backends.ds_inference import SHARD_MARKER, weights_dtype
-    from bloomperf.backends.ds_ranks import dtype_argument, join_rank_group, torch_dtype
+    from bloomperf.backends.ds_ranks import join_rank_group, torch_dtype
 
     join_rank_group(spec["device"])
     model = AutoModelForCausalLM.from_pretrained(

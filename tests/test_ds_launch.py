@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bloomperf.backends import backend_class
-from bloomperf.backends.ds_ranks import installed_version, version_tuple
+from bloomperf.backends.compat import installed_version, version_tuple
 from bloomperf.dslaunch import (
     SHM_DIR,
     cleanup_shm,

@@ -25,14 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bloomperf.backends.base import Backend, LoadRequest
-from bloomperf.backends.ds_ranks import (
-    deepspeed_missing,
-    dtype_argument,
-    installed_version,
-    join_rank_group,
-    torch_dtype,
-    version_tuple,
-)
+from bloomperf.backends.compat import dtype_argument, installed_version, version_tuple
+from bloomperf.backends.ds_ranks import deepspeed_missing, join_rank_group, torch_dtype
 from bloomperf.errors import BloomperfError
 
 if TYPE_CHECKING:

@@ -10,10 +10,7 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-# Re-exported: the ds-* backends import these from here.
-from bloomperf.backends.compat import dtype_argument, installed_version, version_tuple
-
-__all__ = ["dtype_argument", "installed_version", "version_tuple"]
+from bloomperf.backends.compat import installed_version
 
 if TYPE_CHECKING:
     import torch

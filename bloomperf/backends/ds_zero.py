@@ -15,20 +15,12 @@ times the batch per cycle, reported in ``details()["aggregate_batch_factor"]``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from bloomperf.backends.base import Backend, LoadRequest
-from bloomperf.backends.ds_ranks import (
-    deepspeed_missing,
-    dtype_argument,
-    installed_version,
-    join_rank_group,
-    torch_dtype,
-)
+from bloomperf.backends.compat import dtype_argument, installed_version
+from bloomperf.backends.ds_ranks import deepspeed_missing, join_rank_group, torch_dtype
 from bloomperf.errors import BloomperfError
-
-if TYPE_CHECKING:
-    pass
 
 OFFLOAD_CHOICES = ("none", "cpu", "nvme")
 
