@@ -864,13 +864,13 @@ def cell_prediction(
     if known is None:
         return {}
     nodes, per_node, gpus = known
+    n_gpus = nodes * per_node
     try:
         memory = predict_cell(
-            shape, layers, backend, dtype, batch, gpus, nodes * per_node,
-            new_tokens=new_tokens, nodes=nodes,
-        )  # fmt: skip
+            shape, layers, backend, dtype, batch, gpus, n_gpus, new_tokens=new_tokens, nodes=nodes
+        )
         bound = roofline_ms_per_token(
-            shape, layers, backend, dtype, batch, gpus, nodes * per_node, new_tokens=new_tokens
+            shape, layers, backend, dtype, batch, gpus, n_gpus, new_tokens=new_tokens
         )
     except (BloomperfError, KeyError, ValueError):
         return {}
@@ -898,16 +898,15 @@ def predicted_skip_reason(
     it is more than one batch step beyond the boundary the memory model predicts, and beyond
     ``largest_ok`` (the largest batch of its group that ran). The step beyond still runs, so a
     pessimistic model shows up as a success there, and the sweep goes on from it."""
-    if shape is None or topology == "cpu":
-        return None
     known = known_topology(topology)
-    if known is None:
+    if shape is None or known is None:  # known_topology: None for "cpu" and unknown GPUs
         return None
     nodes, per_node, gpus = known
+    n_gpus = nodes * per_node
     try:
         boundary = predict_boundary(
-            shape, layers, backend, dtype, gpus, nodes * per_node, batch_sizes,
-            new_tokens=new_tokens, nodes=nodes,
+            shape, layers, backend, dtype, gpus, n_gpus, batch_sizes, new_tokens=new_tokens,
+            nodes=nodes,
         )  # fmt: skip
     except (BloomperfError, KeyError, ValueError):
         return None
