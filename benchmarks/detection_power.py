@@ -150,11 +150,11 @@ def run_trials(args: argparse.Namespace) -> tuple[Arm, list[Arm]]:
                     arm.samples.append(
                         tuple(ms_per_token(v, args.batch_size, args.new_tokens) for v in values)
                     )
-                continue
-            reference.samples.append(measure(reference, args.batch_size))
-            shift = trial % len(others)
-            for arm in others[shift:] + others[:shift]:
-                arm.samples.append(measure(arm, args.batch_size))
+            else:
+                reference.samples.append(measure(reference, args.batch_size))
+                shift = trial % len(others)
+                for arm in others[shift:] + others[:shift]:
+                    arm.samples.append(measure(arm, args.batch_size))
             if (trial + 1) % 10 == 0:
                 elapsed = time.monotonic() - started
                 print(f"  {trial + 1}/{args.trials} trials, {elapsed:.0f} s", file=sys.stderr)
