@@ -42,6 +42,10 @@ class GroupSpec:
     load_timeout_s: float = 1800.0
     cell_timeout_s: float = 1800.0
     log_dir: Path | None = None
+    # Another interpreter and extra environment settings (``bloomperf ab``'s arms); None and
+    # empty mean this controller's own interpreter and environment.
+    python: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def group(self) -> tuple[str, str]:
@@ -114,7 +118,7 @@ class WorkerGroup:
             )
         )
         argv, extra_env = self._command()
-        env = {**os.environ, **extra_env, SPEC_ENV: str(spec_file)}
+        env = {**os.environ, **self.spec.env, **extra_env, SPEC_ENV: str(spec_file)}
         if self.spec.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
             # One thread per rank by default: on a small shared CPU, spinning OpenMP pools turn
@@ -133,11 +137,12 @@ class WorkerGroup:
             )
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
+        python = self.spec.python or sys.executable
         if self.spec.world_size == 1:
-            return [sys.executable, "-m", "bloomperf.worker"], {}
+            return [python, "-m", "bloomperf.worker"], {}
         from bloomperf.dslaunch import rank_group_command
 
-        return rank_group_command(self.spec.world_size, self.spec.options)
+        return rank_group_command(self.spec.world_size, self.spec.options, python=python)
 
     def _accept(self, listener: socket.socket, timeout: float) -> MessageStream:
         deadline = time.monotonic() + timeout

@@ -126,8 +126,16 @@ class Session:
         if self.active is not None and self.active.spec.group == cell.group:
             return self.active
         self.stop()
+        spec = self.group_spec(cell)
+        self.active = GroupRunner(
+            spec, warmup=self.run.workload.warmup, cycles=self.run.workload.cycles
+        )
+        return self.active
+
+    def group_spec(self, cell: Cell) -> GroupSpec:
+        """How the worker group serving ``cell``'s (backend, dtype) is started."""
         backend = backend_class(cell.backend)
-        spec = GroupSpec(
+        return GroupSpec(
             backend=cell.backend,
             dtype=cell.dtype,
             checkpoint=self.model.path,
@@ -138,10 +146,6 @@ class Session:
             load_timeout_s=self.options.get("load_timeout") or 1800.0,
             cell_timeout_s=self.options.get("cell_timeout") or 1800.0,
         )
-        self.active = GroupRunner(
-            spec, warmup=self.run.workload.warmup, cycles=self.run.workload.cycles
-        )
-        return self.active
 
     def skip_reason(self, cell: Cell) -> str | None:
         """Why a cell is not run: the stack cannot, or it is beyond a known OOM boundary."""
