@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bloomperf import accelerate_map
 from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.backends.ds_inference import LOAD_CHOICES, read_shard_marker
 from bloomperf.errors import BloomperfError
+from bloomperf.sizes import parse_size
 
 
 def parse_names(valid: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
@@ -75,30 +78,6 @@ def parse_percent(text: str) -> float:
     return value
 
 
-def parse_size(text: str) -> int:
-    """``"3GiB"``, ``"512MiB"``, ``"2000000000"`` → bytes."""
-    units = {
-        "kib": 2**10,
-        "mib": 2**20,
-        "gib": 2**30,
-        "tib": 2**40,
-        "kb": 10**3,
-        "mb": 10**6,
-        "gb": 10**9,
-        "b": 1,
-    }
-    lowered = text.strip().lower()
-    unit = next((u for u in units if lowered.endswith(u)), "")
-    number, factor = (lowered[: -len(unit)], units[unit]) if unit else (lowered, 1)
-    try:
-        value = float(number) * factor
-    except ValueError:
-        raise ValueError(f"{text!r} is not a size such as 3GiB or 512MiB") from None
-    if value <= 0:
-        raise ValueError(f"must be positive, got {text}")
-    return int(value)
-
-
 def parse_choice(valid: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in valid:
@@ -116,6 +95,22 @@ def parse_text(text: str) -> str:
 
 def parse_path(text: str) -> Path:
     return Path(parse_text(text))
+
+
+def parse_max_memory(text: str) -> str:
+    return accelerate_map.parse_choice(parse_text(text).strip())
+
+
+def parse_sharded(text: str) -> Path:
+    """A folder ``bloomperf shard`` wrote: its marker must be there and readable."""
+    folder = parse_path(text)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder")
+    try:
+        read_shard_marker(folder)
+    except BloomperfError as exc:
+        raise ValueError(str(exc)) from None
+    return folder
 
 
 def parse_flag(text: str) -> bool:
@@ -201,8 +196,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "max_memory",
-        parse_text,
-        "accelerate's max_memory: auto, blog, or a map like 0:0GiB,1:51GiB",
+        parse_max_memory,
+        "accelerate: the weights each GPU may take: blog (GPU 0 free, 51 GiB or 26 GiB int8 on "
+        "the others), even, a map like 0:0GiB,1:51GiB, or auto (blog for all of bloom-176b on "
+        "8 x 80 GB, else even) [auto]",
         "MAP",
     ),
     Option(
@@ -235,6 +232,19 @@ OPTIONS: tuple[Option, ...] = (
         parse_choice(("none", "cpu", "nvme")),
         "ds-zero parameter offload [none]",
         "WHERE",
+    ),
+    Option(
+        "sharded",
+        parse_sharded,
+        "ds-inference/ds-autotp: load this pre-sharded checkpoint (written by bloomperf shard)",
+        "DIR",
+    ),
+    Option(
+        "load",
+        parse_choice(LOAD_CHOICES),
+        f"ds-inference/ds-autotp loading: {', '.join(LOAD_CHOICES)} "
+        "[unsharded where DeepSpeed can read the files, else hf]",
+        "HOW",
     ),
     Option("nvme_path", parse_path, "folder on NVMe for ds-zero's nvme offload", "DIR"),
     Option("hostfile", parse_path, "DeepSpeed hostfile for multi-node launches", "FILE"),

@@ -17,11 +17,18 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bloomperf.accelerate_map import max_memory_map, split_model, weight_caps
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.baseline import EXPECT_OK, Baseline, find_baseline, oom_boundary
 from bloomperf.errors import BloomperfError
 from bloomperf.hardware import GiB, GpuSpec, known_topology, parse_topology_id, topology_id
 from bloomperf.models import MODEL_SHAPES, ModelShape, check_layers
+from bloomperf.weights import (
+    activation_bytes,
+    embedding_bytes,
+    layer_bytes,
+    weight_bytes_per_param,
+)
 
 BATCH_SIZES: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 512)
 
@@ -46,13 +53,6 @@ KV_HEADROOM = 2.0
 # input's GPU (``io_same_device``): while step t's cache is copied there, step t-1's is still
 # referenced by ``generate``. Physics: two whole-model caches on the input GPU.
 ACCELERATE_IO_CACHE_COPIES = 2
-
-# The blog script's hand-made map for BLOOM on 8 x 80 GB (transformers-bloom-inference,
-# ``get_max_memory_per_gpu_dict``: "this works with bs=40"): GPU 0 kept free for generate's
-# tensors, GPUs 1-7 capped for the weights.
-BLOG_MAX_MEMORY_GIB = {"int8": 26.0, "other": 51.0}
-# Its generic map: the weights divided evenly, plus 5% "since weight sizes aren't the same".
-GENERIC_MAX_MEMORY_SLACK = 1.05
 
 # DeepSpeed-Inference (ops/csrc/transformer/inference/includes/inference_context.h): tokens the
 # workspace is sized for at most, and the memory it leaves free (500 MB when over 1 GB is free).
@@ -80,28 +80,6 @@ ZERO_PINNED_GATHER_BLOCKS = 1
 CPU_RUNTIME_RSS_BYTES = 348 * 1024**2
 
 # ---- shapes and bytes -----------------------------------------------------------------------
-
-
-def weight_bytes_per_param(dtype: str) -> int:
-    return {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}[dtype]
-
-
-def activation_bytes(dtype: str) -> int:
-    """Activations, KV cache and logits: int8 weights still compute in fp16."""
-    return 4 if dtype == "fp32" else 2
-
-
-def layer_bytes(shape: ModelShape, dtype: str, shards: int = 1) -> int:
-    """One block: its 12h^2 matmul weights in ``dtype``, its 13h biases and norms in fp16."""
-    h = shape.hidden_size
-    matmul = 12 * h * h * weight_bytes_per_param(dtype)
-    rest = 13 * h * activation_bytes(dtype)
-    return (matmul + rest) // shards
-
-
-def embedding_bytes(shape: ModelShape, dtype: str) -> int:
-    """The (tied) word embedding and its layernorm, never quantised."""
-    return (shape.vocab_size + 2) * shape.hidden_size * activation_bytes(dtype)
 
 
 def kv_bytes(shape: ModelShape, layers: int, dtype: str, batch: int, tokens: int) -> int:
@@ -183,7 +161,8 @@ def predict_cell(
     new_tokens: int = 100,
     **layout: Any,
 ) -> MemoryPrediction:
-    """Per-GPU memory of one cell. ``layout``: ``max_memory`` (GiB per GPU, Accelerate),
+    """Per-GPU memory of one cell. ``layout``: ``max_memory`` (Accelerate: auto, blog, even or
+    a map, as ``--max-memory``),
     ``tp`` (tensor-parallel degree, DeepSpeed), ``max_out_tokens`` (DeepSpeed-Inference),
     ``offload`` (ZeRO-3 parameters kept in CPU memory), ``nodes`` (how many nodes the
     ``n_gpus`` are spread over; default 1)."""
@@ -198,7 +177,7 @@ def predict_cell(
             # One process drives every GPU: it cannot reach another node's.
             empty = [GpuMemory()] * cell.n_gpus
             return cell.result("accelerate", empty, "Accelerate runs on one node only")
-        return _predict_accelerate(cell, layout.get("max_memory"))
+        return _predict_accelerate(cell, str(layout.get("max_memory") or "auto"))
     if backend == "ds-inference":
         tp = int(layout.get("tp", n_gpus))
         return _predict_ds_inference(cell, tp, int(layout.get("max_out_tokens", DS_MAX_OUT_TOKENS)))
@@ -242,62 +221,18 @@ class _Cell:
 # ---- Accelerate: naive pipeline over a max_memory map ---------------------------------------
 
 
-def default_max_memory(
-    shape: ModelShape, layers: int, dtype: str, gpus: GpuSpec, n_gpus: int
-) -> tuple[float, ...]:
-    """The blog script's map, in GiB per GPU (``get_max_memory_per_gpu_dict``)."""
-    blog_node = n_gpus == 8 and gpus.memory_bytes > 79 * GiB
-    if shape.name == "bloom-176b" and layers == shape.n_layer and blog_node:
-        cap = BLOG_MAX_MEMORY_GIB["int8" if dtype == "int8" else "other"]
-        return (0.0, *([cap] * 7))
-    # Counted as accelerate counts it: every parameter at the dtype's width (1 byte for int8).
-    total = shape.parameters(layers) * weight_bytes_per_param(dtype)
-    return tuple([total / n_gpus * GENERIC_MAX_MEMORY_SLACK / GiB] * n_gpus)
-
-
-def accelerate_split(
-    shape: ModelShape, layers: int, dtype: str, max_memory: tuple[float, ...]
-) -> tuple[list[int], list[int], int] | None:
-    """Accelerate's sequential fill: per GPU the real weight bytes and the layer count, and the
-    GPU holding the embedding (and the tied lm_head). None when the map cannot hold the model."""
-    width = weight_bytes_per_param(dtype)
-    h = shape.hidden_size
-    counted_embedding = (shape.vocab_size + 2) * h * width
-    counted_layer = (12 * h * h + 13 * h) * width
-    caps = [int(g * GiB) for g in max_memory]
-    used = [0] * len(caps)
-    real = [0] * len(caps)
-    per_gpu_layers = [0] * len(caps)
-    gpu = 0
-    modules = [("embedding", counted_embedding, embedding_bytes(shape, dtype))]
-    modules += [("layer", counted_layer, layer_bytes(shape, dtype))] * layers
-    modules.append(("norm", 2 * h * width, 2 * h * activation_bytes(dtype)))
-    embedding_gpu = 0
-    for kind, counted, actual in modules:
-        while gpu < len(caps) and used[gpu] + counted > caps[gpu]:
-            gpu += 1
-        if gpu == len(caps):
-            return None
-        used[gpu] += counted
-        real[gpu] += actual
-        if kind == "layer":
-            per_gpu_layers[gpu] += 1
-        elif kind == "embedding":
-            embedding_gpu = gpu
-    return real, per_gpu_layers, embedding_gpu
-
-
-def _predict_accelerate(cell: _Cell, max_memory: tuple[float, ...] | None) -> MemoryPrediction:
+def _predict_accelerate(cell: _Cell, max_memory: str) -> MemoryPrediction:
+    """The split comes from ``bloomperf.accelerate_map``: the map the backend passes, and where
+    accelerate then puts each block."""
     shape, dtype = cell.shape, cell.dtype
-    if max_memory is None:
-        max_memory = default_max_memory(shape, cell.layers, dtype, cell.gpus, cell.n_gpus)
-    if len(max_memory) != cell.n_gpus:
-        raise BloomperfError(f"max_memory: {len(max_memory)} entries for {cell.n_gpus} GPUs")
-    split = accelerate_split(shape, cell.layers, dtype, tuple(max_memory))
+    caps = weight_caps(max_memory, shape, cell.layers, dtype, cell.n_gpus, cell.gpus.memory_bytes)
+    if len([k for k in caps if isinstance(k, int)]) != cell.n_gpus:
+        raise BloomperfError(f"--max-memory: {len(caps)} entries for {cell.n_gpus} GPUs")
+    split = split_model(shape, cell.layers, dtype, max_memory_map(caps, dtype))
     if split is None:
         empty = [GpuMemory(context=CUDA_CONTEXT_BYTES)] * cell.n_gpus
         return cell.result("accelerate", empty, "max_memory map cannot hold the weights")
-    weights, layer_counts, embedding_gpu = split
+    weights, layer_counts, embedding_gpu = split.weights, split.layers, split.embedding_gpu
     per_gpu = []
     for index in range(cell.n_gpus):
         kv = cell.held_kv(layer_counts[index])

@@ -20,10 +20,8 @@ from bloomperf.options import resolve_options
 from bloomperf.predict import (
     CPU_RUNTIME_RSS_BYTES,
     KV_HEADROOM,
-    accelerate_split,
     batches_to_run,
     check_boundaries,
-    default_max_memory,
     efficiency,
     embedding_bytes,
     kv_bytes,
@@ -86,15 +84,14 @@ def test_physics_alone_is_one_step_optimistic(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_blog_accelerate_map_leaves_gpu0_empty() -> None:
-    max_memory = default_max_memory(BLOOM, 70, "bf16", A100, 8)
-    assert max_memory == (0.0, *([51.0] * 7))
-    split = accelerate_split(BLOOM, 70, "bf16", max_memory)
-    assert split is not None
-    weights, layers, embedding_gpu = split
-    assert weights[0] == 0 and layers[0] == 0 and embedding_gpu == 1
-    assert sum(layers) == 70
-    assert sum(weights) == pytest.approx(BLOOM.parameters() * 2, rel=1e-6)
-    assert max(weights) <= 51 * GiB
+    # The default map on the blog's node is the blog's: GPU 0 holds no weights.
+    cell = predict_cell(BLOOM, None, "accelerate", "bf16", 1, A100, 8)
+    assert cell.fits
+    assert cell.per_gpu[0].weights == 0
+    assert all(gpu.weights > 0 for gpu in cell.per_gpu[1:])
+    weights = sum(gpu.weights for gpu in cell.per_gpu)
+    assert weights == pytest.approx(BLOOM.parameters() * 2, rel=1e-6)
+    assert max(gpu.weights for gpu in cell.per_gpu) <= 51 * GiB
 
 
 def test_breakdown_adds_up_and_grows_with_batch() -> None:

@@ -277,6 +277,9 @@ def test_a_hung_worker_times_out_and_its_group_is_killed(tmp_path: Path) -> None
         (["--batch-sizes", "0"], "--batch-sizes: batch size must be a positive integer, got 0"),
         (["--batch-sizes", "-4"], "--batch-sizes: batch size must be a positive integer, got -4"),
         (["--model", "no-such-model"], "--model: 'no-such-model' is not a known shape"),
+        (["--sharded", "/no/such/dir"], "--sharded: /no/such/dir is not a folder"),
+        (["--load", "eager"], "--load: unknown value 'eager' (valid: unsharded, hf)"),
+        (["--max-memory", "0:lots"], "--max-memory: '0:lots': 'lots' is not a size"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:

@@ -11,24 +11,15 @@ import logging
 import warnings
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from bloomperf.accelerate_map import max_memory_map, weight_caps
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.compat import dtype_argument
-from bloomperf.errors import BloomperfError
+from bloomperf.models import ModelShape
+from bloomperf.weights import model_weight_bytes
 
 if TYPE_CHECKING:
     import torch
 
-GIB = 2**30
-# The blog's hand-made map for BLOOM-176B on 8 × A100-80GB: GPU 0 holds no weights so it has
-# room for activations and logits; the other seven hold the layers.
-BLOG_MAX_MEMORY: dict[str, dict[int | str, str]] = {
-    "bf16": {0: "0GIB", **{i: "51GIB" for i in range(1, 8)}},
-    "fp16": {0: "0GIB", **{i: "51GIB" for i in range(1, 8)}},
-    "int8": {0: "0GIB", **{i: "26GIB" for i in range(1, 8)}},
-}
-# bloom-accelerate-inference.py's margin over an even split: layer sizes differ and the first
-# and last GPUs also hold embeddings.
-EVEN_SPLIT_MARGIN = 1.10
 OFFLOAD_CHOICES = ("none", "cpu", "disk")
 
 
@@ -44,51 +35,22 @@ def torch_dtype(dtype: str) -> torch.dtype:
     }[dtype]
 
 
-def parse_max_memory(text: str) -> dict[int | str, str]:
-    """``"0:0GiB,1:51GiB,cpu:100GiB"`` → {0: "0GiB", 1: "51GiB", "cpu": "100GiB"}."""
-    result: dict[int | str, str] = {}
-    for part in text.split(","):
-        key, sep, value = part.strip().partition(":")
-        if not sep or not value:
-            raise BloomperfError(
-                f"--bloomperf-max-memory: {part!r} is not DEVICE:SIZE (e.g. 0:51GiB,cpu:100GiB)"
-            )
-        result[int(key) if key.isdigit() else key] = value
-    return result
-
-
-def even_split_max_memory(parameters: int, dtype: str, n_gpus: int) -> dict[int | str, int]:
-    """The weights split evenly over the GPUs, plus a margin (what the blog's script derives)."""
-    per_gpu = int(weight_bytes(parameters, dtype) / n_gpus * EVEN_SPLIT_MARGIN)
-    return {i: per_gpu for i in range(n_gpus)}
-
-
-def weight_bytes(parameters: int, dtype: str) -> int:
-    return parameters * (1 if dtype == "int8" else (4 if dtype == "fp32" else 2))
-
-
-def max_memory_map(request: LoadRequest, parameters: int) -> dict[int | str, Any] | None:
-    choice = str(request.options.get("max_memory") or "auto")
+def max_memory_limits(request: LoadRequest, shape: ModelShape) -> dict[int | str, Any] | None:
+    """The ``max_memory`` for ``from_pretrained``, from the one rule in ``accelerate_map``."""
     if request.device == "cpu":
         if request.options.get("offload") == "disk":
             # Keep part of the weights in RAM so the rest really goes through the disk. (Below
             # about 3/4, accelerate's reserve for the largest layer sends everything to disk.)
-            share = weight_bytes(parameters, request.dtype) * 3 // 4
+            share = model_weight_bytes(shape, shape.n_layer, request.dtype) * 3 // 4
             return {"cpu": request.options.get("cpu_memory") or share}
         return None
     import torch
 
     n_gpus = torch.cuda.device_count()
-    if choice == "blog":
-        if request.dtype not in BLOG_MAX_MEMORY:
-            raise BloomperfError(f"--bloomperf-max-memory: the blog's map has no {request.dtype}")
-        return {k: v for k, v in BLOG_MAX_MEMORY[request.dtype].items() if int(k) < n_gpus}
-    if choice == "auto":
-        limits: dict[int | str, Any] = dict(
-            even_split_max_memory(parameters, request.dtype, n_gpus)
-        )
-    else:
-        limits = dict(parse_max_memory(choice))
+    gpu_memory = torch.cuda.get_device_properties(0).total_memory
+    choice = str(request.options.get("max_memory") or "auto")
+    caps = weight_caps(choice, shape, shape.n_layer, request.dtype, n_gpus, gpu_memory)
+    limits: dict[int | str, Any] = dict(max_memory_map(caps, request.dtype))
     if request.options.get("offload") in ("cpu", "disk"):
         limits["cpu"] = request.options.get("cpu_memory") or "1000GiB"
     return limits
@@ -126,12 +88,11 @@ class AccelerateBackend(Backend):
         from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(str(request.checkpoint))
-        parameters = bloom_parameters(config)
         kwargs: dict[str, Any] = {
             **dtype_argument(torch_dtype(request.dtype)),
             "device_map": "auto" if request.device == "cuda" else "cpu",
         }
-        limits = max_memory_map(request, parameters)
+        limits = max_memory_limits(request, config_shape(config))
         if limits is not None:
             kwargs["max_memory"] = limits
             kwargs["device_map"] = "auto"
@@ -159,6 +120,8 @@ class AccelerateBackend(Backend):
         del self.model
 
 
-def bloom_parameters(config: Any) -> int:
-    h, layers, vocab = config.hidden_size, config.n_layer, config.vocab_size
-    return int(layers * (12 * h * h + 13 * h) + vocab * h + 4 * h)
+def config_shape(config: Any) -> ModelShape:
+    """The checkpoint's shape, from its config (a registry shape or any BLOOM checkpoint)."""
+    return ModelShape(
+        "checkpoint", config.hidden_size, config.n_layer, config.n_head, config.vocab_size
+    )

@@ -1,0 +1,27 @@
+"""Sizes in bytes as users write them: ``3GiB``, ``512MiB``, ``2000000000``."""
+
+from __future__ import annotations
+
+
+def parse_size(text: str, allow_zero: bool = False) -> int:
+    """``"3GiB"``, ``"512MiB"``, ``"2000000000"`` → bytes (``0GiB`` only with ``allow_zero``)."""
+    units = {
+        "kib": 2**10,
+        "mib": 2**20,
+        "gib": 2**30,
+        "tib": 2**40,
+        "kb": 10**3,
+        "mb": 10**6,
+        "gb": 10**9,
+        "b": 1,
+    }
+    lowered = text.strip().lower()
+    unit = next((u for u in units if lowered.endswith(u)), "")
+    number, factor = (lowered[: -len(unit)], units[unit]) if unit else (lowered, 1)
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size such as 3GiB or 512MiB") from None
+    if value < 0 or (value == 0 and not allow_zero) or value != value:
+        raise ValueError(f"must be positive, got {text}")
+    return int(value)

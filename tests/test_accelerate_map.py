@@ -1,0 +1,181 @@
+"""The one max-memory rule against transformers' and accelerate's own planning, on the meta device.
+
+Every map here goes through the real code ``from_pretrained`` runs before it reads a weight: the
+bitsandbytes 8-bit quantizer (built from ``BitsAndBytesConfig``), ``get_balanced_memory``, the
+quantizer's ``adjust_max_memory`` and ``infer_auto_device_map``. bloom-176b plans from its config.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from bloomperf.accelerate_map import (
+    QUANTIZER_MAX_MEMORY_FACTOR,
+    blog_caps,
+    max_memory_map,
+    parse_map,
+    resolve_choice,
+    split_model,
+    weight_caps,
+)
+from bloomperf.device_map import infer_device_map, meta_model, summarise
+from bloomperf.hardware import GPU_SPECS, GiB
+from bloomperf.models import MODEL_SHAPES, ModelShape
+from bloomperf.weights import model_weight_bytes
+
+pytest.importorskip("bitsandbytes")
+
+BLOOM = MODEL_SHAPES["bloom-176b"]
+A100 = GPU_SPECS["A100-80GB"].memory_bytes
+H200 = GPU_SPECS["H200-141GB"].memory_bytes
+# (layers, GPUs, GPU memory): the blog's node, and the 2-layer model on one H200.
+TOPOLOGIES = [(70, 8, A100), (2, 1, H200)]
+REFUSAL = "Some modules are dispatched on the CPU or the disk"
+
+
+def planned_map(
+    shape: ModelShape, layers: int, dtype: str, choice: str, n_gpus: int, memory: int
+) -> dict[str, int | str]:
+    caps = weight_caps(choice, shape, layers, dtype, n_gpus, memory)
+    plan = infer_device_map(shape, layers, dtype, max_memory_map(caps, dtype))
+    assert plan.refused == "", plan.refused
+    return plan.placement
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
+@pytest.mark.parametrize("choice", ["auto", "blog", "even"])
+@pytest.mark.parametrize(("layers", "n_gpus", "memory"), TOPOLOGIES)
+def test_every_map_keeps_bloom_176b_on_the_gpus(
+    layers: int, n_gpus: int, memory: int, choice: str, dtype: str
+) -> None:
+    placement = planned_map(BLOOM, layers, dtype, choice, n_gpus, memory)
+    assert not {"cpu", "disk"} & set(placement.values()), placement
+    if choice == "blog" and n_gpus == 8:
+        assert 0 not in placement.values()  # the blog keeps GPU 0 for generate's tensors
+
+
+@pytest.mark.parametrize(("layers", "n_gpus", "memory"), TOPOLOGIES)
+def test_one_byte_per_parameter_overflowed_to_disk(layers: int, n_gpus: int, memory: int) -> None:
+    # The rule this module replaced: parameters x 1 byte for int8, split evenly, + 10 %. The
+    # embedding stays fp16 and the quantizer takes 10 % back, so the last blocks went to disk
+    # and from_pretrained refused the load.
+    old = int(BLOOM.parameters(layers) * 1 / n_gpus * 1.10)
+    plan = infer_device_map(BLOOM, layers, "int8", dict.fromkeys(range(n_gpus), old))
+    assert "disk" in plan.placement.values()
+    assert plan.refused.startswith(REFUSAL)
+
+
+def test_the_blogs_int8_map_as_given_overflows_under_the_quantizer() -> None:
+    # 7 x 26 GiB x 0.9 = 175.9 GB offered; bloom-176b in int8 with an fp16 embedding: 179.9 GB.
+    given = dict(enumerate(blog_caps("int8", 8)))
+    assert model_weight_bytes(BLOOM, 70, "int8") == 179_856_990_208
+    assert sum(given.values()) * 0.9 < model_weight_bytes(BLOOM, 70, "int8")
+    plan = infer_device_map(BLOOM, 70, "int8", given)
+    assert plan.refused.startswith(REFUSAL)
+    # Compensated, every GPU takes its 26 GiB of weights again.
+    compensated = infer_device_map(BLOOM, 70, "int8", max_memory_map(given, "int8"))
+    assert compensated.refused == ""
+    assert max(compensated.bytes_per_device.values()) <= 26 * GiB
+
+
+def test_the_compensation_is_the_quantizers_own_factor() -> None:
+    _, quantizer = meta_model(MODEL_SHAPES["tiny"], 1, "int8")
+    assert type(quantizer).__name__ == "Bnb8BitHfQuantizer"
+    adjusted = quantizer.adjust_max_memory({0: 1_000_000})
+    assert adjusted[0] == pytest.approx(1_000_000 * QUANTIZER_MAX_MEMORY_FACTOR["int8"])
+    # What the rule passes comes back, after the quantizer, as at least the cap it meant.
+    passed = max_memory_map({0: 26 * GiB}, "int8")
+    assert quantizer.adjust_max_memory(passed)[0] >= 26 * GiB
+
+
+def test_the_steps_agree_with_from_pretrained_s_own_planner() -> None:
+    from transformers.integrations.accelerate import _get_device_map
+
+    shape, layers = MODEL_SHAPES["bloom-560m"], 6
+    max_memory = max_memory_map(weight_caps("even", shape, layers, "int8", 2, A100), "int8")
+    model, quantizer = meta_model(shape, layers, "int8")
+    expected = _get_device_map(model, "auto", dict(max_memory), quantizer)
+    assert infer_device_map(shape, layers, "int8", max_memory).placement == dict(expected)
+    too_small = {0: 50 * 2**20, 1: 50 * 2**20}
+    with pytest.raises(ValueError, match=REFUSAL):
+        _get_device_map(model, "auto", dict(too_small), quantizer)
+    assert infer_device_map(shape, layers, "int8", too_small).refused.startswith(REFUSAL)
+
+
+@pytest.mark.parametrize(
+    ("name", "layers", "dtype", "n_gpus", "choice"),
+    [
+        ("bloom-176b", 70, "int8", 8, "blog"),
+        ("bloom-176b", 70, "bf16", 8, "blog"),
+        ("bloom-176b", 70, "int8", 8, "even"),
+        ("bloom-176b", 70, "bf16", 8, "even"),
+        ("bloom-176b", 2, "int8", 8, "even"),
+        ("bloom-176b", 2, "bf16", 1, "even"),
+        ("bloom-560m", 1, "fp32", 8, "even"),
+        ("bloom-560m", 24, "int8", 4, "even"),
+        ("tiny", 2, "int8", 2, "even"),
+    ],
+)
+def test_the_memory_model_splits_as_accelerate_does(
+    name: str, layers: int, dtype: str, n_gpus: int, choice: str
+) -> None:
+    shape = MODEL_SHAPES[name]
+    max_memory = max_memory_map(weight_caps(choice, shape, layers, dtype, n_gpus, A100), dtype)
+    placement = infer_device_map(shape, layers, dtype, max_memory).placement
+    split = split_model(shape, layers, dtype, max_memory)
+    assert split is not None
+    assert split.layers == blocks_per_gpu(placement, layers, n_gpus)
+    assert split.embedding_gpu == embedding_gpu(placement)
+
+
+def blocks_per_gpu(placement: dict[str, int | str], layers: int, n_gpus: int) -> tuple[int, ...]:
+    counts = [0] * n_gpus
+    for name, device in placement.items():
+        assert isinstance(device, int), (name, device)
+        if name in ("", "transformer", "transformer.h"):
+            counts[device] += layers
+        elif name.startswith("transformer.h."):
+            counts[device] += 1
+    return tuple(counts)
+
+
+def embedding_gpu(placement: dict[str, int | str]) -> int | str:
+    for name in ("transformer.word_embeddings", "transformer", ""):
+        if name in placement:
+            return placement[name]
+    raise AssertionError(placement)
+
+
+def test_auto_is_the_blogs_map_only_where_the_blog_ran() -> None:
+    assert resolve_choice("auto", BLOOM, 70, 8, A100) == "blog"
+    assert resolve_choice("auto", BLOOM, 2, 1, H200) == "even"
+    assert resolve_choice("auto", BLOOM, 70, 8, GPU_SPECS["A100-40GB"].memory_bytes) == "even"
+    assert resolve_choice("auto", BLOOM, 69, 8, A100) == "even"
+
+
+def test_explicit_maps_and_their_errors() -> None:
+    assert parse_map("0:0GiB, 1:51GiB,cpu:1GB") == {0: 0, 1: 51 * GiB, "cpu": 10**9}
+    for bad in ("0:", "gpu0:1GiB", "1:-3GiB", "1:lots"):
+        with pytest.raises(ValueError, match=r"0:0GiB|positive|size"):
+            parse_map(bad)
+
+
+def test_summary_folds_blocks_per_device() -> None:
+    placement: dict[str, int | str] = {
+        "transformer.word_embeddings": 1,
+        "transformer.h.0": 1,
+        "transformer.h.1": 1,
+        "transformer.h.2": 2,
+        "transformer.ln_f": 2,
+    }
+    assert summarise(placement) == {
+        "1": ["transformer.word_embeddings", "transformer.h.0-1"],
+        "2": ["transformer.ln_f", "transformer.h.2"],
+    }
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    logging.getLogger("accelerate.utils.modeling").setLevel(logging.ERROR)
