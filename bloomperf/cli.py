@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.report",
     "bloomperf.calibrate",
     "bloomperf.shard",
+    "bloomperf.ab",
 )
 
 

@@ -118,13 +118,14 @@ class WorkerGroup:
             )
         )
         argv, extra_env = self._command()
-        env = {**os.environ, **self.spec.env, **extra_env, SPEC_ENV: str(spec_file)}
+        env = {**os.environ, **extra_env, SPEC_ENV: str(spec_file)}
         if self.spec.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
             # One thread per rank by default: on a small shared CPU, spinning OpenMP pools turn
             # any other load into a many-fold slowdown (seen here: 17 vs 130 ms/token).
             threads = str(self.spec.options.get("threads") or 1)
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = threads
+        env.update(self.spec.env)  # an arm's own settings win: they are what is being compared
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             return subprocess.Popen(

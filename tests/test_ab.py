@@ -1,0 +1,231 @@
+"""`bloomperf ab`: paired statistics, overlays, and real interleaved runs on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bloomperf.cli import main
+from bloomperf.errors import BloomperfError
+from bloomperf.models import resolve_model
+from bloomperf.overlay import (
+    PackageSource,
+    build_overlay,
+    parse_settings,
+    prepare_arm,
+    resolve_python,
+    worker_env,
+)
+from bloomperf.paired import (
+    FASTER,
+    INCONCLUSIVE,
+    SAME,
+    SLOWER,
+    PairedEstimate,
+    critical_rank,
+    decide,
+    estimate_paired,
+    final_verdict,
+)
+from tests.wheels import build_wheel, slowdown_package
+
+# ---- paired statistics (pure) ---------------------------------------------------------------
+
+
+def test_critical_rank_matches_the_signed_rank_table() -> None:
+    # Published Wilcoxon tables: n=10 at 95 % → T=8, so the interval starts at the 9th Walsh
+    # average; n=20 at 99 % → T=37 (38th).
+    assert critical_rank(10, 0.05) == 9
+    assert critical_rank(20, 0.01) == 38
+    # The normal approximation takes over smoothly.
+    assert abs(critical_rank(61, 0.05) - critical_rank(60, 0.05)) < 30
+
+
+def test_interval_covers_the_true_ratio_at_its_level() -> None:
+    rng = np.random.default_rng(7)
+    misses = 0
+    for _ in range(300):
+        a = np.exp(rng.normal(0.0, 0.2, 30)) * 5.0
+        b = a * 1.1 * np.exp(rng.normal(0.0, 0.2, 30))
+        estimate = estimate_paired(a, b, 0.95)
+        misses += not estimate.low <= 1.1 <= estimate.high
+    assert misses / 300 < 0.09
+
+
+def test_pairing_cancels_drift_and_outliers_do_not_move_the_estimate() -> None:
+    rng = np.random.default_rng(3)
+    drift = np.linspace(1.0, 3.0, 200)  # the machine gets three times slower during the run
+    a = drift * np.exp(rng.normal(0.0, 0.03, 200))
+    b = drift * 1.05 * np.exp(rng.normal(0.0, 0.03, 200))
+    b[::20] *= 10.0  # every 20th B cycle disturbed
+    estimate = estimate_paired(a, b, 0.99)
+    assert 1.03 < estimate.low < estimate.ratio < estimate.high < 1.08
+
+
+@pytest.mark.parametrize(
+    ("low", "ratio", "high", "verdict"),
+    [
+        (1.02, 1.10, 1.20, SLOWER),  # significant and large
+        (1.001, 1.02, 1.04, SAME),  # significant but smaller than the tolerance
+        (0.97, 1.00, 1.03, SAME),
+        (0.80, 0.88, 0.97, FASTER),
+        (0.97, 1.06, 1.15, None),  # could be either: more pairs
+        (0.90, 1.00, 1.10, None),
+    ],
+)
+def test_decide(low: float, ratio: float, high: float, verdict: str | None) -> None:
+    estimate = PairedEstimate(ratio, low, high, 50, 0.99)
+    assert decide(estimate, 0.05) == verdict
+    assert final_verdict(estimate, 0.05) == (verdict or INCONCLUSIVE)
+
+
+def test_mismatched_or_bad_samples_are_refused() -> None:
+    with pytest.raises(BloomperfError, match="3 A values but 2 B values"):
+        estimate_paired([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(BloomperfError, match="positive finite"):
+        estimate_paired([1.0, 0.0], [1.0, 2.0])
+
+
+# ---- environments ---------------------------------------------------------------------------
+
+
+def test_settings_and_interpreters_are_checked(tmp_path: Path) -> None:
+    assert parse_settings(["A=1", "B_2=x=y"], "--b-env") == {"A": "1", "B_2": "x=y"}
+    with pytest.raises(BloomperfError, match="--b-env: 'nope' is not KEY=VALUE"):
+        parse_settings(["nope"], "--b-env")
+    with pytest.raises(BloomperfError, match=r"--a: .* neither a Python interpreter nor a venv"):
+        resolve_python(str(tmp_path), "--a")
+    venv = Path(sys.prefix)
+    assert resolve_python(str(venv), "--a") == str((venv / "bin" / "python").absolute())
+
+
+def test_overlay_installs_pins_caches_them_and_runs_their_pth_files(tmp_path: Path) -> None:
+    house = tmp_path / "wheels"
+    build_wheel(
+        house,
+        "bpmark",
+        "2.0",
+        {"bpmark/__init__.py": "", "bpmark-hook.pth": "import os; os.environ['BPMARK'] = 'ran'\n"},
+    )
+    source = PackageSource(find_links=(str(house),))
+    cache = tmp_path / "cache"
+    overlay = build_overlay(sys.executable, ("bpmark==2.0",), source, cache)
+    assert (overlay / "bpmark" / "__init__.py").is_file()
+    # Cached: the same pins come back from the folder even when the wheel is gone.
+    (house / "bpmark-2.0-py3-none-any.whl").unlink()
+    assert build_overlay(sys.executable, ("bpmark==2.0",), source, cache) == overlay
+    # The user's own sitecustomize still runs behind the overlay's bootstrap.
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("import os\nos.environ['USERSITE'] = 'ran'\n")
+    env = worker_env(sys.executable, {"PYTHONPATH": str(user)}, overlay, cache)
+    probe = "import os, bpmark; print(os.environ.get('BPMARK'), os.environ.get('USERSITE'))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["ran", "ran"]
+    arm = prepare_arm("b", sys.executable, {}, ("bpmark==2.0",), source, cache)
+    assert arm.fingerprint["packages"]["bpmark"] == "2.0"
+
+
+def test_a_pin_that_cannot_install_fails_with_pips_reason(tmp_path: Path) -> None:
+    source = PackageSource(find_links=(str(tmp_path),))
+    with pytest.raises(BloomperfError, match=r"pip could not install bpabsent==1\.0") as caught:
+        build_overlay(sys.executable, ("bpabsent==1.0",), source, tmp_path / "cache")
+    assert caught.value.exit_code == 1
+    assert not list((tmp_path / "cache" / "overlays").glob("*"))
+
+
+# ---- real interleaved runs on the tiny model -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny() -> str:
+    return str(resolve_model("tiny", None, None).path)
+
+
+def run_ab(tiny: str, tmp_path: Path, *args: str) -> tuple[int, dict]:
+    output = tmp_path / "ab.json"
+    code = main(
+        [
+            "ab",
+            "--model",
+            tiny,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--batch-sizes",
+            "1",
+            "--dtypes",
+            "fp32",
+            "--new-tokens",
+            "5",
+            "--no-lock",
+            "--output",
+            str(output),
+            *args,
+        ]
+    )
+    return code, json.loads(output.read_text())
+
+
+def test_a_against_itself_is_same(tiny: str, tmp_path: Path) -> None:
+    code, document = run_ab(tiny, tmp_path, "--tolerance", "0.25", "--max-time", "60")
+    (cell,) = document["cells"]
+    assert (code, cell["verdict"]) == (0, SAME), cell
+    assert document["kind"] == "bloomperf-ab" and document["complete"]
+    assert document["differences"]["packages"] == {} and document["differences"]["settings"] == {}
+    samples = cell["samples"]
+    assert len(samples) == 2 * cell["pairs"]
+    assert {(s["arm"], s["position"]) for s in samples} == {("a", 0), ("a", 1), ("b", 0), ("b", 1)}
+    assert document["arms"]["a"]["fingerprint"]["packages"]["torch"]
+
+
+def test_a_slowdown_planted_in_arm_bs_environment_is_found(tiny: str, tmp_path: Path) -> None:
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "sitecustomize.py").write_text(
+        "import time\nimport torch\n"
+        "_forward = torch.nn.Linear.forward\n"
+        "def forward(self, x):\n    time.sleep(0.0005)\n    return _forward(self, x)\n"
+        "torch.nn.Linear.forward = forward\n"
+    )
+    code, document = run_ab(
+        tiny, tmp_path, "--b-env", f"PYTHONPATH={planted}", "--tolerance", "0.1"
+    )
+    (cell,) = document["cells"]
+    assert (code, cell["verdict"]) == (1, SLOWER), cell
+    assert cell["low"] > 1.1
+    assert document["differences"]["settings"] == {"PYTHONPATH": {"a": None, "b": str(planted)}}
+
+
+def test_pins_differ_in_the_fingerprint_and_the_slower_version_is_flagged(
+    tiny: str, tmp_path: Path
+) -> None:
+    house = tmp_path / "wheels"
+    slowdown_package(house, "bpslow", "1.0", slow=False)
+    slowdown_package(house, "bpslow", "2.0", slow=True)
+    code, document = run_ab(
+        tiny,
+        tmp_path,
+        "--a-pin",
+        "bpslow==1.0",
+        "--b-pin",
+        "bpslow==2.0",
+        "--find-links",
+        str(house),
+        "--tolerance",
+        "0.1",
+    )
+    (cell,) = document["cells"]
+    assert (code, cell["verdict"]) == (1, SLOWER), cell
+    assert document["differences"]["packages"] == {"bpslow": {"a": "1.0", "b": "2.0"}}
