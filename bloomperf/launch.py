@@ -18,10 +18,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 
+from bloomperf.failures import read_rank_reports, root_cause
 from bloomperf.measure.memory import MemorySampler, create_sampler
 from bloomperf.protocol import ConnectionClosed, MessageStream, spec_to_dict
 from bloomperf.results import MemoryReading
@@ -176,17 +177,13 @@ class WorkerGroup:
             reply = self.stream.receive(timeout)
         except TimeoutError:
             self.kill()
-            raise WorkerFailure(
+            raise self._failure(
                 "timeout", f"no answer from the worker within {timeout:g} s; its group was killed"
             ) from None
         except ConnectionClosed:
             self._raise_died()
         if reply.get("event") == "failed":
-            outcome = str(reply.get("outcome", "error"))
-            detail = reply.get("message", "")
-            if outcome == "error":
-                detail = f"{detail}\n{reply.get('traceback', '')}".strip()
-            raise WorkerFailure(outcome, str(detail))
+            raise self._failure("error", "", reply)
         if reply.get("event") != event:
             raise WorkerFailure("error", f"protocol: expected {event!r}, got {reply!r:.200}")
         return reply
@@ -195,10 +192,24 @@ class WorkerGroup:
         if self.process is not None and self.process.poll() is not None:
             self._raise_died()
 
-    def _raise_died(self) -> None:
+    def _raise_died(self) -> NoReturn:
         code = self.process.wait(timeout=30) if self.process is not None else None
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        raise WorkerFailure("error", f"worker died ({how}); log tail:\n{self.log_tail()}")
+        raise self._failure("error", f"worker died ({how}); log tail:\n{self.log_tail()}")
+
+    def _failure(
+        self, outcome: str, message: str, rank0: dict[str, Any] | None = None
+    ) -> WorkerFailure:
+        """The group's failure, told by the rank that caused it: rank 0's report, or a report
+        another rank left in the group's folder before it exited (an OOM on rank 1 ends with
+        rank 0 killed or failing in a collective: the cause is rank 1's)."""
+        report = root_cause([*([rank0] if rank0 else []), *read_rank_reports(self._workdir)])
+        if report is None:
+            return WorkerFailure(outcome, message)
+        detail = str(report.get("message", ""))
+        if report.get("outcome") == "error":
+            detail = f"{detail}\n{report.get('traceback', '')}".strip()
+        return WorkerFailure(str(report.get("outcome", "error")), detail)
 
     def log_tail(self) -> str:
         try:

@@ -15,10 +15,10 @@ import resource
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from bloomperf.failures import failure_report, write_rank_report
 from bloomperf.protocol import (
     OP_BEGIN,
     OP_CLOSE,
@@ -29,27 +29,18 @@ from bloomperf.protocol import (
 )
 
 SPEC_ENV = "BLOOMPERF_WORKER_SPEC"
+LIMITED_RANK_ENV = "BLOOMPERF_TEST_LIMITED_RANK"
 
 
-def classify_failure(exc: BaseException) -> str:
-    """``oom`` for a real allocator failure (GPU or CPU), ``error`` for anything else."""
-    import torch
-
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return "oom"
-    text = str(exc)
-    # The CPU allocator's failure surfaces as a RuntimeError from c10 (DefaultCPUAllocator).
-    if isinstance(exc, RuntimeError) and (
-        "can't allocate memory" in text or "DefaultCPUAllocator" in text
-    ):
-        return "oom"
-    return "error"
-
-
-def limit_memory(limit_bytes: int | None) -> None:
+def limit_memory(limit_bytes: int | None, rank: int) -> None:
     """Cap the address space, so that running out of memory is an allocator failure we can catch
-    (used on CPU, where the kernel's OOM killer would otherwise kill the whole worker)."""
-    if limit_bytes:
+    (used on CPU, where the kernel's OOM killer would otherwise kill the whole worker).
+
+    ``LIMITED_RANK_ENV`` (a test hook) caps only that rank, so a test can make one rank of a
+    group run out of memory for real while the others do not.
+    """
+    only = os.environ.get(LIMITED_RANK_ENV)
+    if limit_bytes and (only is None or int(only) == rank):
         resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
 
@@ -159,28 +150,20 @@ def relay(worker: Worker, op: int, batch_size: int) -> tuple[int, int]:
     return int(message[0].item()), int(message[1].item())
 
 
-def failure_message(exc: BaseException) -> dict[str, Any]:
-    return {
-        "event": "failed",
-        "outcome": classify_failure(exc),
-        "message": f"{type(exc).__name__}: {exc}".strip()[:2000],
-        "traceback": traceback.format_exc()[-8000:],
-    }
-
-
-def serve_rank0(worker: Worker, stream: MessageStream) -> None:
+def serve_rank0(worker: Worker, stream: MessageStream) -> bool:
+    """Answer the controller until it closes the group; False once a command failed."""
     while True:
         message = stream.receive(timeout=None)
         op = OP_CODES[message["op"]]
         batch_size = int(message.get("batch_size", 0))
         relay(worker, op, batch_size)
         if op == OP_CLOSE:
-            return
+            return True
         try:
             reply = worker.act(op, batch_size)
         except Exception as exc:
-            stream.send(failure_message(exc))
-            return  # a failed worker is not trusted again: the controller starts a new one
+            stream.send(failure_report(exc, worker.rank, worker.world_size))
+            return False  # a failed worker is not trusted again: the controller starts a new one
         stream.send(reply)
 
 
@@ -192,6 +175,20 @@ def serve_other_rank(worker: Worker) -> None:
         worker.act(op, batch_size)
 
 
+def report_and_exit(exc: BaseException, rank: int, world_size: int) -> NoReturn:
+    """A rank other than 0: leave the report for the controller, then exit at once.
+
+    The report is written before the exit, so it exists before the launcher (which reacts to the
+    exit) kills the group. ``os._exit``: a normal exit could hang in a communicator's
+    destructor while the other ranks wait in a collective.
+    """
+    report = failure_report(exc, rank, world_size)
+    write_rank_report(Path(os.environ[SPEC_ENV]).parent, report)
+    print(report["traceback"], file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
+
+
 def connect(address: str) -> MessageStream:
     host, _, port = address.rpartition(":")
     sock = socket.create_connection((host, int(port)), timeout=60)
@@ -201,28 +198,31 @@ def connect(address: str) -> MessageStream:
 
 def main() -> int:
     spec = json.loads(Path(os.environ[SPEC_ENV]).read_text())
-    limit_memory(spec["options"].get("memory_limit_bytes"))
     rank = int(os.environ.get("RANK", "0"))
-    stream = connect(spec["control"]) if rank == 0 else None
-    if stream is not None:
-        stream.send(
-            {"event": "hello", "pid": os.getpid(), "world_size": os.environ.get("WORLD_SIZE", "1")}
-        )
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    limit_memory(spec["options"].get("memory_limit_bytes"), rank)
+    if rank != 0:
+        try:
+            worker = Worker(spec)
+            worker.load()
+            serve_other_rank(worker)
+        except Exception as exc:
+            report_and_exit(exc, rank, world_size)
+        worker.backend.close()
+        return 0
+    stream = connect(spec["control"])
+    stream.send({"event": "hello", "pid": os.getpid(), "world_size": str(world_size)})
     try:
         worker = Worker(spec)
         load_time = worker.load()
     except Exception as exc:
-        if stream is not None:
-            stream.send(failure_message(exc))
+        stream.send(failure_report(exc, rank, world_size))
         return 1
-    if stream is None:
-        serve_other_rank(worker)
-    else:
-        stream.send(
-            {"event": "loaded", "load_time_s": load_time, "details": worker.backend.details()}
-        )
-        serve_rank0(worker, stream)
-        stream.close()
+    stream.send({"event": "loaded", "load_time_s": load_time, "details": worker.backend.details()})
+    served = serve_rank0(worker, stream)
+    stream.close()
+    if not served:
+        return 1  # the controller kills the group; other ranks may be waiting in a collective
     worker.backend.close()
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -25,6 +26,7 @@ from nvml_replay import NvmlReplay
 
 import bloomperf.launch
 from bloomperf.cli import main as cli_main
+from bloomperf.failures import classify_failure
 from bloomperf.matrix import Cell
 from bloomperf.measure.memory import NvmlSampler, create_sampler
 from bloomperf.models import resolve_model
@@ -40,6 +42,7 @@ from bloomperf.results import (
     save_run,
 )
 from bloomperf.run import Session
+from bloomperf.worker import LIMITED_RANK_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1024**3
@@ -156,6 +159,126 @@ def test_a_hung_rank_of_two_times_out_and_the_whole_group_is_killed(tmp_path: Pa
     assert alive(pids) == set()  # every process of the group, the frozen rank included
     saved = load_run(tmp_path / "s.json")
     assert [c.outcome for c in saved.cells] == [Outcome.OK, Outcome.TIMEOUT]
+
+
+# ---- which failures are OOMs ---------------------------------------------------------------
+
+
+def installed_source(package: str, relative: str) -> str:
+    """A file of an installed library, read as the library ships it."""
+    module = __import__(package)
+    return (Path(module.__file__).parent / relative).read_text()
+
+
+def deepspeed_workspace_errors() -> list[str]:
+    """The texts DeepSpeed-Inference throws when its workspace (cudaMalloc'd outside torch)
+    does not fit, read from the installed kernel sources."""
+    pytest.importorskip("deepspeed")
+    header = installed_source(
+        "deepspeed", "ops/csrc/transformer/inference/includes/inference_context.h"
+    )
+    return re.findall(
+        r"throw std::runtime_error\(\"(Workspace can't be allocated[^\"]*)\"\)", header
+    )
+
+
+def nccl_error(interpretation: str, last_error: str) -> str:
+    """A DistBackendError's text as torch's C10D_NCCL_CHECK builds it (NCCLUtils.hpp), with
+    getNcclErrorDetailStr's interpretation and NCCL's last error."""
+    header = installed_source("torch", "include/torch/csrc/distributed/c10d/NCCLUtils.hpp")
+    assert '"NCCL error in: "' in header and "getNcclErrorDetailStr(result" in header
+    return (
+        "NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.5\n"
+        f"{interpretation}\nLast error:\n{last_error}"
+    )
+
+
+def cpu_allocation_failure() -> RuntimeError:
+    import torch
+
+    try:
+        torch.empty(2**60, dtype=torch.uint8)  # 1 EiB: torch's CPU allocator refuses it for real
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("a 1 EiB tensor was allocated")
+
+
+def test_allocation_failures_of_every_library_read_oom() -> None:
+    import torch
+    import torch.distributed as dist
+
+    workspace = deepspeed_workspace_errors()
+    assert len(workspace) == 2, workspace  # "no enough memory." and "not enough memory"
+    header = installed_source("torch", "include/ATen/cuda/Exceptions.h")
+    assert '"CUDA error: ",' in header and "_cublasGetErrorEnum(__err)" in header
+    ooms: list[BaseException] = [
+        cpu_allocation_failure(),
+        MemoryError(),
+        torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of "
+            "79.14 GiB of which 1.02 GiB is free."
+        ),
+        torch.AcceleratorError("CUDA error: out of memory\nCUDA kernel errors might be ..."),
+        *(RuntimeError(text) for text in workspace),
+        RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+        dist.DistBackendError(
+            nccl_error(
+                "ncclUnhandledCudaError: Call to CUDA function failed.",
+                "Cuda failure 2 'out of memory'",
+            )
+        ),
+        dist.DistBackendError(
+            nccl_error(
+                "ncclSystemError: System call (e.g. socket, malloc) or external library call "
+                "failed or device error. ",
+                "Failed to malloc 1073741824 bytes",
+            )
+        ),
+    ]
+    for exc in ooms:
+        assert classify_failure(exc) == "oom", repr(exc)
+    errors: list[BaseException] = [
+        RuntimeError("CUDA error: an illegal memory access was encountered"),
+        dist.DistBackendError(
+            nccl_error(
+                "ncclRemoteError: A call failed possibly due to a network error or a remote "
+                "process exiting prematurely.",
+                "socket recv: Connection reset by peer",
+            )
+        ),
+        RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx`"),
+        ValueError("generate produced 7 tokens instead of 8"),
+    ]
+    for exc in errors:
+        assert classify_failure(exc) == "error", repr(exc)
+
+
+# ---- rank 1 of two runs out of memory --------------------------------------------------------
+
+
+def test_an_oom_on_rank_1_reads_oom_with_rank_1s_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("deepspeed")
+    # Only rank 1 gets the address-space cap (about 0.6 GB above what a loaded rank maps): its
+    # batch-65536 activations fail in torch's CPU allocator while rank 0 waits for it in the
+    # all-reduce; DeepSpeed's launcher then sees rank 1 exit and kills rank 0.
+    monkeypatch.setenv(LIMITED_RANK_ENV, "1")
+    sess = session(tmp_path, backends="ds-autotp", tp="2", dtypes="fp32", memory_limit="2000MiB")
+    try:
+        first = sess.measure_cell(Cell("ds-autotp", "fp32", 1))
+        assert first.outcome is Outcome.OK, first.message
+        pids = group_pids(sess)
+        oom = sess.measure_cell(Cell("ds-autotp", "fp32", 65536))
+    finally:
+        sess.stop()
+    assert oom.outcome is Outcome.OOM, oom.message
+    assert oom.message.startswith("rank 1: RuntimeError: "), oom.message
+    assert "DefaultCPUAllocator: can't allocate memory" in oom.message
+    assert alive(pids) == set()
+    saved = load_run(tmp_path / "s.json")
+    assert [c.outcome for c in saved.cells] == [Outcome.OK, Outcome.OOM]
 
 
 # ---- OOM: the next cell's memory reading is its own --------------------------------------------
