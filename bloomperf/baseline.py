@@ -13,7 +13,6 @@ writes measured results into a baseline, atomically, keeping the provenance of u
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections import Counter
@@ -688,58 +687,3 @@ def render_baseline_json(b: Baseline) -> str:
     for cell in data["cells"]:
         cell.setdefault("ms_per_token", None)
     return json.dumps(data, indent=2) + "\n"
-
-
-# ---- command line ---------------------------------------------------------------------------
-
-
-def add_command(subparsers: Any) -> None:
-    parser = subparsers.add_parser("baseline", help="show or accept baselines")
-    actions = parser.add_subparsers(
-        dest="baseline_command", required=True, parser_class=type(parser)
-    )
-    show = actions.add_parser("show", help="print a baseline as the blog's tables")
-    show.add_argument(
-        "topology", help="topology id or alias (e.g. 8xA100-80GB), or a baseline file"
-    )
-    show.add_argument("--model", help="model name when the topology has baselines for several")
-    show.add_argument("--format", choices=("text", "json"), default="text")
-    show.add_argument("--baselines", type=Path, help="baselines folder (default: ./baselines)")
-    show.set_defaults(func=run_show)
-    accept = actions.add_parser("accept", help="write results into the baseline of their topology")
-    accept.add_argument("results", nargs="+", help="bloomperf results or pytest-benchmark files")
-    accept.add_argument("--baselines", type=Path, help="baselines folder (default: ./baselines)")
-    accept.add_argument(
-        "--force",
-        action="store_true",
-        help="accept despite errored or timed-out cells (they are left out)",
-    )
-    accept.set_defaults(func=run_accept)
-
-
-def run_show(args: argparse.Namespace) -> int:
-    baseline = resolve_baseline(args.topology, args.model, args.baselines)
-    text = (
-        render_baseline_json(baseline) if args.format == "json" else render_baseline_text(baseline)
-    )
-    print(text, end="")
-    return 0
-
-
-def run_accept(args: argparse.Namespace) -> int:
-    from bloomperf.diff import read_results  # diff reads every result format
-
-    folder = args.baselines if args.baselines is not None else default_baselines_dir()
-    for text in args.results:
-        run = read_results(Path(text))
-        existing = find_baseline(run.topology, run.model.name, folder)
-        updated = accept_run(run, existing, source=text, force=args.force)
-        path = (
-            Path(existing.path)
-            if existing is not None
-            else folder / baseline_file_name(run.topology, run.model.name)
-        )
-        save_baseline(updated, path)
-        accepted = sum(c.outcome in (Outcome.OK, Outcome.OOM) for c in run.cells)
-        print(f"bloomperf: {path}: accepted {accepted} cells from {text}")
-    return 0

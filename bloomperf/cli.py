@@ -16,7 +16,7 @@ from bloomperf.errors import BloomperfError
 COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.run",
     "bloomperf.diff",
-    "bloomperf.baseline",
+    "bloomperf.baseline_cli",
     "bloomperf.topology",
     "bloomperf.history",
     "bloomperf.predict",

@@ -1,28 +1,35 @@
-"""Verdicts: each measured cell against its baseline cell, per metric and per OOM boundary.
+"""Verdicts: the ONE pass/fail rule, shared by the pytest plugin, `bloomperf run` and `diff`.
 
-Every metric is lower-is-better (ms/token, peak memory, load time). A metric check is a small
-frozen object whose ``fails()`` returns a message or None; a cell's verdict combines its outcome
-with its metric checks:
+Each measured cell is judged against its baseline cell, per metric and per OOM boundary. Every
+metric is lower-is-better (ms/token, peak memory, load time). A metric check is a small frozen
+object whose ``fails()`` returns a message or None; a cell's verdict combines its outcome with its
+metric checks:
 
 * ``same`` / ``regressed`` / ``improved``: ran, as the baseline expected; the worst metric decides.
 * ``expected-oom``: ran out of memory where the baseline did (passes).
 * ``unexpected-oom``: ran out of memory where the baseline ran (fails).
 * ``boundary-moved-up``: ran where the baseline ran out of memory (reported; fails if strict).
-* ``no-baseline``: nothing to compare with (recorded, never fails).
+* ``no-baseline``: nothing to compare with (recorded, never fails). This holds for an OOM too:
+  the baseline is the only expectation the gate judges against, and an OOM is a measurement
+  (where the boundary lies), not a breakage. A user gating an upgrade accepts a baseline first;
+  until then an OOM is reported, with what the memory model predicted, and the gate passes.
 * ``incomparable``: the run's topology, model or workload is not the baseline's (never fails,
   never judged: another GPU model's figures say nothing about a regression).
 * ``error`` / ``timeout``: the cell did not finish (fails: nothing was measured).
 * ``skipped``: not run (e.g. beyond the OOM boundary without probing).
+
+A whole run fails too when it measured nothing (no cell ran or ran out of memory) or did not
+finish (``complete: false``), unless the caller allows incomplete runs: an empty or interrupted
+results file must never pass a gate. ``judge`` applies all of this; ``judge_cell`` is the same rule
+for one cell, as the plugin needs it while the run is still going.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.baseline import (
@@ -31,9 +38,7 @@ from bloomperf.baseline import (
     BaselineCell,
     expected_cell,
     format_ms,
-    format_table,
     oom_boundary,
-    row_label,
 )
 from bloomperf.results import CellResult, Outcome, RunResult, cell_id
 from bloomperf.stats import IMPROVED, REGRESSED, SAME, RatioEstimate, classify_ratio, estimate_ratio
@@ -152,7 +157,8 @@ class CellVerdict:
         if self.status == EXPECTED_OOM:
             return "out of memory, as the baseline expects"
         if self.status == NO_BASELINE:
-            return f"no baseline cell; measured {self.measured_outcome} {measured}"
+            figure = "" if self.measured_outcome == Outcome.OOM.value else f" {measured}"
+            return f"no baseline cell; measured {self.measured_outcome}{figure}{self._detail()}"
         if self.status == INCOMPARABLE:
             return f"incomparable: {self.message}"
         return (self.fails() or self.status).removeprefix(f"{self.id}: ")
@@ -169,13 +175,15 @@ class Comparison:
     baseline: str  # where the expectations came from (a path, or "no baseline")
     incomparable: str = ""
     missing: tuple[str, ...] = ()  # baseline cells (ok or oom) of the run's rows it did not run
+    incomplete: str = ""  # why the run as a whole fails: nothing measured, or it did not finish
 
     @property
     def failed(self) -> bool:
-        return any(c.fails() for c in self.cells)
+        return bool(self.incomplete) or any(c.fails() for c in self.cells)
 
     def failures(self) -> list[str]:
-        return [message for message in (c.fails() for c in self.cells) if message]
+        cells = [message for message in (c.fails() for c in self.cells) if message]
+        return [self.incomplete, *cells] if self.incomplete else cells
 
     @property
     def counts(self) -> dict[str, int]:
@@ -286,13 +294,25 @@ def compare_cell(
     if cell.outcome == Outcome.TIMEOUT:
         return verdict(TIMEOUT)
     if expected is None:
-        return verdict(NO_BASELINE)
+        return verdict(NO_BASELINE, message=prediction_note(cell))
     if expected.outcome != EXPECT_OK:
         return verdict(EXPECTED_OOM if cell.outcome == Outcome.OOM else BOUNDARY_MOVED_UP)
     if cell.outcome == Outcome.OOM:
         return verdict(UNEXPECTED_OOM)
     metrics = compare_metrics(cell, expected)
     return verdict(status_of_metrics(metrics), metrics)
+
+
+def prediction_note(cell: CellResult) -> str:
+    """What the memory model said of an OOM cell that has no baseline (informative only)."""
+    if cell.outcome is not Outcome.OOM:
+        return ""
+    fits = cell.details.get("predicted_fits")
+    if fits is True:
+        return "the memory model predicted it to fit: accept a baseline to judge it"
+    if fits is False:
+        return "the memory model predicted this OOM"
+    return ""
 
 
 def incomparable_reason(run: RunResult, baseline: Baseline) -> str | None:
@@ -307,6 +327,49 @@ def incomparable_reason(run: RunResult, baseline: Baseline) -> str | None:
         return (
             f"run generates {run.workload.new_tokens} new tokens, the baseline "
             f"{baseline.new_tokens}"
+        )
+    return None
+
+
+def judge_cell(
+    run: RunResult, baseline: Baseline | None, cell: CellResult, *, strict: bool = False
+) -> CellVerdict:
+    """One cell of ``run``: the plugin judges each cell as soon as it is measured."""
+    if baseline is None:
+        return compare_cell(cell, None)
+    reason = incomparable_reason(run, baseline)
+    return compare_cell(cell, expected_cell(baseline, cell), strict=strict, incomparable=reason)
+
+
+def judge(
+    run: RunResult,
+    baseline: Baseline | None,
+    *,
+    strict: bool = False,
+    allow_incomplete: bool = False,
+    no_baseline: str = "no baseline",
+) -> Comparison:
+    """The gate's verdict on a whole run; ``comparison.failed`` decides exit status 1."""
+    if baseline is None:
+        comparison = compare_without_baseline(run, no_baseline)
+    else:
+        comparison = compare_run(run, baseline, strict=strict)
+    gap = None if allow_incomplete else incompleteness(run)
+    return replace(comparison, incomplete=gap) if gap else comparison
+
+
+def incompleteness(run: RunResult) -> str | None:
+    """Why ``run`` cannot pass a gate as a whole: it measured nothing, or it did not finish."""
+    measured = sum(c.outcome in (Outcome.OK, Outcome.OOM) for c in run.cells)
+    if measured == 0:
+        return (
+            f"nothing measured: {len(run.cells)} cells in the results, none ran "
+            "(--allow-incomplete accepts that)"
+        )
+    if not run.complete:
+        return (
+            f"incomplete run: the results say the run did not finish ({measured} cells measured; "
+            "--allow-incomplete accepts that)"
         )
     return None
 
@@ -362,129 +425,3 @@ def cells_beyond_boundary(baseline: Baseline, backend: str, dtype: str) -> set[i
 def _order(cell: CellResult) -> tuple[int, int, int]:
     backend = BACKEND_NAMES.index(cell.backend) if cell.backend in BACKEND_NAMES else 99
     return (backend, DTYPES.index(cell.dtype) if cell.dtype in DTYPES else 99, cell.batch_size)
-
-
-# ---- rendering ------------------------------------------------------------------------------
-
-
-def cell_text(v: CellVerdict | None) -> str:
-    """A table cell: the measured figure, its change and the verdict when it is not 'same'."""
-    if v is None:
-        return "–"
-    measured = format_ms(v.measured_ms_per_token) if v.measured_ms_per_token else ""
-    ms = v.metric("ms_per_token")
-    change = ""
-    if ms is not None and ms.estimate is not None:
-        judged = "" if ms.status != NOT_JUDGED else ", not judged"
-        change = f" ({(ms.estimate.ratio - 1) * 100:+.1f}%{judged})"
-    label = {
-        SAME: "",
-        REGRESSED: " REGRESSED",
-        IMPROVED: " improved",
-        BOUNDARY_MOVED_UP: " (OOM expected)",
-        NO_BASELINE: " (no baseline)",
-        INCOMPARABLE: " (incomparable)",
-    }
-    if v.measured_outcome == Outcome.OOM.value:
-        oom = {EXPECTED_OOM: "OOM (expected)", UNEXPECTED_OOM: "OOM UNEXPECTED"}
-        return oom.get(v.status, "OOM" + label.get(v.status, f" ({v.status})"))
-    if v.status in (ERROR, TIMEOUT, SKIPPED):
-        return v.status.upper() if v.status != SKIPPED else "skipped"
-    return (measured or v.measured_outcome) + change + label.get(v.status, f" ({v.status})")
-
-
-def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    rows: list[tuple[str, str]] = []
-    for v in comparison.cells:
-        if (v.backend, v.dtype) not in rows:
-            rows.append((v.backend, v.dtype))
-    sizes = sorted({v.batch_size for v in comparison.cells})
-    by_key = {(v.backend, v.dtype, v.batch_size): v for v in comparison.cells}
-    header = ["Solution (dtype)", *(f"Batch {s}" for s in sizes)]
-    body = [[row_label(*row), *(cell_text(by_key.get((*row, s))) for s in sizes)] for row in rows]
-    return header, body
-
-
-def notable(comparison: Comparison) -> list[str]:
-    """A line for every cell worth reading about: failures first, then the rest that moved."""
-    quiet = (SAME, EXPECTED_OOM, SKIPPED, INCOMPARABLE, NO_BASELINE)
-    lines = comparison.failures()
-    lines += [
-        f"{v.id}: {v.explain()}"
-        for v in comparison.cells
-        if v.status not in quiet and not v.fails()
-    ]
-    return lines
-
-
-def render_comparison(comparison: Comparison, fmt: str = "text") -> str:
-    if fmt == "json":
-        return json.dumps(comparison_to_dict(comparison), indent=2) + "\n"
-    header, body = table_rows(comparison)
-    title = f"{comparison.topology} · {comparison.model} vs {comparison.baseline}"
-    lines = notable(comparison)
-    if comparison.incomparable:
-        lines.insert(0, f"incomparable: {comparison.incomparable}")
-    if comparison.missing:
-        lines.append("not in the results: " + ", ".join(comparison.missing))
-    if fmt == "markdown":
-        table = [
-            "| " + " | ".join(header) + " |",
-            "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(row) + " |" for row in body),
-        ]
-        parts = [f"**{title}**", "", *table, ""]
-        parts += [f"- {line}" for line in lines]
-        parts += ["", comparison.summary]
-        return "\n".join(parts) + "\n"
-    parts = [title, format_table(header, body) if body else "(no cells)"]
-    if lines:
-        parts += ["", *lines]
-    parts += ["", comparison.summary]
-    return "\n".join(parts) + "\n"
-
-
-def metric_to_dict(m: MetricVerdict) -> dict[str, Any]:
-    e = m.estimate
-    return {
-        "metric": m.metric,
-        "status": m.status,
-        "measured": m.measured,
-        "expected": m.expected,
-        "tolerance": m.tolerance,
-        "ratio": e.ratio if e else None,
-        "low": e.low if e else None,
-        "high": e.high if e else None,
-    }
-
-
-def comparison_to_dict(c: Comparison) -> dict[str, Any]:
-    return {
-        "kind": "bloomperf-comparison",
-        "schema_version": 1,
-        "topology": c.topology,
-        "model": c.model,
-        "baseline": c.baseline,
-        "incomparable": c.incomparable or None,
-        "failed": c.failed,
-        "counts": c.counts,
-        "summary": c.summary,
-        "missing": list(c.missing),
-        "cells": [
-            {
-                "id": v.id,
-                "backend": v.backend,
-                "dtype": v.dtype,
-                "batch_size": v.batch_size,
-                "status": v.status,
-                "measured_outcome": v.measured_outcome,
-                "expected_outcome": v.expected_outcome,
-                "ms_per_token": v.measured_ms_per_token,
-                "expected_ms_per_token": v.expected_ms_per_token,
-                "fails": v.fails(),
-                "explain": v.explain(),
-                "metrics": [metric_to_dict(m) for m in v.metrics],
-            }
-            for v in c.cells
-        ],
-    }

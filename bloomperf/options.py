@@ -252,6 +252,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("baselines", parse_path, "baselines folder [the repository's baselines/]", "DIR"),
     Option("probe", parse_flag, "run cells beyond a known OOM boundary too", flag=True),
     Option("strict", parse_flag, "fail when a cell runs where an OOM was expected", flag=True),
+    Option(
+        "allow_incomplete",
+        parse_flag,
+        "pass the gate even when the run measured nothing or did not finish",
+        flag=True,
+    ),
     Option("no_lock", parse_flag, "run even if another bloomperf run holds the devices", flag=True),
     Option(
         "slowdown_percent", parse_percent, argparse.SUPPRESS, "PCT"

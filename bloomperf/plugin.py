@@ -10,18 +10,18 @@ marked ``cpu`` the tiny-model CPU matrix.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bloomperf.baseline import expected_cell
-from bloomperf.compare import compare_cell, compare_run, incomparable_reason, render_comparison
+from bloomperf.compare import Comparison, judge, judge_cell
+from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import BloomperfError
 from bloomperf.matrix import Cell, plan_groups
 from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
-from bloomperf.results import CellResult, Outcome, cell_to_dict, run_to_dict
+from bloomperf.results import CellResult, Outcome, RunResult, cell_to_dict, run_to_dict
 from bloomperf.run import Session, lock_key
 from bloomperf.table import render_run_table
 from bloomperf.topology import Topology, detect_topology
@@ -106,6 +106,13 @@ def pedantic_measure(benchmark: Any) -> Callable[[Callable[[], float], int, int]
     return measure
 
 
+def run_context(run: RunResult) -> dict[str, Any]:
+    """The run as stored in a benchmark's extra_info: every cell that timed nothing included."""
+    context = run_to_dict(run)
+    context["cells"] = [c for c in context["cells"] if c["outcome"] != Outcome.OK.value]
+    return context
+
+
 class BloomperfController:
     """Session-wide state: resolved options, one measuring Session per device."""
 
@@ -120,6 +127,8 @@ class BloomperfController:
         self.sessions: dict[str, Session] = {}
         self.topology: Topology | None = None
         self._locks: list[Any] = []
+        # The run context stored in each benchmark's extra_info, marked complete at the end.
+        self._contexts: dict[str, list[dict[str, Any]]] = {}
 
     def detected(self) -> Topology:
         if self.topology is None:
@@ -153,23 +162,15 @@ class BloomperfController:
             pytest.fail(str(exc), pytrace=False)
         result = session.measure_cell(cell, pedantic_measure(benchmark))
         benchmark.extra_info["bloomperf"] = cell_to_dict(result)
-        run = run_to_dict(session.run)
         # pytest-benchmark drops benchmarks that timed nothing (OOM, error, timeout): keep those
-        # cells in the run context of every later benchmark so `bloomperf diff` still sees them.
-        run["cells"] = [c for c in run["cells"] if c["outcome"] != Outcome.OK.value]
-        benchmark.extra_info["bloomperf_run"] = run
+        # cells in the run context of every benchmark so `bloomperf diff` still sees them.
+        context = run_context(session.run)
+        benchmark.extra_info["bloomperf_run"] = context
+        self._contexts.setdefault(device, []).append(context)
         if result.outcome is Outcome.SKIPPED:
             pytest.skip(result.message)
-        expected = expected_cell(session.baseline, result) if session.baseline else None
-        if expected is None and result.outcome is not Outcome.OK:
-            if result.outcome is Outcome.OOM and result.details.get("predicted_fits") is False:
-                return result  # no baseline here, but the memory model predicted this OOM
-            pytest.fail(f"{result.id}: {result.outcome.value}: {result.message}", pytrace=False)
-        incomparable = (
-            incomparable_reason(session.run, session.baseline) if session.baseline else None
-        )
-        verdict = compare_cell(
-            result, expected, strict=bool(self.options.get("strict")), incomparable=incomparable
+        verdict = judge_cell(
+            session.run, session.baseline, result, strict=bool(self.options.get("strict"))
         )
         failure = verdict.fails()
         if failure:
@@ -196,12 +197,37 @@ class BloomperfController:
             if device in self.sessions:
                 self.sessions[device].stop()
 
-    def pytest_sessionfinish(self) -> None:
-        for session in self.sessions.values():
-            session.finish()
+    def verdict(self, session: Session) -> Comparison:
+        """The same whole-run verdict as `bloomperf run` and `bloomperf diff` give."""
+        return judge(
+            session.run,
+            session.baseline,
+            strict=bool(self.options.get("strict")),
+            allow_incomplete=bool(self.options.get("allow_incomplete")),
+        )
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(
+        self, session: pytest.Session, exitstatus: int
+    ) -> Generator[None, None, None]:
+        """Finish the runs before pytest-benchmark writes its JSON, so the run context stored
+        with each benchmark says whether the session ran to its end."""
+        interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        for device, measuring in self.sessions.items():
+            if interrupted:
+                measuring.stop()  # the results file keeps "complete": false
+                continue
+            finished = run_context(measuring.finish())
+            for context in self._contexts.get(device, []):
+                context.update(finished)  # before pytest-benchmark writes it out
         for lock in reversed(self._locks):
             lock.__exit__(None, None, None)
         self._locks.clear()
+        # Cells fail their own tests; a run that measured nothing fails the session itself.
+        nothing = any(self.verdict(s).incomplete for s in self.sessions.values())
+        if nothing and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return (yield)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for device, session in self.sessions.items():
@@ -209,13 +235,13 @@ class BloomperfController:
                 continue
             terminalreporter.section(f"bloomperf ({device})")
             terminalreporter.write_line(render_run_table(session.run))
+            comparison = self.verdict(session)
             if session.baseline is not None:
-                comparison = compare_run(
-                    session.run, session.baseline, strict=bool(self.options.get("strict"))
-                )
                 terminalreporter.write_line("")
                 terminalreporter.write_line(f"verdicts against {session.baseline.path}:")
                 terminalreporter.write_line(render_comparison(comparison, "text"))
+            elif comparison.incomplete:
+                terminalreporter.write_line(f"bloomperf: FAILED: {comparison.incomplete}")
             if session.output is not None:
                 terminalreporter.write_line(f"results: {session.output}")
 

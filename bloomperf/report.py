@@ -39,7 +39,8 @@ from bloomperf.baseline import (
     resolve_baseline,
     row_label,
 )
-from bloomperf.compare import Comparison, compare_run, compare_without_baseline, table_rows
+from bloomperf.compare import Comparison, judge
+from bloomperf.comparison_text import table_rows
 from bloomperf.errors import BloomperfError
 from bloomperf.hardware import parse_topology_id
 from bloomperf.history import (
@@ -48,12 +49,14 @@ from bloomperf.history import (
     Change,
     Night,
     add_detection_options,
+    describe_change,
     detect_changes,
     detection_settings,
     load_history,
     render_changes,
     series,
 )
+from bloomperf.resultfiles import read_many
 from bloomperf.results import CellResult, Outcome, RunResult
 
 GiB = 2**30
@@ -492,8 +495,6 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def change_rows(changes: Sequence[Change]) -> list[list[str]]:
-    from bloomperf.history import describe_change
-
     return [
         [c.night_label, c.cell, c.metric, describe_change(c), "worse" if c.worse else "better"]
         for c in changes
@@ -594,12 +595,6 @@ def write_text_atomic(path: Path, text: str) -> None:
 # ---- the command --------------------------------------------------------------------------------
 
 
-def comparison_for(run: RunResult, baseline: Baseline | None, why: str) -> Comparison:
-    return (
-        compare_run(run, baseline) if baseline is not None else compare_without_baseline(run, why)
-    )
-
-
 def write_report(
     run: RunResult,
     baseline: Baseline | None,
@@ -614,8 +609,7 @@ def write_report(
         raise BloomperfError(f"--out {out}: cannot create: {exc.strerror or exc}") from None
     if not run.cells:
         raise BloomperfError("report: the results hold no cells")
-    why = "no baseline for this topology and model"
-    comparison = comparison_for(run, baseline, why)
+    comparison = judge(run, baseline, no_baseline="no baseline for this topology and model")
     plots = {
         "ms": plot_ms_per_token(run, baseline, out / "ms_per_token.png"),
         "memory": plot_memory(run, out / "memory.png"),
@@ -665,10 +659,8 @@ def add_command(subparsers: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from bloomperf.diff import merge_runs, read_results
-
     settings = detection_settings(args)
-    run = merge_runs([read_results(Path(r)) for r in args.results], list(args.results))
+    run = read_many(list(args.results))
     if args.baseline is not None:
         baseline: Baseline | None = resolve_baseline(args.baseline, run.model.name, args.baselines)
     else:

@@ -14,6 +14,9 @@ from typing import Any, TextIO
 
 from bloomperf.backends import backend_class
 from bloomperf.baseline import Baseline, beyond_boundary, find_baseline, oom_boundary
+from bloomperf.compare import judge
+from bloomperf.comparison_text import render_comparison
+from bloomperf.errors import EXIT_REGRESSION
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
 from bloomperf.models import PreparedModel, resolve_model
@@ -293,8 +296,26 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
         run = session.finish()
     print(render_run_table(run), file=out)
     print(f"results: {session.output}", file=out)
-    failed = [c for c in run.cells if c.outcome in (Outcome.ERROR, Outcome.TIMEOUT)]
-    return 1 if failed else 0
+    return print_verdicts(run, session.baseline, options, out)
+
+
+def print_verdicts(
+    run: RunResult, baseline: Baseline | None, options: dict[str, Any], out: TextIO
+) -> int:
+    """The gate's verdict on the finished run (the plugin's and `diff`'s rule) → exit status."""
+    comparison = judge(
+        run,
+        baseline,
+        strict=bool(options.get("strict")),
+        allow_incomplete=bool(options.get("allow_incomplete")),
+    )
+    if baseline is not None:
+        print(f"\nverdicts against {baseline.path}:", file=out)
+        print(render_comparison(comparison, "text"), end="", file=out)
+    else:
+        for line in comparison.failures():
+            print(f"FAILED {line}", file=out)
+    return EXIT_REGRESSION if comparison.failed else 0
 
 
 def add_command(subparsers: Any) -> None:

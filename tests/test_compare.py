@@ -10,6 +10,7 @@ import pytest
 
 from bloomperf import compare as cmp
 from bloomperf.baseline import Baseline, BaselineCell, expected_cell, load_baseline
+from bloomperf.comparison_text import render_comparison
 from bloomperf.results import CellResult, MemoryReading, Outcome, RunResult, load_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,7 +95,7 @@ def test_a_number_where_an_oom_was_expected_reports_the_moved_boundary(
     assert strict.fails() is not None and "--strict" in str(strict.fails())
     comparison = cmp.compare_run(with_cell(blog_run, ran), baseline)
     assert not comparison.failed
-    text = cmp.render_comparison(comparison)
+    text = render_comparison(comparison)
     assert "6.10 ms (OOM expected)" in text
     assert "accelerate-bf16-bs64: boundary moved up" in text
     assert cmp.compare_run(with_cell(blog_run, ran), baseline, strict=True).failed
@@ -122,7 +123,7 @@ def test_a_result_from_another_gpu_model_is_incomparable(
     assert "topology 8xH100-SXM5-80GB is not the baseline's 8xA100-SXM4-80GB" in (
         comparison.incomparable
     )
-    assert "incomparable: topology 8xH100-SXM5-80GB" in cmp.render_comparison(comparison)
+    assert "incomparable: topology 8xH100-SXM5-80GB" in render_comparison(comparison)
 
 
 def scaled_all(run: RunResult, factor: float) -> RunResult:
@@ -218,10 +219,10 @@ def test_several_cycles_per_side_use_the_interval(baseline: Baseline) -> None:
 def test_render_markdown_and_json(blog_run: RunResult, baseline: Baseline) -> None:
     slower = with_cell(blog_run, scaled(cell_of(blog_run, "ds-zero-bf16-bs8"), 1.2))
     comparison = cmp.compare_run(slower, baseline)
-    markdown = cmp.render_comparison(comparison, "markdown")
+    markdown = render_comparison(comparison, "markdown")
     assert "| DeepSpeed-ZeRO bf16 | 283.00 ms (+0.0%) | 41.86 ms (+20.0%) REGRESSED |" in markdown
     assert "| OOM (expected) |" in markdown
-    data = json.loads(cmp.render_comparison(comparison, "json"))
+    data = json.loads(render_comparison(comparison, "json"))
     assert data["failed"] is True and data["counts"]["regressed"] == 1
     (bad,) = [c for c in data["cells"] if c["status"] == "regressed"]
     assert bad["id"] == "ds-zero-bf16-bs8"
