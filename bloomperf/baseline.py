@@ -564,7 +564,7 @@ def provenance_of_run(run: RunResult, source: str, now: str | None) -> Provenanc
 
 
 def describe_hardware(environment: dict[str, Any], topology: str) -> str:
-    """"8 x NVIDIA A100-SXM4-80GB; AMD EPYC 7763, 256 cores, 2015 GiB RAM" from the fingerprint."""
+    """ "8 x NVIDIA A100-SXM4-80GB; AMD EPYC 7763, 256 cores, 2015 GiB RAM" from the fingerprint."""
     parts = []
     gpus = environment.get("gpus")
     if isinstance(gpus, list) and gpus:

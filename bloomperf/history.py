@@ -362,9 +362,7 @@ def detect_changes(
             points = series(nights, cell, metric)
             logs = [math.log(v) for _, v in points]
             for pos in find_shifts(logs, tolerance=tolerance, window=window, confirm=confirm):
-                changes.append(
-                    numeric_change(cell, metric, nights, points, pos, window, len(logs))
-                )
+                changes.append(numeric_change(cell, metric, nights, points, pos, window, len(logs)))
         outcomes = outcome_series(nights, cell)
         values = [o for _, o in outcomes]
         for pos in find_outcome_shifts(values, window=window, confirm=confirm):
@@ -546,4 +544,3 @@ def run_changes(args: argparse.Namespace) -> int:
     text, _ = history_section(args.dir, args.format, **detection_settings(args))
     print(text, end="")
     return 0
-
