@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.calibrate",
     "bloomperf.shard",
     "bloomperf.ab",
+    "bloomperf.bisect",
 )
 
 
