@@ -14,16 +14,23 @@ writes measured results into a baseline, atomically, keeping the provenance of u
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import (
+    GIB,
+    format_gib,
+    format_ms,
+    format_table,
+    row_label,
+    table_layout,
+    utc_now,
+)
 from bloomperf.jsonfile import (
     get_dict,
     get_float,
@@ -42,14 +49,6 @@ EXPECT_OK = "ok"
 EXPECT_OOM = "oom"
 EXPECT_NOT_RUN = "not-run"  # beyond an OOM: the reference never ran it (the blog's "–")
 EXPECTED_OUTCOMES = (EXPECT_OK, EXPECT_OOM, EXPECT_NOT_RUN)
-
-# The blog's names for the rows of its tables.
-DISPLAY_NAMES = {
-    "accelerate": "Accelerate",
-    "ds-inference": "DeepSpeed-Inference",
-    "ds-autotp": "DeepSpeed-AutoTP",
-    "ds-zero": "DeepSpeed-ZeRO",
-}
 
 # Tolerances `baseline accept` gives new cells (an existing cell keeps its own). On GPUs a
 # 100-token greedy generation repeats within a few percent and NVML memory within a few; load
@@ -553,7 +552,7 @@ def baseline_cell_of(
 
 
 def provenance_of_run(run: RunResult, source: str, now: str | None) -> Provenance:
-    date = run.finished_at or run.started_at or now or _utc_now()
+    date = run.finished_at or run.started_at or now or utc_now()
     return Provenance(
         id=f"run-{date}",
         source=source,
@@ -575,7 +574,7 @@ def describe_hardware(environment: dict[str, Any], topology: str) -> str:
         cores = environment.get("cpu_cores")
         ram = environment.get("ram_bytes")
         text = cpu + (f", {cores} cores" if isinstance(cores, int) else "")
-        text += f", {ram / 2**30:.0f} GiB RAM" if isinstance(ram, int) else ""
+        text += f", {ram / GIB:.0f} GiB RAM" if isinstance(ram, int) else ""
         parts.append(text)
     return "; ".join(parts) or topology
 
@@ -591,24 +590,6 @@ def describe_software(environment: dict[str, Any]) -> dict[str, str]:
     return software
 
 
-def _utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# ---- showing ----------------------------------------------------------------------------------
-
-
-def row_label(backend: str, dtype: str) -> str:
-    return f"{DISPLAY_NAMES.get(backend, backend)} {dtype}"
-
-
-def format_ms(value: float, decimals: int | None = None) -> str:
-    """As the blog prints them: given decimals, else 2 decimals (3 significant below 0.1)."""
-    if decimals is None:
-        decimals = 2 if value >= 0.1 else max(2, 2 - math.floor(math.log10(value)))
-    return f"{value:.{decimals}f} ms"
-
-
 def baseline_cell_text(c: BaselineCell | None) -> str:
     if c is None or c.outcome == EXPECT_NOT_RUN:
         return "–"
@@ -619,27 +600,8 @@ def baseline_cell_text(c: BaselineCell | None) -> str:
     return format_ms(c.ms_per_token, c.ms_per_token_decimals)
 
 
-def rows_and_columns(cells: Sequence[Any]) -> tuple[list[tuple[str, str]], list[int]]:
-    """Table rows (backend, dtype) in file order and columns (batch sizes) ascending."""
-    rows: list[tuple[str, str]] = []
-    for c in cells:
-        if (c.backend, c.dtype) not in rows:
-            rows.append((c.backend, c.dtype))
-    return rows, sorted({c.batch_size for c in cells})
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns separated by at least two spaces, so that single spaces stay inside a cell."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(text.ljust(w) for text, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
-    return "\n".join(lines)
-
-
 def render_baseline_text(b: Baseline) -> str:
-    rows, sizes = rows_and_columns(b.cells)
+    rows, sizes = table_layout(b.cells)
     header = ["Solution (dtype)", *(f"Batch {s}" for s in sizes)]
     body = [
         [row_label(*row), *(baseline_cell_text(b.cell(*row, s)) for s in sizes)] for row in rows
@@ -674,7 +636,7 @@ def render_baseline_text(b: Baseline) -> str:
 def _memory_text(c: BaselineCell | None) -> str:
     if c is None or c.peak_memory_bytes is None:
         return "–"
-    return f"{c.peak_memory_bytes / 2**30:.2f} GiB"
+    return format_gib(c.peak_memory_bytes)
 
 
 def _tolerance_text(tolerance: float | None) -> str:

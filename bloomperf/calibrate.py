@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from bloomperf.baseline import BaselineCell, load_baseline, save_baseline
 from bloomperf.errors import BloomperfError
+from bloomperf.jsonfile import write_json_atomic
 from bloomperf.lock import hold_device_lock
 from bloomperf.options import add_cli_options, resolve_options
 from bloomperf.results import CellResult, Outcome
@@ -243,8 +244,6 @@ def calibrate_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.std
         raise BloomperfError("calibrate: no cell was measured in two runs (see the lines above)")
     print(render_table(cells, args.repeats), file=out)
     if options.get("output") is not None:
-        from bloomperf.jsonfile import write_json_atomic
-
         data = noise_to_dict(cells, args.repeats, probe.topology.id, probe.model.name)
         write_json_atomic(options["output"], data)
         print(f"noise floor: {options['output']}", file=out)

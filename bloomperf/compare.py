@@ -37,9 +37,9 @@ from bloomperf.baseline import (
     Baseline,
     BaselineCell,
     expected_cell,
-    format_ms,
     oom_boundary,
 )
+from bloomperf.formatting import format_value
 from bloomperf.results import CellResult, Outcome, RunResult, cell_id
 from bloomperf.stats import IMPROVED, REGRESSED, SAME, RatioEstimate, classify_ratio, estimate_ratio
 
@@ -95,16 +95,6 @@ class MetricVerdict:
             e = self.estimate
             text += f", ratio {e.ratio:.3f} (95% CI {e.low:.3f}–{e.high:.3f})"
         return text
-
-
-def format_value(metric: str, value: float | None) -> str:
-    if value is None:
-        return "nothing"
-    if metric == "ms_per_token":
-        return format_ms(value)
-    if metric == "peak_memory":
-        return f"{value / 2**30:.2f} GiB"
-    return f"{value:.3g} s" if value < 1000 else f"{value:.0f} s"
 
 
 @dataclass(frozen=True)

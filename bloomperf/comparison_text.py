@@ -6,9 +6,9 @@ Only formats; the verdicts themselves are ``bloomperf.compare``'s.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from bloomperf.baseline import format_ms, format_table, row_label
 from bloomperf.compare import (
     BOUNDARY_MOVED_UP,
     ERROR,
@@ -25,6 +25,14 @@ from bloomperf.compare import (
     CellVerdict,
     Comparison,
     MetricVerdict,
+)
+from bloomperf.formatting import (
+    clean,
+    format_ms,
+    format_table,
+    markdown_table,
+    row_label,
+    table_layout,
 )
 from bloomperf.results import Outcome
 
@@ -56,11 +64,7 @@ def cell_text(v: CellVerdict | None) -> str:
 
 
 def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    rows: list[tuple[str, str]] = []
-    for v in comparison.cells:
-        if (v.backend, v.dtype) not in rows:
-            rows.append((v.backend, v.dtype))
-    sizes = sorted({v.batch_size for v in comparison.cells})
+    rows, sizes = table_layout(comparison.cells)
     by_key = {(v.backend, v.dtype, v.batch_size): v for v in comparison.cells}
     header = ["Solution (dtype)", *(f"Batch {s}" for s in sizes)]
     body = [[row_label(*row), *(cell_text(by_key.get((*row, s))) for s in sizes)] for row in rows]
@@ -81,7 +85,7 @@ def notable(comparison: Comparison) -> list[str]:
 
 def render_comparison(comparison: Comparison, fmt: str = "text") -> str:
     if fmt == "json":
-        return json.dumps(comparison_to_dict(comparison), indent=2) + "\n"
+        return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False) + "\n"
     header, body = table_rows(comparison)
     title = f"{comparison.topology} · {comparison.model} vs {comparison.baseline}"
     lines = notable(comparison)
@@ -89,17 +93,14 @@ def render_comparison(comparison: Comparison, fmt: str = "text") -> str:
         lines.insert(0, f"incomparable: {comparison.incomparable}")
     if comparison.missing:
         lines.append("not in the results: " + ", ".join(comparison.missing))
+    # Messages come from workers and files: no escape sequence reaches a terminal or a page.
+    lines = [clean(line) for line in lines]
     if fmt == "markdown":
-        table = [
-            "| " + " | ".join(header) + " |",
-            "|" + "|".join("---" for _ in header) + "|",
-            *("| " + " | ".join(row) + " |" for row in body),
-        ]
-        parts = [f"**{title}**", "", *table, ""]
+        parts = [f"**{clean(title)}**", "", *markdown_table(header, body), ""]
         parts += [f"- {line}" for line in lines]
         parts += ["", comparison.summary]
         return "\n".join(parts) + "\n"
-    parts = [title, format_table(header, body) if body else "(no cells)"]
+    parts = [clean(title), format_table(header, body) if body else "(no cells)"]
     if lines:
         parts += ["", *lines]
     parts += ["", comparison.summary]
@@ -111,13 +112,18 @@ def metric_to_dict(m: MetricVerdict) -> dict[str, Any]:
     return {
         "metric": m.metric,
         "status": m.status,
-        "measured": m.measured,
-        "expected": m.expected,
+        "measured": finite(m.measured),
+        "expected": finite(m.expected),
         "tolerance": m.tolerance,
-        "ratio": e.ratio if e else None,
-        "low": e.low if e else None,
-        "high": e.high if e else None,
+        "ratio": finite(e.ratio) if e else None,
+        "low": finite(e.low) if e else None,
+        "high": finite(e.high) if e else None,
     }
+
+
+def finite(value: float | None) -> float | None:
+    """JSON has no Infinity or NaN: an unbounded figure is written as null."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def comparison_to_dict(c: Comparison) -> dict[str, Any]:

@@ -14,12 +14,13 @@ when the group fails, so the cell says what rank 1 hit instead of "worker died".
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from bloomperf.jsonfile import write_text_atomic
 
 OOM_TEXTS = (
     # torch's CUDA caching allocator (torch.OutOfMemoryError, c10/cuda/CUDACachingAllocator.cpp):
@@ -78,10 +79,7 @@ def failure_report(exc: BaseException, rank: int, world_size: int) -> dict[str, 
 
 def write_rank_report(folder: Path, report: dict[str, Any]) -> None:
     """Write the report where the controller looks, atomically (it may read at any moment)."""
-    final = folder / f"failed-rank{report['rank']}.json"
-    partial = final.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(report))
-    os.replace(partial, final)
+    write_text_atomic(folder / f"failed-rank{report['rank']}.json", json.dumps(report))
 
 
 def read_rank_reports(folder: Path) -> list[dict[str, Any]]:

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import format_value
 from bloomperf.results import CellResult, Outcome, RunResult, load_run, run_to_dict, save_run
 
 NIGHT_NAME = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<n>[2-9]|[1-9]\d+))?\.json$")
@@ -419,16 +420,6 @@ def new_changes(nights: Sequence[Night], **settings: Any) -> list[Change]:
 
 
 # ---- showing ----------------------------------------------------------------------------------
-
-
-def format_value(metric: str, value: float | str) -> str:
-    if isinstance(value, str):
-        return value
-    if metric == METRIC_MEMORY:
-        return f"{value / 2**30:.2f} GiB"
-    if metric == METRIC_LOAD:
-        return f"{value:.1f} s"
-    return f"{value:.3g} ms"
 
 
 def describe_change(c: Change) -> str:

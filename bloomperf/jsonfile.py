@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -80,11 +81,30 @@ def check_header(data: Any, where: str, kind: str, schema_version: int) -> None:
         )
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the new one."""
-    text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
+def check_output_target(path: Path) -> None:
+    """Refuse to replace anything but a regular file: a device, a FIFO, a folder or a link."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BloomperfError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise BloomperfError(f"{path}: is a symbolic link; refusing to replace it")
+    if not stat.S_ISREG(info.st_mode):
+        raise BloomperfError(f"{path}: is not a regular file; refusing to replace it")
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the new one.
+
+    The temporary file gets a unique name created with O_EXCL (``mkstemp``): a link planted at a
+    guessable name is never followed. It is fsynced before ``os.replace``, so a crash or a full
+    disk leaves the old file whole. Only a missing file or a regular file is replaced.
+    """
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
+    check_output_target(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
@@ -95,10 +115,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        check_output_target(path)  # nothing swapped in meanwhile
         os.replace(tmp, path)
     except BaseException as exc:
         try:
@@ -108,6 +129,19 @@ def write_json_atomic(path: Path, data: Any) -> None:
         if isinstance(exc, OSError):
             raise BloomperfError(f"{path}: cannot write: {exc.strerror or exc}") from None
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as strict JSON (no NaN or Infinity), written atomically."""
+    try:
+        text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    except ValueError as exc:
+        raise BloomperfError(f"{path}: refusing to write non-standard JSON ({exc})") from None
+    write_text_atomic(path, text)
 
 
 # ---- field readers: each names the file and the field when the value is wrong -------------

@@ -26,6 +26,7 @@ from typing import Any
 
 import bloomperf
 from bloomperf.errors import BloomperfError
+from bloomperf.jsonfile import write_text_atomic
 
 OVERLAY_ENV = "BLOOMPERF_OVERLAY"
 PIP_OUTPUT_TAIL = 1500
@@ -219,10 +220,7 @@ def write_bootstrap(cache_dir: Path) -> Path:
     folder = cache_dir / "overlays" / "bootstrap"
     script = folder / "sitecustomize.py"
     if not (script.is_file() and script.read_text() == BOOTSTRAP):
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f".sitecustomize.{os.getpid()}.tmp"
-        partial.write_text(BOOTSTRAP)
-        partial.replace(script)
+        write_text_atomic(script, BOOTSTRAP)
     return folder
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import io
 import json
 import math
 import statistics
@@ -37,11 +38,11 @@ from bloomperf.baseline import (
     find_baseline,
     matching_load_time,
     resolve_baseline,
-    row_label,
 )
 from bloomperf.compare import Comparison, judge
 from bloomperf.comparison_text import table_rows
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import GIB, clean, markdown_table, row_label, table_layout
 from bloomperf.hardware import parse_topology_id
 from bloomperf.history import (
     DEFAULT_TOLERANCE,
@@ -56,10 +57,10 @@ from bloomperf.history import (
     render_changes,
     series,
 )
+from bloomperf.jsonfile import write_bytes_atomic, write_text_atomic
 from bloomperf.resultfiles import read_many
 from bloomperf.results import CellResult, Outcome, RunResult
 
-GiB = 2**30
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 OOM_COLOUR = "#b00020"
 
@@ -75,14 +76,6 @@ class Report:
 
 
 # ---- gathering ----------------------------------------------------------------------------------
-
-
-def rows_of(cells: Sequence[CellResult]) -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    for c in cells:
-        if (c.backend, c.dtype) not in rows:
-            rows.append((c.backend, c.dtype))
-    return rows
 
 
 def row_cells(cells: Sequence[CellResult], row: tuple[str, str]) -> list[CellResult]:
@@ -163,7 +156,7 @@ def plot_ms_per_token(run: RunResult, baseline: Baseline | None, path: Path) -> 
     ax = fig.add_subplot()
     sizes = sorted({c.batch_size for c in run.cells})
     top = ax.get_xaxis_transform()  # x in data, y in axes fraction: OOM marks sit on the top edge
-    for i, row in enumerate(rows_of(run.cells)):
+    for i, row in enumerate(table_layout(run.cells)[0]):
         colour = COLOURS[i % len(COLOURS)]
         cells = row_cells(run.cells, row)
         ok = [(c.batch_size, c.ms_per_token) for c in cells if c.ms_per_token is not None]
@@ -227,7 +220,7 @@ def plot_ms_per_token(run: RunResult, baseline: Baseline | None, path: Path) -> 
         Line2D([], [], color="grey", ls="", marker="o", mfc="none", ms=10, label="OOM (baseline)"),
     ]
     style_legend(ax, extra if baseline is not None else extra[:1] + extra[2:3])
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 
@@ -243,24 +236,24 @@ def plot_memory(run: RunResult, path: Path) -> Path:
         for c in run.cells
         for r in (c.load_memory, c.generate_memory)
     )
-    for i, row in enumerate(rows_of(run.cells)):
+    for i, row in enumerate(table_layout(run.cells)[0]):
         colour = COLOURS[i % len(COLOURS)]
         points = [(c.batch_size, gpu_memory(c)) for c in row_cells(run.cells, row)]
         kept = [(b, m) for b, m in points if m is not None]
         if kept:
             xs = [b for b, _ in kept]
-            ax.plot(xs, [m[0] / GiB for _, m in kept], "-o", color=colour, label=row_label(*row))
+            ax.plot(xs, [m[0] / GIB for _, m in kept], "-o", color=colour, label=row_label(*row))
             if on_gpu:
                 ax.fill_between(
                     xs,
-                    [m[1] / GiB for _, m in kept],
-                    [m[0] / GiB for _, m in kept],
+                    [m[1] / GIB for _, m in kept],
+                    [m[0] / GIB for _, m in kept],
                     color=colour,
                     alpha=0.07,
                 )
         ooms = [c.batch_size for c in row_cells(run.cells, row) if c.outcome == Outcome.OOM]
         if ooms:
-            y = capacity[1] / GiB if capacity and on_gpu else 0.97
+            y = capacity[1] / GIB if capacity and on_gpu else 0.97
             transform = ax.transData if capacity and on_gpu else ax.get_xaxis_transform()
             ax.plot(
                 ooms,
@@ -276,25 +269,25 @@ def plot_memory(run: RunResult, path: Path) -> Path:
     extra = [Line2D([], [], color="grey", ls="", marker="X", ms=10, mec=OOM_COLOUR, label="OOM")]
     if capacity is not None and on_gpu:
         name, size = capacity
-        ax.axhline(size / GiB, color="black", lw=1.2, ls=":")
+        ax.axhline(size / GIB, color="black", lw=1.2, ls=":")
         ax.annotate(
-            f"{name} capacity: {size / GiB:.0f} GiB",
-            (0.01, size / GiB),
+            f"{name} capacity: {size / GIB:.0f} GiB",
+            (0.01, size / GIB),
             xycoords=("axes fraction", "data"),
             va="bottom",
             fontsize=8,
         )
-        ax.set_ylim(0, size / GiB * 1.12)
+        ax.set_ylim(0, size / GIB * 1.12)
         extra.append(Line2D([], [], color="grey", lw=6, alpha=0.3, label="emptiest–fullest GPU"))
         ax.set_ylabel("peak memory of the fullest GPU (GiB)")
     else:
         ax.set_ylim(bottom=0)
-        ax.set_ylabel("peak memory (GiB, process RSS without GPUs)")
+        ax.set_ylabel("peak memory (GIB, process RSS without GPUs)")
     batch_axis(ax, sizes)
     ax.grid(True, alpha=0.3)
     ax.set_title(f"{run.model.name} on {run.topology}: peak memory by batch size")
     style_legend(ax, extra)
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 
@@ -303,7 +296,7 @@ def load_times(
 ) -> list[tuple[str, float | None, float | None]]:
     """(row label, measured seconds, baseline seconds) per backend and dtype."""
     out = []
-    for row in rows_of(run.cells):
+    for row in table_layout(run.cells)[0]:
         cells = row_cells(run.cells, row)
         measured = [c.load_time_s for c in cells if c.load_time_s is not None]
         expected = None
@@ -372,7 +365,7 @@ def plot_load_times(run: RunResult, baseline: Baseline | None, path: Path) -> Pa
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"{run.model.name} on {run.topology}: load time")
     ax.legend(loc="upper right", fontsize=8)
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 
@@ -446,7 +439,7 @@ def plot_trend(
         f"grey band: ±{tolerance * 100:g} %; dashed red: a persistent change started",
         fontsize=10,
     )
-    fig.savefig(path)
+    save_figure(fig, path)
     return path
 
 
@@ -467,17 +460,6 @@ def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix, "–" if data is None else str(data))]
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", " ")
-
-    return [
-        "| " + " | ".join(cell(h) for h in header) + " |",
-        "|" + "---|" * len(header),
-        *("| " + " | ".join(cell(c) for c in row) + " |" for row in rows),
-    ]
-
-
 def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     def cls(text: str) -> str:
         if "REGRESSED" in text or "UNEXPECTED" in text or text in ("ERROR", "TIMEOUT"):
@@ -486,9 +468,9 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
             return ' class="good"'
         return ""
 
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    head = "".join(f"<th>{html.escape(clean(h))}</th>" for h in header)
     body = "".join(
-        "<tr>" + "".join(f"<td{cls(c)}>{html.escape(c)}</td>" for c in row) + "</tr>"
+        "<tr>" + "".join(f"<td{cls(c)}>{html.escape(clean(c))}</td>" for c in row) + "</tr>"
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -514,6 +496,13 @@ img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
 .verdict { font-size: 1.2em; font-weight: bold; }
 .failed { color: #b00020; } .passed { color: #1b7f2a; }
 """
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Render to memory, then write atomically: never into a file or link planted at ``path``."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    write_bytes_atomic(path, buffer.getvalue())
 
 
 def embedded(path: Path) -> str:
@@ -544,7 +533,7 @@ def write_pages(
         "",
     ]
     md += ["## Verdicts", "", *markdown_table(header, body), ""]
-    failures = comparison.failures()
+    failures = [clean(f) for f in comparison.failures()]
     md += [f"- {f}" for f in failures] + ([""] if failures else [])
     for key, heading in (("ms", "ms per token"), ("memory", "Peak memory"), ("load", "Load time")):
         md += [f"## {heading}", "", f"![{heading}]({plots[key].name})", ""]
@@ -581,15 +570,6 @@ def write_pages(
     write_text_atomic(html_path, "\n".join(doc) + "\n")
     write_text_atomic(md_path, "\n".join(md) + "\n")
     return html_path, md_path
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        raise BloomperfError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 # ---- the command --------------------------------------------------------------------------------

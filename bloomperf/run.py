@@ -17,6 +17,7 @@ from bloomperf.baseline import Baseline, beyond_boundary, find_baseline, oom_bou
 from bloomperf.compare import judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION
+from bloomperf.formatting import utc_now
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
 from bloomperf.models import PreparedModel, resolve_model
@@ -52,10 +53,6 @@ WORKER_OPTIONS = (
     "slowdown_percent",
     "threads",
 )
-
-
-def utc_now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def resolve_device(requested: str | None, topology: Topology) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from bloomperf.formatting import GIB, ms_number, table_layout
 from bloomperf.results import CellResult, Outcome, RunResult
 
-GIB = 2**30
 CELL_TEXT = {
     Outcome.OOM: "OOM",
     Outcome.ERROR: "error",
@@ -17,8 +17,7 @@ def cell_text(cell: CellResult | None) -> str:
     if cell is None:
         return ""
     if cell.outcome is Outcome.OK and cell.ms_per_token is not None:
-        value = cell.ms_per_token
-        return f"{value:.2f}" if value >= 0.1 else f"{value:.4f}"
+        return ms_number(cell.ms_per_token)
     return CELL_TEXT.get(cell.outcome, cell.outcome.value)
 
 
@@ -29,10 +28,10 @@ def efficiency_text(cell: CellResult | None) -> str:
 
 def render_run_table(run: RunResult) -> str:
     """Plain-text table: ms/token per cell, then load time and peak memory per row."""
-    batches = sorted({c.batch_size for c in run.cells})
-    rows: dict[tuple[str, str], dict[int, CellResult]] = {}
+    layout, batches = table_layout(run.cells)
+    rows: dict[tuple[str, str], dict[int, CellResult]] = {row: {} for row in layout}
     for cell in run.cells:
-        rows.setdefault((cell.backend, cell.dtype), {})[cell.batch_size] = cell
+        rows[(cell.backend, cell.dtype)][cell.batch_size] = cell
     header = ["backend dtype", *(f"bs {b}" for b in batches), "load s", "peak GiB"]
     lines = [header]
     for (backend, dtype), cells in rows.items():

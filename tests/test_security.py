@@ -9,6 +9,7 @@ here through the real readers with hostile files).
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +178,97 @@ def test_no_shell_reaches_the_launcher_through_options(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert not canary.exists()
+
+
+# ---- one atomic writer ------------------------------------------------------------------------
+
+# Writes that do not go through jsonfile.write_bytes_atomic, and why they need not.
+DIRECT_WRITES = {
+    "bloomperf/jsonfile.py": "the atomic writer itself",
+    "bloomperf/models.py": "checkpoints are built in a private temp folder, renamed as a whole",
+    "bloomperf/launch.py": "the worker spec, in the group's private temp folder",
+    "bloomperf/shard.py": "the shard marker, inside DeepSpeed's own freshly written output",
+    "bloomperf/measure/memory.py": "/proc/<pid>/clear_refs: a kernel control file",
+}
+
+
+def direct_writes(source: str) -> list[int]:
+    """Lines that open a file for writing or write one in place (write_text, savefig, …)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = dotted(node.func)
+        modes = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+        modes += [
+            k.value.value
+            for k in node.keywords
+            if k.arg == "mode" and isinstance(k.value, ast.Constant)
+        ]
+        opens_for_writing = name.split(".")[-1] in ("open", "fdopen") and any(
+            isinstance(m, str) and set(m) & set("wax+") for m in modes
+        )
+        if opens_for_writing or name.split(".")[-1] in ("write_text", "write_bytes", "savefig"):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_file_is_written_by_the_atomic_writer() -> None:
+    found = {}
+    for path in sorted((ROOT / "bloomperf").rglob("*.py")):
+        where = str(path.relative_to(ROOT))
+        lines = direct_writes(path.read_text(encoding="utf-8"))
+        if lines and where not in DIRECT_WRITES:
+            found[where] = lines
+    # report.py renders its PNGs into memory: savefig on a BytesIO is no file write.
+    assert found == {"bloomperf/report.py": found.get("bloomperf/report.py", [])}
+    report = (ROOT / "bloomperf" / "report.py").read_text(encoding="utf-8")
+    assert "savefig(buffer" in report and "savefig(path" not in report
+    assert direct_writes("open(p, 'w')\nPath(p).write_text('x')\nfig.savefig(p)\n") == [1, 2, 3]
+    assert direct_writes("open(p)\nopen(p, 'rb')\n") == []
+
+
+def test_the_writer_replaces_only_regular_files(tmp_path: Path) -> None:
+    from bloomperf.errors import BloomperfError
+    from bloomperf.jsonfile import write_json_atomic, write_text_atomic
+
+    target = tmp_path / "r.json"
+    write_json_atomic(target, {"a": 1})
+    write_json_atomic(target, {"a": 2})
+    assert target.read_text() == '{\n  "a": 2\n}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+    elsewhere = tmp_path / "victim"
+    elsewhere.write_text("keep")
+    link = tmp_path / "link.json"
+    link.symlink_to(elsewhere)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for bad in (link, fifo, tmp_path, Path("/dev/null")):
+        with pytest.raises(BloomperfError, match=r"refusing to replace it|is a directory"):
+            write_text_atomic(bad, "x")
+    assert elsewhere.read_text() == "keep" and link.is_symlink() and fifo.is_fifo()
+    with pytest.raises(BloomperfError, match="non-standard JSON"):
+        write_json_atomic(target, {"a": float("inf")})
+    assert target.read_text() == '{\n  "a": 2\n}\n'
+
+
+def test_a_link_planted_at_the_old_temp_name_is_not_followed(tmp_path: Path) -> None:
+    from bloomperf.jsonfile import write_text_atomic
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".index.html.tmp").symlink_to(victim)  # the name report.py used to write through
+    write_text_atomic(out / "index.html", "<html>")
+    assert victim.read_text() == "keep"
+    assert (out / "index.html").read_text() == "<html>"
+
+
+def test_escape_sequences_never_reach_a_terminal_or_a_report() -> None:
+    from bloomperf.formatting import clean, markdown_table
+
+    hostile = "OOM \x1b[2J\x1b]0;pwned\x07 at \x1b[31mred\x1b[0m\r\x00\x9b5m\nnext\tline"
+    assert clean(hostile) == "OOM  at red5m\nnext\tline"
+    assert "\x1b" not in "".join(markdown_table(["h\x1b[1m"], [[hostile]]))
