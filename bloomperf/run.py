@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bloomperf.backends import backend_class
+from bloomperf.backends.base import Backend
 from bloomperf.baseline import Baseline, beyond_boundary, find_baseline, oom_boundary
 from bloomperf.compare import judge
 from bloomperf.comparison_text import render_comparison
@@ -141,16 +142,23 @@ class Session:
             checkpoint=self.model.path,
             device=self.device,
             new_tokens=self.run.workload.new_tokens,
-            world_size=backend.world_size(self.device, len(self.topology.gpus), self.options),
+            world_size=self.world_size(backend),
             options=worker_options(self.options),
             load_timeout_s=self.options.get("load_timeout") or 1800.0,
             cell_timeout_s=self.options.get("cell_timeout") or 1800.0,
         )
 
+    def world_size(self, backend: type[Backend]) -> int:
+        return backend.world_size(self.device, len(self.topology.gpus), self.options)
+
     def skip_reason(self, cell: Cell) -> str | None:
         """Why a cell is not run: the stack cannot, or it is beyond a known OOM boundary."""
         backend = backend_class(cell.backend)
-        reason = backend.unmet_requirement(cell.dtype, self.device, worker_options(self.options))
+        options = worker_options(self.options)
+        reason = backend.unmet_requirement(cell.dtype, self.device, options)
+        reason = reason or backend.host_memory_reason(
+            self.model.path, self.world_size(backend), cell.dtype, options
+        )
         if reason or self.options.get("probe"):
             return reason
         oom_at = self.oom_at.get(cell.group)

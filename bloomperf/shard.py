@@ -30,10 +30,18 @@ def add_command(subparsers: Any) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder to write")
     parser.add_argument("--dtype", default="fp16", choices=("fp32", "bf16", "fp16", "int8"))
     parser.add_argument(
-        "--backend", default="ds-autotp", choices=("ds-autotp", "ds-inference"),
+        "--backend",
+        default="ds-autotp",
+        choices=("ds-autotp", "ds-inference"),
         help="whose layout to write: auto-TP, or the fused kernels' (GPU, reference profile)",
     )
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="where the ranks run: GPUs (as the blog; each rank keeps only its share), or CPU "
+        "for tests",
+    )
     parser.set_defaults(func=run_shard)
 
 
@@ -48,12 +56,15 @@ def run_shard(args: argparse.Namespace) -> int:
     if reason:
         raise BloomperfError(f"--backend {args.backend}: {reason}")
     checkpoint = resolve_model(args.model).path
+    reason = backend_class(args.backend).host_memory_reason(checkpoint, args.tp, args.dtype, {})
+    if reason:
+        raise BloomperfError(f"--tp {args.tp}: {reason}")
     spec = {
         "checkpoint": str(checkpoint),
         "out": str(args.out.resolve()),
         "dtype": args.dtype,
         "device": args.device,
-        "kernel_inject": args.backend == "ds-inference",
+        "backend": args.backend,
     }
     argv: list[str] = [sys.executable, "-m", "bloomperf.shard"]
     extra_env: dict[str, str] = {}
@@ -74,32 +85,32 @@ def run_shard(args: argparse.Namespace) -> int:
 
 
 def shard_rank(spec: dict[str, Any]) -> None:
-    """One rank: load the model, let DeepSpeed split it and save this rank's part."""
-    import deepspeed
+    """One rank: load the model by the backend's own path, the blog's meta-device one (each rank
+    reads the files one at a time and keeps its share, never the whole model), and let DeepSpeed
+    save this rank's part."""
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM
 
-    from bloomperf.backends.compat import dtype_argument
-    from bloomperf.backends.ds_inference import SHARD_MARKER, weights_dtype
-    from bloomperf.backends.ds_ranks import join_rank_group, torch_dtype
+    from bloomperf.backends import backend_class
+    from bloomperf.backends.base import LoadRequest
+    from bloomperf.backends.ds_inference import SHARD_MARKER, TensorParallelBackend
 
-    join_rank_group(spec["device"])
-    model = AutoModelForCausalLM.from_pretrained(
-        spec["checkpoint"], **dtype_argument(weights_dtype(spec["dtype"]))
+    backend = backend_class(spec["backend"])()
+    assert isinstance(backend, TensorParallelBackend)
+    request = LoadRequest(
+        checkpoint=Path(spec["checkpoint"]),
+        dtype=spec["dtype"],
+        device=spec["device"],
+        rank=int(os.environ.get("RANK", "0")),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
     )
-    deepspeed.init_inference(
-        model,
-        tensor_parallel={"tp_size": dist.get_world_size()},
-        dtype=torch_dtype(spec["dtype"]),
-        replace_with_kernel_inject=spec["kernel_inject"],
-        save_mp_checkpoint_path=spec["out"],
-    )
+    backend.prepare(request)
+    backend.load_weights(request, save_mp_checkpoint_path=spec["out"])
     dist.barrier()
     if dist.get_rank() == 0:
         marker = {
             "tp": dist.get_world_size(),
             "dtype": spec["dtype"],
-            "kernel_inject": spec["kernel_inject"],
+            "kernel_inject": backend.kernel_inject,
             "source": spec["checkpoint"],
         }
         (Path(spec["out"]) / SHARD_MARKER).write_text(json.dumps(marker, indent=2) + "\n")

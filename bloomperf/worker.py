@@ -78,7 +78,7 @@ class Worker:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.request.checkpoint))
-        self.backend.import_dependencies()
+        self.backend.prepare(self.request)
         self.backend.synchronize()
         start = time.perf_counter()
         self.backend.load(self.request)

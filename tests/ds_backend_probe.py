@@ -42,7 +42,9 @@ def run_case(name: str, options: dict[str, Any], model_dir: Path, refs: dict[int
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     backend = backend_class(name)()
-    backend.load(LoadRequest(model_dir, "fp32", "cpu", rank, world, options))
+    request = LoadRequest(model_dir, "fp32", "cpu", rank, world, options)
+    backend.prepare(request)
+    backend.load(request)
     result: dict[str, Any] = {"backend": name, "options": options, "details": backend.details()}
     for batch, (inputs, expected) in refs.items():
         output = backend.generate(inputs["input_ids"], inputs["attention_mask"], generate_kwargs())

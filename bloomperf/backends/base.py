@@ -46,6 +46,18 @@ class Backend(ABC):
         """How many ranks the worker group needs (1: a plain process)."""
         return 1
 
+    @classmethod
+    def host_memory_reason(
+        cls, checkpoint: Path, world_size: int, dtype: str, options: dict[str, Any]
+    ) -> str | None:
+        """Why the group's ranks would not fit in host RAM while loading (a skip reason, with
+        the figures), or None. Controller-side: reads file sizes, imports nothing heavy."""
+        return None
+
+    def prepare(self, request: LoadRequest) -> None:
+        """What must happen before the load clock starts (imports, rendezvous, JIT builds)."""
+        self.import_dependencies()
+
     def import_dependencies(self) -> None:
         """Import what ``load`` needs, so load time does not include Python import time."""
         import transformers.models.bloom.modeling_bloom  # noqa: F401

@@ -20,12 +20,19 @@ Checkpoint paths (``details()["checkpoint"]``):
 from __future__ import annotations
 
 import json
-import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.compat import dtype_argument, installed_version, version_tuple
+from bloomperf.backends.ds_checkpoint import (
+    checkpoints_json,
+    host_bytes_per_rank,
+    host_memory_reason,
+)
 from bloomperf.backends.ds_ranks import deepspeed_missing, join_rank_group, torch_dtype
 from bloomperf.errors import BloomperfError
 
@@ -36,9 +43,18 @@ if TYPE_CHECKING:
 KERNEL_TRANSFORMERS_MAX = "4.43.4"
 SHARD_MARKER = "bloomperf-shard.json"
 LOAD_CHOICES = ("unsharded", "hf")
+# Bytes per weight as each dtype loads: int8 weights are read in fp16, DeepSpeed quantizes them.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 2}
+# Why int8 never runs from from_pretrained (read in DeepSpeed 0.19.8's sources).
+INT8_NEEDS_CHECKPOINT = (
+    "DeepSpeed quantizes int8 weights only while loading a checkpoint (GroupQuantizer in "
+    "module_inject/policy.py maybe_copy); init_inference on a loaded model does not (the "
+    "quantize call is commented out in module_inject/containers/base.py) and its int8 "
+    "kernels would run on fp16 values copied into int8 buffers"
+)
 
 
-class _TensorParallelBackend(Backend):
+class TensorParallelBackend(Backend):
     kernel_inject: ClassVar[bool]
 
     @classmethod
@@ -47,28 +63,62 @@ class _TensorParallelBackend(Backend):
             return int(options["tp"])
         return max(1, visible_devices) if device == "cuda" else 1
 
-    def load(self, request: LoadRequest) -> None:
+    @classmethod
+    def host_memory_reason(
+        cls, checkpoint: Path, world_size: int, dtype: str, options: dict[str, Any]
+    ) -> str | None:
+        load = load_path(cls.kernel_inject, world_size, options)
+        folder = Path(str(options["sharded"])) if load == "pre-sharded" else checkpoint
+        scale = DTYPE_BYTES[dtype] / file_bytes_per_weight(checkpoint)
+        try:
+            need = host_bytes_per_rank(load, folder, world_size, scale)
+        except (BloomperfError, OSError):
+            return None  # a missing folder fails at load, with the loader's own message
+        return host_memory_reason(need, world_size, load, host_memory_bytes())
+
+    def prepare(self, request: LoadRequest) -> None:
+        """Everything that must not count as load time, each step timed on its own: importing
+        DeepSpeed, joining the rank group (on CPU this JIT-builds the shared-memory all-reduce),
+        JIT-building the fused kernels, and writing DeepSpeed's copy of the checkpoint."""
         import torch
 
-        local_rank = join_rank_group(request.device)
+        super().prepare(request)
+        self._prepare_s: dict[str, float] = {}
+        with self.timed("import_s"):
+            import deepspeed  # noqa: F401
+        with self.timed("rendezvous_s"):
+            local_rank = join_rank_group(request.device)
+        if self.kernel_inject:
+            with self.timed("op_build_s"):
+                build_fused_kernels()
         self._device = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
         self._tp = request.world_size
-        sharded = request.options.get("sharded")
-        if sharded:
-            self._checkpoint = "pre-sharded"
-            self.model = self._load_presharded(request, Path(str(sharded)))
-        elif (
-            request.options.get("load", default_load(self.kernel_inject, request.checkpoint))
-            == "hf"
-        ):
-            self._checkpoint = "hf"
-            self.model = self._load_hf(request)
-        else:
-            self._checkpoint = "unsharded"
-            self.model = self._load_unsharded(request)
+        self._checkpoint = load_path(self.kernel_inject, request.world_size, request.options)
+        self._checkpoints_json: Path | None = None
+        if self._checkpoint == "unsharded":
+            self._checkpoints_json, seconds = checkpoints_json(request.checkpoint)
+            self._prepare_s["checkpoint_copy_s"] = seconds
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        yield
+        self._prepare_s[name] = time.perf_counter() - started
+
+    def load(self, request: LoadRequest) -> None:
+        self.model = self.load_weights(request)
         self.model.eval()
         if not self.kernel_inject and self._tp > 1:
             give_alibi_an_explicit_mask(self.model)
+
+    def load_weights(self, request: LoadRequest, **kwargs: Any) -> Any:
+        """The model on this rank's devices by the path ``prepare`` chose (``kwargs`` go to
+        ``init_inference``: ``bloomperf shard`` passes ``save_mp_checkpoint_path``)."""
+        if self._checkpoint == "pre-sharded":
+            return self._load_presharded(request, Path(str(request.options["sharded"])))
+        if self._checkpoint == "hf":
+            return self._load_hf(request, **kwargs)
+        return self._load_unsharded(request, **kwargs)
 
     def init_inference(self, model: Any, request: LoadRequest, **kwargs: Any) -> Any:
         import deepspeed
@@ -82,20 +132,21 @@ class _TensorParallelBackend(Backend):
         )
         return engine.module
 
-    def _load_hf(self, request: LoadRequest) -> Any:
+    def _load_hf(self, request: LoadRequest, **kwargs: Any) -> Any:
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(
             str(request.checkpoint), **dtype_argument(weights_dtype(request.dtype))
         )
-        return self.init_inference(model, request)
+        return self.init_inference(model, request, **kwargs)
 
-    def _load_unsharded(self, request: LoadRequest) -> Any:
-        files = checkpoint_files(request.checkpoint, torch_only=self.kernel_inject)
-        checkpoints_json = write_checkpoints_json(files)
+    def _load_unsharded(self, request: LoadRequest, **kwargs: Any) -> Any:
         model = meta_model(request.checkpoint, request.dtype)
+        description = self._checkpoints_json
+        assert description is not None, "prepare() writes the checkpoints JSON"
+        # Auto-TP joins file names to the base_dir argument, not to the JSON's own base_dir.
         return self.init_inference(
-            model, request, checkpoint=str(checkpoints_json), base_dir=str(request.checkpoint)
+            model, request, checkpoint=str(description), base_dir=str(description.parent), **kwargs
         )
 
     def _load_presharded(self, request: LoadRequest, folder: Path) -> Any:
@@ -134,6 +185,7 @@ class _TensorParallelBackend(Backend):
             "tp": self._tp,
             "checkpoint": self._checkpoint,
             "offload": "none",
+            "prepare_s": dict(self._prepare_s),
             "transformers": installed_version("transformers"),
             "deepspeed": installed_version("deepspeed"),
         }
@@ -142,7 +194,7 @@ class _TensorParallelBackend(Backend):
         del self.model
 
 
-class DeepSpeedInferenceBackend(_TensorParallelBackend):
+class DeepSpeedInferenceBackend(TensorParallelBackend):
     name: ClassVar[str] = "ds-inference"
     dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16", "int8")
     kernel_inject: ClassVar[bool] = True
@@ -154,10 +206,12 @@ class DeepSpeedInferenceBackend(_TensorParallelBackend):
             return reason
         if device != "cuda":
             return "fused kernels need a CUDA GPU"
+        if dtype == "int8" and load_path(True, 1, options) == "hf":
+            return f"{INT8_NEEDS_CHECKPOINT}; load=hf gives it none"
         return fused_kernels_unsupported()
 
 
-class DeepSpeedAutoTPBackend(_TensorParallelBackend):
+class DeepSpeedAutoTPBackend(TensorParallelBackend):
     name: ClassVar[str] = "ds-autotp"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
     kernel_inject: ClassVar[bool] = False
@@ -171,16 +225,42 @@ class DeepSpeedAutoTPBackend(_TensorParallelBackend):
         return super().unmet_requirement(dtype, device, options) or deepspeed_missing()
 
 
-def default_load(kernel_inject: bool, checkpoint: Path) -> str:
-    """The blog's meta-device path where DeepSpeed can read the files, else from_pretrained.
+def load_path(kernel_inject: bool, world_size: int, options: dict[str, Any]) -> str:
+    """``pre-sharded`` with ``sharded=DIR``; else the blog's meta-device ``unsharded`` path,
+    unless ``load=hf`` asks for from_pretrained. Auto-TP at TP=1 reads with from_pretrained (one
+    copy): DeepSpeed applies no auto-TP policy at TP=1 (inference/engine.py), so it would never
+    read the checkpoints JSON and would leave the meta model empty."""
+    if options.get("sharded"):
+        return "pre-sharded"
+    if options.get("load") == "hf" or (not kernel_inject and world_size == 1):
+        return "hf"
+    return "unsharded"
 
-    DeepSpeed's meta-device loading belongs to kernel injection and reads torch pickles only
-    (safetensors-only folders, like bloomperf's random checkpoints, cannot go that way). Its
-    auto-TP variant expects the original BLOOM key names (no "transformer." prefix) and leaves a
-    TP=1 model unloaded, so auto-TP reads with from_pretrained. ``details()`` says which ran.
-    """
-    has_torch_files = any(checkpoint.glob("*.bin")) or any(checkpoint.glob("*.pt"))
-    return "unsharded" if kernel_inject and has_torch_files else "hf"
+
+def host_memory_bytes() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def file_bytes_per_weight(checkpoint: Path) -> int:
+    """Bytes per weight in the checkpoint's files (config.json's torch_dtype; 2 if unknown)."""
+    try:
+        config = json.loads((checkpoint / "config.json").read_text())
+    except (OSError, ValueError):
+        return 2
+    name = config.get("torch_dtype") if isinstance(config, dict) else None
+    return 4 if name == "float32" else 2
+
+
+def build_fused_kernels() -> None:
+    """JIT-build DeepSpeed's fused inference kernels now (or load them from
+    TORCH_EXTENSIONS_DIR), so that load time does not include nvcc. The first injected layer
+    would build them otherwise (``BaseOp`` in ops/transformer/inference/op_binding/base.py);
+    ``OpBuilder.load`` keeps the built module, so that later call finds it."""
+    from deepspeed.ops.op_builder import InferenceBuilder
+
+    InferenceBuilder().load()
 
 
 def fused_kernels_unsupported() -> str | None:
@@ -210,29 +290,6 @@ def meta_model(checkpoint: Path, dtype: str) -> Any:
     # which breaks torch._dynamo's import (signature mismatch) with torch 2.13.
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config, **dtype_argument(weights_dtype(dtype)))
-
-
-def checkpoint_files(folder: Path, torch_only: bool) -> list[str]:
-    """The weight files of a saved model, by name, in a stable order."""
-    safetensors = sorted(p.name for p in folder.glob("*.safetensors"))
-    torch_files = sorted(p.name for p in folder.glob("*.bin")) + sorted(
-        p.name for p in folder.glob("*.pt")
-    )
-    # DeepSpeed's kernel-injection loader reads torch pickles only; auto-TP reads both.
-    files = torch_files if torch_only else (safetensors or torch_files)
-    if not files:
-        kind = "*.bin/*.pt" if torch_only else "*.safetensors or *.bin"
-        raise BloomperfError(f"{folder}: no {kind} weight files to load (use load=hf)")
-    return files
-
-
-def write_checkpoints_json(files: list[str]) -> Path:
-    """The checkpoints JSON DeepSpeed's meta-device loader reads (names relative to base_dir)."""
-    with tempfile.NamedTemporaryFile(
-        "w", prefix="bloomperf-checkpoints-", suffix=".json", delete=False
-    ) as handle:
-        json.dump({"type": "BLOOM", "checkpoints": files, "version": 1.0}, handle)
-    return Path(handle.name)
 
 
 DS_SHARD_CONFIG = "ds_inference_config.json"

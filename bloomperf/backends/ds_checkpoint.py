@@ -1,0 +1,173 @@
+"""What DeepSpeed-Inference's meta-device loader reads, written from bloomperf's checkpoints.
+
+The blog's path builds BLOOM on the meta device and hands ``init_inference`` a checkpoints JSON
+(``{"type": "BLOOM", "checkpoints": [...], "version": 1.0}``); each rank then reads the files one
+by one and keeps its own share. DeepSpeed 0.19.8 reads those files in two ways
+(``module_inject/replace_module.py``, ``replace_transformer_layer``):
+
+- kernel injection: ``torch.load`` only (no safetensors);
+- auto-TP: ``torch.load`` or safetensors, but it looks tensors up under BLOOM's original names,
+  without ``transformer.`` (``skip_level_0_prefix``), which bloomperf's safetensors have.
+
+So bloomperf writes, once per checkpoint, a torch-pickle copy of each weight file under BLOOM's
+original names (as in ``bigscience/bloom``) in ``<checkpoint>/deepspeed/``, with the JSON
+beside it. Ranks of a group take a file lock: the first writes, the others wait and reuse it.
+Peak memory while writing: one weight file. The tied ``lm_head`` is not written: DeepSpeed's
+``set_lm_head`` points a still-meta ``lm_head`` at the loaded embedding.
+
+Also here: what each load path costs in host memory, to skip a configuration that would swap.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bloomperf.errors import BloomperfError
+
+VIEW_DIR = "deepspeed"
+CHECKPOINTS_JSON = "checkpoints.json"
+PREFIX = "transformer."
+
+
+def weight_files(checkpoint: Path) -> list[Path]:
+    """The checkpoint's weight files, safetensors first (what bloomperf writes), else pickles."""
+    files = sorted(checkpoint.glob("*.safetensors")) or sorted(checkpoint.glob("*.bin"))
+    if not files:
+        raise BloomperfError(f"{checkpoint}: no *.safetensors or *.bin weight files")
+    return files
+
+
+def fingerprint(files: list[Path]) -> dict[str, int]:
+    """Name -> size of the source files: a changed checkpoint gets a fresh copy."""
+    return {path.name: path.stat().st_size for path in files}
+
+
+def checkpoints_json(checkpoint: Path) -> tuple[Path, float]:
+    """The checkpoints JSON for ``init_inference(checkpoint=...)`` and the seconds spent writing
+    DeepSpeed's copy (0.0 when a complete copy was already there)."""
+    view = checkpoint / VIEW_DIR
+    sources = weight_files(checkpoint)
+    try:
+        view.mkdir(exist_ok=True)
+        lock = open(view / ".lock", "w")  # noqa: SIM115 - held across the whole write
+    except OSError as exc:
+        raise BloomperfError(
+            f"{view}: cannot write DeepSpeed's copy of the checkpoint ({exc}); "
+            "use load=hf or a folder written by `bloomperf shard`"
+        ) from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other ranks wait here for the first
+        description = view / CHECKPOINTS_JSON
+        if is_complete(description, sources):
+            return description, 0.0
+        check_free_space(view, sources)
+        started = time.perf_counter()
+        count = len(sources)
+        names = [write_torch_copy(path, view, i, count) for i, path in enumerate(sources)]
+        write_description(description, names, sources)
+        return description, time.perf_counter() - started
+
+
+def check_free_space(view: Path, sources: list[Path]) -> None:
+    needed = sum(path.stat().st_size for path in sources)
+    free = shutil.disk_usage(view).free
+    if free < needed:
+        raise BloomperfError(
+            f"{view}: DeepSpeed's copy of the checkpoint needs {needed / 1024**3:.1f} GiB, "
+            f"{free / 1024**3:.1f} GiB free; free some, or use `bloomperf shard`"
+        )
+
+
+def is_complete(description: Path, sources: list[Path]) -> bool:
+    try:
+        existing = json.loads(description.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(existing, dict) and existing.get("source") == fingerprint(sources)
+
+
+def write_torch_copy(source: Path, view: Path, index: int, count: int) -> str:
+    """One weight file as a torch pickle under BLOOM's original names; returns its name."""
+    import torch
+
+    name = source.name.rsplit(".", 1)[0] + ".pt"
+    print(
+        f"bloomperf: writing DeepSpeed's copy of {source.name} ({index + 1}/{count}) to {view}",
+        file=sys.stderr,
+        flush=True,
+    )
+    state = read_weights(source)
+    state = {key.removeprefix(PREFIX): tensor for key, tensor in state.items()}
+    partial = view / f".{name}.partial"
+    torch.save(state, partial)
+    os.replace(partial, view / name)
+    return name
+
+
+def read_weights(path: Path) -> dict[str, Any]:
+    import torch
+
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    return state
+
+
+def write_description(description: Path, names: list[str], sources: list[Path]) -> None:
+    """The JSON DeepSpeed's ``SDLoaderFactory.get_sd_loader_json`` reads, written last: its
+    presence (with a matching source fingerprint) marks the copy complete."""
+    partial = description.with_suffix(".partial")
+    document = {
+        "type": "BLOOM",
+        "checkpoints": names,
+        "version": 1.0,
+        "base_dir": str(description.parent),
+        "source": fingerprint(sources),
+    }
+    partial.write_text(json.dumps(document, indent=2) + "\n")
+    os.replace(partial, description)
+
+
+# -- host memory per load path ----------------------------------------------------------------
+
+
+def host_bytes_per_rank(load: str, checkpoint: Path, ranks: int, scale: float) -> int:
+    """Host memory one rank needs while loading, by load path (``scale``: loaded dtype's bytes
+    over the files' bytes per weight).
+
+    - ``hf``: ``from_pretrained`` of the whole model on every rank;
+    - ``unsharded``: one weight file at a time, plus the rank's share for auto-TP, which DeepSpeed
+      fills on the host before ``module.to(device)`` (kernel injection copies it to the GPU as it
+      goes; the share is counted for both, to stay on the safe side);
+    - ``pre-sharded``: the rank's own files only.
+    """
+    files = weight_files(checkpoint)
+    total = sum(path.stat().st_size for path in files) * scale
+    largest = max(path.stat().st_size for path in files) * scale
+    if load == "hf":
+        return int(total)
+    if load == "unsharded":
+        return int(total / ranks + largest)
+    return int(total / ranks)
+
+
+def host_memory_reason(need_per_rank: int, ranks: int, load: str, host_bytes: int) -> str | None:
+    """The skip reason when the group's ranks together need more than the host's RAM."""
+    need = need_per_rank * ranks
+    if need <= host_bytes:
+        return None
+    gib = 1024**3
+    return (
+        f"{ranks} ranks x {need_per_rank / gib:.1f} GiB host memory each ({load} load) = "
+        f"{need / gib:.1f} GiB > {host_bytes / gib:.1f} GiB RAM: it would swap; "
+        "use the checkpoints-JSON load (load=unsharded) or `bloomperf shard` on GPU ranks"
+    )

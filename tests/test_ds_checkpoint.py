@@ -1,0 +1,188 @@
+"""DeepSpeed-Inference's checkpoint path for bloomperf's own checkpoints, on CPU, through the
+installed DeepSpeed: what its meta-device loader reads, the host-RAM skip with bloom-176b's real
+file layout, the int8 rule tied to DeepSpeed's source, and that imports, the rank rendezvous and
+JIT op builds happen before the worker's load clock starts. (Tokens of the meta-device load
+against the plain model, with 2 ranks: tests/test_ds_backends.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from bloomperf.backends import backend_class
+from bloomperf.backends.ds_checkpoint import (
+    checkpoints_json,
+    host_bytes_per_rank,
+    host_memory_reason,
+)
+from bloomperf.backends.ds_inference import INT8_NEEDS_CHECKPOINT, host_memory_bytes
+from bloomperf.models import MODEL_SHAPES, bloom_config, resolve_model, split_shards, tensor_specs
+
+deepspeed = pytest.importorskip("deepspeed")
+GIB = 1024**3
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return resolve_model("tiny", cache_dir=tmp_path_factory.mktemp("models")).path
+
+
+def test_deepspeed_reads_the_checkpoints_json_and_its_files(tiny: Path) -> None:
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    from deepspeed.runtime.state_dict_factory import SDLoaderFactory
+
+    description, seconds = checkpoints_json(tiny)
+    assert seconds > 0
+    # DeepSpeed's own reader: a BLOOM description comes back as the dict its loaders walk.
+    data = SDLoaderFactory.get_sd_loader_json(str(description), TorchCheckpointEngine())
+    assert (data["type"], data["version"]) == ("BLOOM", 1.0)
+    original = load_file(str(tiny / "model.safetensors"))
+    loaded: dict[str, torch.Tensor] = {}
+    for name in data["checkpoints"]:
+        # Read as DeepSpeed's kernel-injection loader reads each file (replace_module.py).
+        path = os.path.join(data["base_dir"], name)
+        loaded.update(torch.load(path, map_location="cpu", weights_only=False))
+    # BLOOM's original names, which auto-TP's loader looks up (skip_level_0_prefix).
+    assert sorted(loaded) == sorted(k.removeprefix("transformer.") for k in original)
+    assert all(torch.equal(loaded[k.removeprefix("transformer.")], v) for k, v in original.items())
+    # Written once: the next rank (or run) reuses it; a changed checkpoint gets a fresh copy.
+    assert checkpoints_json(tiny) == (description, 0.0)
+    changed = {**original, "extra": torch.zeros(3)}
+    save_file(changed, str(tiny / "model.safetensors"))
+    try:
+        assert checkpoints_json(tiny)[1] > 0
+        assert "extra" in torch.load(Path(data["base_dir"]) / "model.pt", weights_only=True)
+    finally:
+        save_file(original, str(tiny / "model.safetensors"))
+        checkpoints_json(tiny)
+
+
+def bloom_176b_layout(folder: Path) -> Path:
+    """bloom-176b's checkpoint as bloomperf writes it (same shards, same sizes) as sparse files:
+    the RAM rule reads only file sizes, and this takes no disk."""
+    shape = MODEL_SHAPES["bloom-176b"]
+    shards = split_shards(tensor_specs(shape, shape.n_layer), 2)
+    for i, specs in enumerate(shards):
+        with open(folder / f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors", "wb") as f:
+            f.truncate(sum(s.numel for s in specs) * 2)
+    (folder / "config.json").write_text(json.dumps(bloom_config(shape, shape.n_layer)))
+    return folder
+
+
+def test_ranks_times_weights_beyond_host_ram_is_skipped_with_the_figures(tmp_path: Path) -> None:
+    folder = bloom_176b_layout(tmp_path)
+    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    assert 327 * GIB < weights < 329 * GIB  # 176.2 G parameters in bf16
+    one_tib = 1024 * GIB  # the host RAM of a typical 8 x A100 machine
+    hf = host_bytes_per_rank("hf", folder, 8, 1.0)
+    assert hf == weights
+    assert host_memory_reason(hf, 8, "hf", one_tib) == (
+        f"8 ranks x {weights / GIB:.1f} GiB host memory each (hf load) = "
+        f"{8 * weights / GIB:.1f} GiB > 1024.0 GiB RAM: it would swap; use the checkpoints-JSON "
+        "load (load=unsharded) or `bloomperf shard` on GPU ranks"
+    )
+    # The blog's path: each rank its share plus one file at a time.
+    unsharded = host_bytes_per_rank("unsharded", folder, 8, 1.0)
+    largest = max(p.stat().st_size for p in folder.glob("*.safetensors"))
+    assert largest < 7 * GIB  # the 7.2 GB embedding, alone in its file
+    assert unsharded == int(weights / 8 + largest)
+    assert host_memory_reason(unsharded, 8, "unsharded", one_tib) is None
+    # Through the backends, with this machine's RAM: from_pretrained on 8 ranks does not fit.
+    for name in ("ds-inference", "ds-autotp"):
+        reason = backend_class(name).host_memory_reason(folder, 8, "fp16", {"load": "hf"})
+        assert reason is not None and f"{host_memory_bytes() / GIB:.1f} GiB RAM" in reason
+    # fp32 from a bf16 checkpoint doubles the figure.
+    reason = backend_class("ds-autotp").host_memory_reason(folder, 2, "fp32", {"load": "hf"})
+    assert reason is not None and f"2 ranks x {2 * weights / GIB:.1f} GiB" in reason
+
+
+def test_a_small_model_is_not_skipped(tiny: Path) -> None:
+    for options in ({}, {"load": "hf"}):
+        assert backend_class("ds-autotp").host_memory_reason(tiny, 2, "fp32", options) is None
+
+
+def test_int8_needs_a_checkpoint_load_as_deepspeed_quantizes_only_there() -> None:
+    source = Path(deepspeed.__file__).parent / "module_inject"
+    # The facts the skip reason states, read in the installed DeepSpeed.
+    assert "#self.apply_weight_quantization()" in (source / "containers/base.py").read_text()
+    assert "weight_quantizer.quantize(" in (source / "policy.py").read_text()
+    ds_inference = backend_class("ds-inference")
+    reason = ds_inference.unmet_requirement("int8", "cuda", {"load": "hf"})
+    assert reason == f"{INT8_NEEDS_CHECKPOINT}; load=hf gives it none"
+    assert "commented out in module_inject/containers/base.py" in reason
+    # From the checkpoints JSON or a pre-sharded folder, DeepSpeed quantizes as it loads.
+    for options in ({}, {"sharded": "/data/bloom-tp8-int8"}):
+        unmet = ds_inference.unmet_requirement("int8", "cuda", options)
+        assert unmet is None or "transformers" in unmet  # only the profile's own reason
+
+
+# Runs the worker's real load path in a fresh process (nothing imported yet) and reports what
+# was already done when the load clock started: the clock starts right before backend.load.
+CLOCK_PROBE = """
+import json, sys
+from bloomperf.worker import Worker
+spec = json.loads(sys.argv[1])
+worker = Worker(spec)
+seen = {}
+real_load = worker.backend.load
+def load(request):
+    from deepspeed.ops.op_builder.builder import OpBuilder
+    seen["deepspeed_imported"] = "deepspeed" in sys.modules
+    seen["built_ops"] = sorted(OpBuilder._loaded_ops)
+    return real_load(request)
+worker.backend.load = load
+try:
+    seen["load_s"] = worker.load()
+    seen["details"] = worker.backend.details()
+except Exception as exc:
+    seen["error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(seen))
+"""
+
+
+def run_clock_probe(tiny: Path, backend: str, dtype: str) -> dict[str, object]:
+    spec = {
+        "backend": backend,
+        "checkpoint": str(tiny),
+        "dtype": dtype,
+        "device": "cpu",
+        "options": {},
+        "new_tokens": 4,
+    }
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "MASTER_ADDR")}
+    result = subprocess.run(
+        [sys.executable, "-c", CLOCK_PROBE, json.dumps(spec)],
+        env={**env, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def test_load_clock_starts_after_import_rendezvous_and_op_builds(tiny: Path) -> None:
+    seen = run_clock_probe(tiny, "ds-autotp", "fp32")
+    assert seen["deepspeed_imported"] is True
+    # DeepSpeed's CPU accelerator JIT-builds its shared-memory all-reduce while joining the
+    # rank group: done, and timed apart, before the clock.
+    assert "deepspeed_shm_comm" in seen["built_ops"]  # type: ignore[operator]
+    prepare = seen["details"]["prepare_s"]  # type: ignore[index]
+    assert set(prepare) == {"import_s", "rendezvous_s"}
+    assert prepare["import_s"] > 0.05  # a real first import, not a cached module
+
+
+def test_fused_kernels_are_built_before_the_load_clock(tiny: Path) -> None:
+    # The fused kernels' builder is called in prepare: on CPU, DeepSpeed's accelerator has no
+    # InferenceBuilder and its stand-in raises, before the load clock ever starts.
+    seen = run_clock_probe(tiny, "ds-inference", "fp16")
+    assert seen["error"] == "ValueError: This op had not been implemented on CPU backend."
+    assert "deepspeed_imported" not in seen  # backend.load was never entered
