@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.errors import BloomperfError
+from bloomperf.jsonfile import write_json_atomic
 
 VIEW_DIR = "deepspeed"
 CHECKPOINTS_JSON = "checkpoints.json"
@@ -56,14 +57,15 @@ def checkpoints_json(checkpoint: Path) -> tuple[Path, float]:
     sources = weight_files(checkpoint)
     try:
         view.mkdir(exist_ok=True)
-        lock = open(view / ".lock", "w")  # noqa: SIM115 - held across the whole write
+        # The lock is the folder itself: no lock file to leave behind.
+        folder = os.open(view, os.O_RDONLY)
     except OSError as exc:
         raise BloomperfError(
             f"{view}: cannot write DeepSpeed's copy of the checkpoint ({exc}); "
             "use load=hf or a folder written by `bloomperf shard`"
         ) from None
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the other ranks wait here for the first
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)  # the other ranks wait here for the first
         description = view / CHECKPOINTS_JSON
         if is_complete(description, sources):
             return description, 0.0
@@ -73,6 +75,8 @@ def checkpoints_json(checkpoint: Path) -> tuple[Path, float]:
         names = [write_torch_copy(path, view, i, count) for i, path in enumerate(sources)]
         write_description(description, names, sources)
         return description, time.perf_counter() - started
+    finally:
+        os.close(folder)  # releases the lock
 
 
 def check_free_space(view: Path, sources: list[Path]) -> None:
@@ -125,7 +129,6 @@ def read_weights(path: Path) -> dict[str, Any]:
 def write_description(description: Path, names: list[str], sources: list[Path]) -> None:
     """The JSON DeepSpeed's ``SDLoaderFactory.get_sd_loader_json`` reads, written last: its
     presence (with a matching source fingerprint) marks the copy complete."""
-    partial = description.with_suffix(".partial")
     document = {
         "type": "BLOOM",
         "checkpoints": names,
@@ -133,8 +136,7 @@ def write_description(description: Path, names: list[str], sources: list[Path]) 
         "base_dir": str(description.parent),
         "source": fingerprint(sources),
     }
-    partial.write_text(json.dumps(document, indent=2) + "\n")
-    os.replace(partial, description)
+    write_json_atomic(description, document)
 
 
 # -- host memory per load path ----------------------------------------------------------------
