@@ -139,12 +139,7 @@ class WorkerGroup:
             )
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
-        python = self.spec.python or sys.executable
-        if self.spec.world_size == 1:
-            return [python, "-m", "bloomperf.worker"], {}
-        from bloomperf.dslaunch import rank_group_command
-
-        return rank_group_command(self.spec.world_size, self.spec.options, python=python)
+        return group_command(self.spec)
 
     def _accept(self, listener: socket.socket, timeout: float) -> MessageStream:
         deadline = time.monotonic() + timeout
@@ -245,6 +240,17 @@ class WorkerGroup:
             from bloomperf.dslaunch import cleanup_shm
 
             cleanup_shm()
+
+
+def group_command(spec: GroupSpec) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment that start a group's workers (also shown by
+    ``run --dry-run``): a plain worker for one rank, DeepSpeed's launcher for more."""
+    python = spec.python or sys.executable
+    if spec.world_size == 1:
+        return [python, "-m", "bloomperf.worker"], {}
+    from bloomperf.dslaunch import rank_group_command
+
+    return rank_group_command(spec.world_size, spec.options, python=python)
 
 
 def kill_tree(process: subprocess.Popen[bytes]) -> None:

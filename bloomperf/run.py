@@ -90,11 +90,18 @@ class Session:
     output: Path | None = None
 
     @classmethod
-    def prepare(cls, options: dict[str, Any], topology: Topology | None = None) -> Session:
+    def prepare(
+        cls,
+        options: dict[str, Any],
+        topology: Topology | None = None,
+        model: PreparedModel | None = None,
+    ) -> Session:
+        """``model``: already resolved (``run --dry-run`` plans without building one)."""
         topology = topology or detect_topology()
         device = resolve_device(options.get("device"), topology)
-        name = options.get("model") or DEFAULT_MODEL[device]
-        model = resolve_model(name, options.get("layers"), options.get("cache_dir"))
+        if model is None:
+            name = options.get("model") or DEFAULT_MODEL[device]
+            model = resolve_model(name, options.get("layers"), options.get("cache_dir"))
         run = RunResult(
             model=ModelInfo(model.name, str(model.path), model.layers, model.parameters),
             workload=WorkloadInfo(
@@ -273,6 +280,10 @@ def describe(cell: CellResult) -> str:
 
 
 def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    if getattr(args, "dry_run", False):
+        from bloomperf.plan import run_dry
+
+        return run_dry(args, out, err)
     options = resolve_options(vars(args))
     if options.get("output") is None:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -330,4 +341,7 @@ def add_command(subparsers: Any) -> None:
         description="Measure load time, ms/token and peak memory for backend × dtype × batch.",
     )
     add_cli_options(parser)
+    from bloomperf.plan import add_plan_arguments  # plan builds on Session: imported late
+
+    add_plan_arguments(parser)
     parser.set_defaults(func=run_command)
