@@ -53,15 +53,15 @@ BALANCED_BUFFER = 1.25
 
 
 def blog_setup(shape: ModelShape, layers: int, n_gpus: int, gpu_memory_bytes: int) -> bool:
-    """The blog's own setting: all of bloom-176b on one node of eight 80 GB GPUs (torch sees
-    79.35 GiB of an A100-80GB)."""
+    """The blog's own setting: all of bloom-176b on one node of eight 80 GB-class GPUs (torch
+    sees 79.1-79.4 GiB of an A100-80GB or H100-80GB, the datasheets say 80)."""
     blog = MODEL_SHAPES["bloom-176b"]
     same_model = (shape.hidden_size, shape.vocab_size, layers) == (
         blog.hidden_size,
         blog.vocab_size,
         blog.n_layer,
     )
-    return same_model and n_gpus == 8 and gpu_memory_bytes > 79 * GiB
+    return same_model and n_gpus == 8 and gpu_memory_bytes > 78 * GiB
 
 
 def resolve_choice(

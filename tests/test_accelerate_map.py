@@ -150,6 +150,7 @@ def embedding_gpu(placement: dict[str, int | str]) -> int | str:
 
 def test_auto_is_the_blogs_map_only_where_the_blog_ran() -> None:
     assert resolve_choice("auto", BLOOM, 70, 8, A100) == "blog"
+    assert resolve_choice("auto", BLOOM, 70, 8, int(79.1 * GiB)) == "blog"  # what torch sees
     assert resolve_choice("auto", BLOOM, 2, 1, H200) == "even"
     assert resolve_choice("auto", BLOOM, 70, 8, GPU_SPECS["A100-40GB"].memory_bytes) == "even"
     assert resolve_choice("auto", BLOOM, 69, 8, A100) == "even"
