@@ -66,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tolerances", default="0.02,0.03,0.05", help="comma-separated")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
+        "--ab",
+        action="store_true",
+        help="measure bloomperf ab instead (interleaved A/B with adaptive stopping; the slowdown "
+        "injected into arm B's environment): see benchmarks/ab_power.py",
+    )
+    parser.add_argument(
         "--interleave",
         action="store_true",
         help="alternate the arms' cycles inside each trial (A B C D A B C D …), so drift "
@@ -227,6 +233,12 @@ def print_table(figures: dict[str, Any], others: list[Arm]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--ab" in argv:  # bloomperf ab's interleaved comparisons: benchmarks/ab_power.py
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from benchmarks.ab_power import main as ab_main
+
+        return ab_main(argv)
     args = parse_args(argv)
     try:
         reference, others = run_trials(args)

@@ -265,6 +265,7 @@ def new_document(session: Session, a: Arm, b: Arm, settings: Settings) -> dict[s
         "settings": {
             "tolerance": settings.tolerance,
             "confidence": settings.confidence,
+            "look_confidence": settings.look_confidence,
             "min_pairs": settings.min_pairs,
             "max_pairs": settings.max_pairs,
             "max_time_s": settings.max_time_s,
@@ -339,9 +340,8 @@ def sample_json(sample: Any) -> dict[str, Any]:
 
 
 def render_table(comparisons: list[Comparison], settings: Settings) -> str:
-    level = f"{settings.confidence * 100:g} %"
     lines = [
-        f"| cell | A ms/token | B ms/token | B/A | {level} interval | pairs | verdict |",
+        "| cell | A ms/token | B ms/token | B/A | interval | pairs | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in comparisons:
@@ -355,6 +355,10 @@ def render_table(comparisons: list[Comparison], settings: Settings) -> str:
             f"{f'{e.ratio:.3f}' if e else '–'} | "
             f"{f'[{e.low:.3f}, {e.high:.3f}]' if e else '–'} | {e.pairs if e else 0} | {verdict} |"
         )
+    lines.append(
+        f"(intervals at {settings.look_confidence * 100:.2f} % each: "
+        f"{settings.confidence * 100:g} % over all the looks at them)"
+    )
     return "\n".join(lines)
 
 

@@ -283,7 +283,7 @@ def describe_step(step: Step) -> str:
 
 
 def render_steps(steps: list[Step], settings: Settings) -> str:
-    level = f"{settings.confidence * 100:g} %"
+    level = f"{settings.look_confidence * 100:.2f} %"
     lines = [
         f"| version | verdict vs GOOD | B/A | {level} interval | pairs | cell / reason |",
         "|---|---|---|---|---|---|",

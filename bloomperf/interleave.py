@@ -30,7 +30,14 @@ from typing import TextIO
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group
 from bloomperf.overlay import Arm
-from bloomperf.paired import PairedEstimate, decide, estimate_paired, final_verdict, next_look
+from bloomperf.paired import (
+    PairedEstimate,
+    decide,
+    estimate_paired,
+    final_verdict,
+    look_confidence,
+    next_look,
+)
 from bloomperf.results import CellResult, Outcome
 from bloomperf.runner import GroupRunner
 from bloomperf.workload import ms_per_token
@@ -53,6 +60,11 @@ class Settings:
     cycles_per_round: int = 5  # groups mode: timed cycles per arm per load
     mode: str = CYCLES
     seed: int = 0
+
+    @property
+    def look_confidence(self) -> float:
+        """Each look's interval level, so that all the looks together keep ``confidence``."""
+        return look_confidence(self.confidence, self.min_pairs, self.max_pairs)
 
 
 @dataclass(frozen=True)
@@ -114,7 +126,7 @@ class PairLog:
             return False
         self.look = next_look(self.pairs)
         self.estimate = estimate_paired(
-            self.ratios["a"], self.ratios["b"], self.settings.confidence
+            self.ratios["a"], self.ratios["b"], self.settings.look_confidence
         )
         self.verdict = decide(self.estimate, self.settings.tolerance)
         return self.verdict is not None
@@ -122,7 +134,7 @@ class PairLog:
     def comparison(self, stopped: str, elapsed: float, arms: dict[str, CellResult]) -> Comparison:
         if self.pairs and (self.estimate is None or self.estimate.pairs != self.pairs):
             self.estimate = estimate_paired(
-                self.ratios["a"], self.ratios["b"], self.settings.confidence
+                self.ratios["a"], self.ratios["b"], self.settings.look_confidence
             )
         return Comparison(
             cell=self.cell,

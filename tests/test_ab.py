@@ -85,6 +85,14 @@ def test_decide(low: float, ratio: float, high: float, verdict: str | None) -> N
     assert final_verdict(estimate, 0.05) == (verdict or INCONCLUSIVE)
 
 
+def test_too_few_pairs_never_decide() -> None:
+    # Five pairs all three times slower: [min, max] covers only 1 - 2/32 = 94 % < 95 %.
+    estimate = estimate_paired([1.0] * 5, [3.0, 3.1, 2.9, 3.2, 3.0], 0.95)
+    assert estimate.pairs == 5 and decide(estimate, 0.05) is None
+    estimate = estimate_paired([1.0] * 6, [3.0, 3.1, 2.9, 3.2, 3.0, 3.05], 0.95)
+    assert decide(estimate, 0.05) == SLOWER
+
+
 def test_mismatched_or_bad_samples_are_refused() -> None:
     with pytest.raises(BloomperfError, match="3 A values but 2 B values"):
         estimate_paired([1.0, 2.0, 3.0], [1.0, 2.0])
