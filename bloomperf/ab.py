@@ -117,7 +117,7 @@ def add_command(subparsers: Any) -> None:
     parser.set_defaults(func=ab_command)
 
 
-def comparison_settings(args: Any, device: str) -> Settings:
+def comparison_settings(args: Any, options: dict[str, Any], device: str) -> Settings:
     """The Settings from the command line, each value checked with the option named."""
     for name, value in (("--tolerance", args.tolerance), ("--confidence", args.confidence)):
         if not 0.0 < value < 1.0:
@@ -139,8 +139,8 @@ def comparison_settings(args: Any, device: str) -> Settings:
         min_pairs=args.min_pairs,
         max_pairs=max(args.max_pairs, args.min_pairs),
         max_time_s=args.max_time,
-        warmup=args.warmup or 1,
-        cycles_per_round=args.cycles or 5,
+        warmup=options.get("warmup") or 1,
+        cycles_per_round=options.get("cycles") or 5,
         mode=mode,
         seed=args.seed,
     )
@@ -185,7 +185,7 @@ def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) ->
 
     with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
         session = Session.prepare({**options, "output": None}, topology)
-        settings = comparison_settings(args, session.device)
+        settings = comparison_settings(args, options, session.device)
         for line in describe_differences(differences(arms[0], arms[1])) or ["(no difference)"]:
             print(f"  differs: {line}", file=err)
         comparisons = compare_arms(session, arms[0], arms[1], settings, output, err)

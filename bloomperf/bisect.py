@@ -221,7 +221,7 @@ def bisect_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 
     with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
         session = Session.prepare({**options, "output": None}, topology)
-        settings = comparison_settings(args, session.device)
+        settings = comparison_settings(args, options, session.device)
 
         def test(version: str) -> Step:
             print(f"bloomperf bisect: testing {args.package} {version}", file=err, flush=True)

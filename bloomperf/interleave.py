@@ -113,10 +113,17 @@ class PairLog:
     def pairs(self) -> int:
         return len(self.ratios["b"])
 
-    def add_pair(self, values: dict[str, float], order: tuple[str, ...]) -> None:
+    def add_pair(
+        self,
+        values: dict[str, float],
+        order: tuple[str, ...],
+        cycles: dict[str, tuple[float, ...]] | None = None,
+    ) -> None:
+        """One pair of values; ``cycles`` (groups mode) are every cycle behind each value."""
         pair = self.pairs
         for position, arm in enumerate(order):
-            self.samples.append(Sample(arm, pair, position, len(self.samples), values[arm]))
+            for value in cycles[arm] if cycles else (values[arm],):
+                self.samples.append(Sample(arm, pair, position, len(self.samples), value))
         for arm in ARMS:
             self.ratios[arm].append(values[arm])
 
@@ -290,6 +297,7 @@ def compare_by_groups(
     for _ in range(settings.max_pairs):
         order = tuple(rng.sample(ARMS, 2))
         medians: dict[int, dict[str, float]] = {b: {} for b in logs}
+        cycles: dict[int, dict[str, tuple[float, ...]]] = {b: {} for b in logs}
         for arm in order:
             runner = GroupRunner(
                 specs[arm], warmup=settings.warmup, cycles=settings.cycles_per_round
@@ -300,6 +308,7 @@ def compare_by_groups(
                     last.setdefault(batch_size, {})[arm] = result
                     if result.outcome is not Outcome.OK:
                         break
+                    cycles[batch_size][arm] = result.samples_ms_per_token
                     medians[batch_size][arm] = statistics.median(result.samples_ms_per_token)
             finally:
                 runner.stop()
@@ -308,7 +317,7 @@ def compare_by_groups(
             if failed is not None:
                 yield failed
                 return
-            log.add_pair(medians[batch_size], order)
+            log.add_pair(medians[batch_size], order, cycles[batch_size])
         undecided = [log for log in logs.values() if log.verdict is None and not log.decided()]
         for log in logs.values():
             progress(log, time.monotonic() - started)

@@ -112,6 +112,10 @@ def test_bisect_finds_the_version_that_made_it_slower(tmp_path: Path, first_slow
     assert steps[f"1.{first_slow}"]["verdict"] == SLOWER
     assert steps[f"1.{first_slow}"]["low"] > 1.3
     assert steps[f"1.{first_slow - 1}"]["verdict"] == SAME
+    # Each step's ab results name exactly what differs: the package's version.
+    culprit = json.loads(Path(steps[f"1.{first_slow}"]["results"]).read_text())
+    assert culprit["differences"]["packages"] == {"bpslow": {"a": "1.0", "b": f"1.{first_slow}"}}
+    assert culprit["differences"]["settings"] == {}
     if f"1.{broken}" in steps:
         assert steps[f"1.{broken}"]["verdict"] == SKIPPED
         assert "pip could not install" in steps[f"1.{broken}"]["message"]
