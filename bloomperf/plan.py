@@ -30,7 +30,7 @@ from bloomperf.models import (
     resolve_model,
 )
 from bloomperf.options import resolve_options
-from bloomperf.predict import MemoryPrediction, cell_prediction, predict_cell
+from bloomperf.predict import CUDA_CONTEXT_BYTES, MemoryPrediction, cell_prediction, predict_cell
 from bloomperf.run import DEFAULT_MODEL, Session, resolve_device
 from bloomperf.topology import Gpu, Topology, detect_topology, gpu_topology
 
@@ -140,11 +140,17 @@ def plan_device_map(session: Session, dtype: str, n_gpus: int, gpu: GpuSpec) -> 
     shape, layers = session.model.shape, session.model.layers
     if shape is None:
         return {"error": "the checkpoint's config is no BLOOM shape bloomperf knows"}
+    if session.topology.nodes > 1:
+        return {"error": "Accelerate runs on one node only (one process drives every GPU)"}
     choice = str(session.options.get("max_memory") or "auto")
     caps = weight_caps(choice, shape, layers, dtype, n_gpus, gpu.memory_bytes)
     given = max_memory_map(caps, dtype)
+    # On the machine, transformers lowers each entry to the GPU's free memory (``get_max_memory``):
+    # the capacity less the CUDA context, as the memory model counts it.
+    free = gpu.memory_bytes - CUDA_CONTEXT_BYTES
+    on_machine = {k: min(v, free) if isinstance(k, int) else v for k, v in given.items()}
     try:
-        found = infer_device_map(shape, layers, dtype, given)
+        found = infer_device_map(shape, layers, dtype, on_machine)
     except ImportError as exc:
         return {"error": f"cannot plan: {exc}"}
     modules = summarise(found.placement)
@@ -272,6 +278,8 @@ def device_map_lines(device_map: dict[str, Any] | None) -> list[str]:
         )
     if device_map["refused"]:
         lines.append(f"  transformers would refuse this map: {device_map['refused']}")
+    elif device_map["offloaded"]:
+        lines.append(f"  offloaded off the GPUs (slow): {len(device_map['offloaded'])} modules")
     return lines
 
 

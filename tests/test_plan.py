@@ -78,6 +78,20 @@ def test_a_map_transformers_would_refuse_is_shown_and_exits_1() -> None:
     assert f"would not load: accelerate int8: {REFUSAL}" in err
 
 
+def test_a_map_larger_than_the_gpus_is_lowered_as_on_the_machine() -> None:
+    # 8 x 40 GB hold bloom-176b in int8, not in bf16: accelerate (on the machine, where each GPU
+    # offers its free memory) sends the last blocks to disk, which bf16 tolerates (slowly).
+    code, plan, _ = dry_run(
+        "--model", "bloom-176b", "--topology", "8xA100-40GB", "--backends", "accelerate",
+        "--dtypes", "bf16,int8", "--batch-sizes", "1",
+    )  # fmt: skip
+    assert code == 0
+    bf16, int8 = (g["device_map"] for g in plan["groups"])
+    assert "disk" in bf16["devices"] and bf16["refused"] == ""
+    assert int8["offloaded"] == []
+    assert max(e["bytes"] for e in int8["devices"].values()) < 40 * 2**30
+
+
 def test_deepspeed_groups_launch_on_the_visible_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     code, plan, _ = dry_run(
