@@ -40,6 +40,7 @@ from bloomperf.jsonfile import (
     read_json,
     write_json_atomic,
 )
+from bloomperf.names import check_model_name, check_topology_id
 from bloomperf.results import CellResult, Outcome, RunResult, cell_id, check_backend_and_dtype
 
 BASELINE_KIND = "bloomperf-baseline"
@@ -201,7 +202,7 @@ def _tolerance(data: dict[str, Any], key: str, where: str) -> float | None:
 
 
 def _floats(values: Iterable[Any], where: str) -> tuple[float, ...]:
-    return tuple(float(get_float({"v": v}, "v", where) or 0.0) for v in values)
+    return tuple(float(get_float({"v": v}, "v", where, positive=True) or 0.0) for v in values)
 
 
 def _strings(values: Iterable[Any], where: str) -> tuple[str, ...]:
@@ -219,7 +220,7 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
         raise BloomperfError(
             f"{where}: unknown outcome {outcome!r} (valid: {', '.join(EXPECTED_OUTCOMES)})"
         )
-    ms = get_float(data, "ms_per_token", where, optional=True)
+    ms = get_float(data, "ms_per_token", where, optional=True, positive=True)
     if outcome != EXPECT_OK and ms is not None:
         raise BloomperfError(f"{where}: an {outcome!r} cell cannot have ms_per_token")
     return BaselineCell(
@@ -233,7 +234,7 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
         ms_per_token_samples=_floats(get_list(data, "ms_per_token_samples", where, []), where),
         peak_memory_bytes=get_int(data, "peak_memory_bytes", where, optional=True),
         peak_memory_tolerance=_tolerance(data, "peak_memory_tolerance", where),
-        load_time_s=get_float(data, "load_time_s", where, optional=True),
+        load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
         load_time_tolerance=_tolerance(data, "load_time_tolerance", where),
         provenance=get_str(data, "provenance", where, default=""),
     )
@@ -278,7 +279,7 @@ def load_time_from_dict(data: Any, where: str) -> LoadTime:
         backend=backend,
         dtype=dtype,
         variant=get_str(data, "variant", where, default=""),
-        seconds=float(get_float(data, "seconds", where) or 0.0),
+        seconds=float(get_float(data, "seconds", where, positive=True) or 0.0),
         tolerance=_tolerance(data, "tolerance", where),
         provenance=get_str(data, "provenance", where, default=""),
     )
@@ -334,11 +335,17 @@ def baseline_from_dict(data: dict[str, Any], where: str) -> Baseline:
         for i, lt in enumerate(get_list(data, "load_times", where, default=[]))
     )
     baseline = Baseline(
-        topology=get_str(topology, "id", where),
-        topology_aliases=_strings(get_list(topology, "aliases", where, []), where),
+        topology=check_topology_id(get_str(topology, "id", where), where),
+        topology_aliases=tuple(
+            check_topology_id(a, where)
+            for a in _strings(get_list(topology, "aliases", where, []), where)
+        ),
         topology_description=get_str(topology, "description", where, default=""),
-        model=get_str(model, "name", where),
-        model_aliases=_strings(get_list(model, "aliases", where, []), where),
+        model=check_model_name(get_str(model, "name", where), where),
+        model_aliases=tuple(
+            check_model_name(a, where)
+            for a in _strings(get_list(model, "aliases", where, []), where)
+        ),
         model_layers=get_int(model, "layers", where, optional=True),
         new_tokens=get_int(workload, "new_tokens", where, optional=True, minimum=1),
         provenance=provenance,
@@ -413,9 +420,11 @@ def baseline_file_name(topology: str, model: str) -> str:
 
 def find_baseline(topology: str, model: str, folder: Path | None = None) -> Baseline | None:
     """The baseline in ``folder`` whose topology (id or alias) and model (name or alias) match."""
-    folder = Path(folder) if folder is not None else default_baselines_dir()
-    if not folder.is_dir():
-        return None
+    if folder is None:
+        folder = default_baselines_dir()
+        if not folder.is_dir():
+            return None  # an installed package without the repository's baselines
+    folder = checked_folder(folder)
     found = [
         b
         for b in (load_baseline(p) for p in sorted(folder.glob("*.json")))
@@ -449,10 +458,35 @@ def resolve_baseline(text: str, model: str | None, folder: Path | None) -> Basel
 
 
 def all_baselines(folder: Path | None) -> list[Baseline]:
-    folder = Path(folder) if folder is not None else default_baselines_dir()
+    folder = checked_folder(folder if folder is not None else default_baselines_dir())
+    return [load_baseline(p) for p in sorted(folder.glob("*.json"))]
+
+
+def checked_folder(folder: Path) -> Path:
+    """``--baselines``: a folder that is missing is a mistake to report, not "no baseline"."""
+    folder = Path(folder)
     if not folder.is_dir():
         raise BloomperfError(f"--baselines: {folder} is not a folder")
-    return [load_baseline(p) for p in sorted(folder.glob("*.json"))]
+    return folder
+
+
+def baseline_path_in(folder: Path, topology: str, model: str) -> Path:
+    """Where a new baseline goes: inside ``folder``, whatever the names say."""
+    path = folder / baseline_file_name(topology, model)
+    if path.resolve().parent != folder.resolve():
+        raise BloomperfError(f"{path}: a baseline must be written inside {folder}")
+    return path
+
+
+def refuse_output_among_baselines(output: Path, folder: Path | None) -> None:
+    """A results file written into the baselines folder would replace a baseline, or break
+    every later lookup there (each *.json in it is read as a baseline)."""
+    folder = Path(folder) if folder is not None else default_baselines_dir()
+    if folder.is_dir() and Path(output).resolve().parent == folder.resolve():
+        raise BloomperfError(
+            f"--output {output}: is inside the baselines folder {folder}; refusing to write "
+            "results among the baselines"
+        )
 
 
 # ---- accepting results ----------------------------------------------------------------------
@@ -648,4 +682,4 @@ def render_baseline_json(b: Baseline) -> str:
     data = baseline_to_dict(b)
     for cell in data["cells"]:
         cell.setdefault("ms_per_token", None)
-    return json.dumps(data, indent=2) + "\n"
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"

@@ -8,7 +8,7 @@ from typing import Any
 
 from bloomperf.baseline import (
     accept_run,
-    baseline_file_name,
+    baseline_path_in,
     default_baselines_dir,
     find_baseline,
     render_baseline_json,
@@ -16,6 +16,8 @@ from bloomperf.baseline import (
     resolve_baseline,
     save_baseline,
 )
+from bloomperf.compare import incompleteness
+from bloomperf.errors import BloomperfError
 from bloomperf.resultfiles import read_results
 from bloomperf.results import Outcome
 
@@ -41,6 +43,11 @@ def add_command(subparsers: Any) -> None:
         action="store_true",
         help="accept despite errored or timed-out cells (they are left out)",
     )
+    accept.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="accept results that measured nothing or come from a run that did not finish",
+    )
     accept.set_defaults(func=run_accept)
 
 
@@ -55,14 +62,23 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_accept(args: argparse.Namespace) -> int:
     folder = args.baselines if args.baselines is not None else default_baselines_dir()
+    try:
+        folder.mkdir(exist_ok=True)  # a new baselines folder, but not a whole new tree
+    except OSError as exc:
+        raise BloomperfError(
+            f"--baselines {folder}: cannot create: {exc.strerror or exc}"
+        ) from None
     for text in args.results:
         run = read_results(Path(text))
+        gap = incompleteness(run)
+        if gap and not args.allow_incomplete:
+            raise BloomperfError(f"{text}: {gap}")
         existing = find_baseline(run.topology, run.model.name, folder)
         updated = accept_run(run, existing, source=text, force=args.force)
         path = (
             Path(existing.path)
             if existing is not None
-            else folder / baseline_file_name(run.topology, run.model.name)
+            else baseline_path_in(folder, run.topology, run.model.name)
         )
         save_baseline(updated, path)
         accepted = sum(c.outcome in (Outcome.OK, Outcome.OOM) for c in run.cells)

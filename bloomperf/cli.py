@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
-from bloomperf.errors import BloomperfError
+from bloomperf.errors import EXIT_INTERNAL, EXIT_USAGE, BloomperfError
+from bloomperf.formatting import clean
 
 COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.run",
@@ -28,11 +33,25 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but its usage errors are one line (plus exit 2) like every other error."""
+EXIT_CODES = """exit status:
+  0  pass
+  1  a judged failure: regression, unexpected OOM, error, timeout, or nothing measured
+  2  bad input or usage (one line naming the file or option)
+  3  internal error (one line, and the path of the saved traceback)
+  130 interrupted (Ctrl-C)"""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its usage errors are one line (plus exit 2) like every other error, and
+    every command's --help ends with the exit codes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,17 +66,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command; whatever happens, the exit status keeps its meaning (see EXIT_CODES)."""
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         code: int = args.func(args)
     except BloomperfError as exc:
-        print(f"bloomperf: error: {exc}", file=sys.stderr)
+        print(f"bloomperf: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("bloomperf: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as exc:  # argparse: --help, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except Exception as exc:
+        # A bug, not a verdict: never exit 1 (which means "regression") with a traceback.
+        saved = save_traceback()
+        print(
+            f"bloomperf: internal error: {one_line(f'{type(exc).__name__}: {exc}')}"
+            f" (traceback saved to {saved})",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return code
+
+
+def one_line(text: str) -> str:
+    """A message from a file or a library as one printable line."""
+    return " ".join(clean(text).split())[:2000]
+
+
+def save_traceback() -> str:
+    """Write the current exception's traceback to a private file; its path, or why not."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="bloomperf-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(traceback.format_exc())
+    except OSError as exc:
+        return f"nowhere: {exc.strerror or exc}"
+    return path
 
 
 if __name__ == "__main__":

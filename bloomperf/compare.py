@@ -26,6 +26,7 @@ for one cell, as the plugin needs it while the run is still going.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -209,7 +210,13 @@ def compare_metric(
         return MetricVerdict(metric, NOT_MEASURED, None, expected, tolerance)
     reference: float | Sequence[float] = expected_samples if expected_samples else expected
     estimate = estimate_ratio(samples, reference)
-    status = NOT_JUDGED if tolerance is None else classify_ratio(estimate, tolerance)
+    if tolerance is None:
+        status = NOT_JUDGED
+    elif not all(math.isfinite(x) for x in (estimate.ratio, estimate.low, estimate.high)):
+        # An unbounded change is beyond every tolerance: never "same".
+        status = REGRESSED if point is not None and point > expected else IMPROVED
+    else:
+        status = classify_ratio(estimate, tolerance)
     return MetricVerdict(metric, status, point, expected, tolerance, estimate)
 
 

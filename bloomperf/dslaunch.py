@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.errors import BloomperfError
+from bloomperf.jsonfile import read_text_bounded
 
 WORKER_MODULE = "bloomperf.worker"
 SHM_DIR = Path("/dev/shm")
@@ -112,10 +113,11 @@ def check_world(world_size: int, slots: int, where: str) -> None:
 
 def read_hostfile(path: Path) -> dict[str, int]:
     """``host slots=N`` lines (comments and blank lines allowed) → {host: slots}, in order."""
-    if not path.is_file():
+    if not path.exists():
         raise BloomperfError(f"{path}: hostfile not found")
     hosts: dict[str, int] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+    text = read_text_bounded(path, "a hostfile")  # no FIFO, no device, bounded, UTF-8
+    for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-EXIT_USAGE = 2
+# The exit codes of every command (and their --help): 0 pass, 1 a judged failure,
+# 2 bad input or usage, 3 an internal error (a bug: one line plus a saved traceback).
 EXIT_REGRESSION = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
 
 
 class BloomperfError(Exception):

@@ -25,6 +25,8 @@ DISPLAY_NAMES = {
 # terminal or a report; tabs and newlines are kept where text may span lines.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# A lone surrogate (from a JSON "\ud800") cannot be encoded to print: shown as U+FFFD.
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
 
 
 def utc_now() -> str:
@@ -102,4 +104,4 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list
 
 def clean(text: str) -> str:
     """``text`` without terminal escape sequences or control characters (newlines kept)."""
-    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+    return _SURROGATES.sub("\ufffd", _CONTROLS.sub("", _ESCAPES.sub("", text)))

@@ -11,18 +11,32 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from bloomperf.errors import BloomperfError
 
-# Files we write are a few MB at most; anything far larger is not ours.
-MAX_FILE_BYTES = 256 * 1024 * 1024
+# Files we write are a few MB at most; anything far larger is not ours (and parsing it would
+# cost many times its size in memory). BLOOMPERF_MAX_INPUT_BYTES raises or lowers the limit.
+DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
+MAX_INPUT_ENV = "BLOOMPERF_MAX_INPUT_BYTES"
+# Our documents nest about six levels deep; a hundred levels is an attack, not a results file.
+MAX_DEPTH = 64
 
 
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard number {name}")
+
+
+def max_input_bytes() -> int:
+    text = os.environ.get(MAX_INPUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_INPUT_BYTES
+    if not text.isdigit() or int(text) <= 0:
+        raise BloomperfError(f"{MAX_INPUT_ENV}: must be a positive number of bytes, not {text!r}")
+    return int(text)
 
 
 def read_json(path: Path, kind: str, schema_version: int) -> dict[str, Any]:
@@ -34,32 +48,91 @@ def read_json(path: Path, kind: str, schema_version: int) -> dict[str, Any]:
 
 def read_document(path: Path, what: str) -> Any:
     """The parsed JSON of ``path`` (``what`` it should be, for messages), with one-line errors."""
+    return parse_json_text(read_text_bounded(path, f"{what} JSON"), str(path))
+
+
+def read_text_bounded(path: Path, what: str) -> str:
+    """The UTF-8 text of a regular file no larger than the input limit.
+
+    Opened without blocking and checked on the open descriptor: a FIFO, a device or a folder is
+    refused before anything is read, and a file that grows while it is read is cut off.
+    """
+    limit = max_input_bytes()
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise BloomperfError(f"{path}: file is {size} bytes, too large to be {what} file")
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise BloomperfError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise BloomperfError(f"{path}: is a directory, expected {what} JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BloomperfError(f"{path}: cannot read: {exc}") from None
-    return parse_json_text(text, str(path))
+    except (OSError, ValueError) as exc:
+        raise BloomperfError(f"{path}: cannot read: {_reason(exc)}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise BloomperfError(f"{path}: is a directory, expected {what} file")
+        if not stat.S_ISREG(info.st_mode):
+            raise BloomperfError(f"{path}: is not a regular file, expected {what} file")
+        if info.st_size > limit:
+            raise BloomperfError(
+                f"{path}: file is {info.st_size} bytes, over the {limit}-byte input limit "
+                f"({MAX_INPUT_ENV})"
+            )
+        data = read_at_most(fd, limit + 1)
+    except OSError as exc:
+        raise BloomperfError(f"{path}: cannot read: {_reason(exc)}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise BloomperfError(f"{path}: file grew over the {limit}-byte input limit while read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BloomperfError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 20, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "strerror", None) or exc)
 
 
 def parse_json_text(text: str, where: str) -> Any:
     """``json.loads`` with one-line errors for truncation, NaN/Infinity and deep nesting."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise BloomperfError(
             f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
     except RecursionError:
         raise BloomperfError(f"{where}: JSON nested too deeply") from None
+    except MemoryError:
+        raise BloomperfError(f"{where}: JSON too large to parse in memory") from None
     except ValueError as exc:
         raise BloomperfError(f"{where}: not valid JSON ({exc})") from None
+    check_depth(data, where)
+    return data
+
+
+def check_depth(data: Any, where: str) -> None:
+    """Refuse documents nested deeper than ``MAX_DEPTH`` (checked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BloomperfError(f"{where}: JSON nested too deeply (over {MAX_DEPTH} levels)")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
 
 
 def check_header(data: Any, where: str, kind: str, schema_version: int) -> None:
@@ -167,15 +240,26 @@ def get_int(
     return value
 
 
-def get_float(obj: dict[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:
+def get_float(
+    obj: dict[str, Any], key: str, where: str, *, optional: bool = False, positive: bool = False
+) -> float | None:
+    """A finite number in [0, 1e15]; ``positive``: a measured figure, so a normal float > 0
+    (zero, negative, denormal or non-finite readings are broken measurements)."""
     value = obj.get(key)
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BloomperfError(f"{where}: field {key!r} must be a number, found {_kind_of(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise BloomperfError(f"{where}: field {key!r} is out of range (too large)") from None
     if not math.isfinite(number) or number < 0 or number > 1e15:
-        raise BloomperfError(f"{where}: field {key!r} is out of range ({value})")
+        raise BloomperfError(f"{where}: field {key!r} is out of range ({number:g})")
+    if positive and number < sys.float_info.min:
+        raise BloomperfError(
+            f"{where}: field {key!r} must be a positive measured figure, found {number:g}"
+        )
     return number
 
 

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from bloomperf.errors import BloomperfError
 from bloomperf.jsonfile import parse_json_text
+from bloomperf.names import MODEL_NAME, check_model_name
 from bloomperf.workload import PROMPTS
 
 # Bump when the bytes a build writes change (init scheme, tokenizer corpus, file layout): the
@@ -126,7 +127,10 @@ def resolve_model(
         return prepare_shape(MODEL_SHAPES[name], layers, cache)
     folder = Path(name).expanduser()
     if folder.is_dir():
-        return prepare_external(name, folder, layers)
+        # Results and baselines carry the model's name, which becomes part of a file name:
+        # a local folder is named by its last part (its path is recorded beside it).
+        plain = folder.resolve().name if not MODEL_NAME.fullmatch(name) else name
+        return prepare_external(check_model_name(plain, "--model"), folder, layers)
     snapshot = find_cached_snapshot(name)
     if snapshot is None:
         known = ", ".join(MODEL_SHAPES)

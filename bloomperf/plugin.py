@@ -19,6 +19,7 @@ import pytest
 from bloomperf.compare import Comparison, judge, judge_cell
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import clean
 from bloomperf.matrix import Cell, plan_groups
 from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
 from bloomperf.results import CellResult, Outcome, RunResult, cell_to_dict, run_to_dict
@@ -174,7 +175,7 @@ class BloomperfController:
         )
         failure = verdict.fails()
         if failure:
-            pytest.fail(failure, pytrace=False)
+            pytest.fail(clean(failure), pytrace=False)
         return result
 
     @pytest.hookimpl(trylast=True)

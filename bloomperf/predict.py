@@ -716,7 +716,7 @@ def render_json(rows: list[PredictedRow], topology: str, model: str) -> str:
             for row in rows
         ],
     }
-    return json.dumps(data, indent=2)
+    return json.dumps(data, indent=2, allow_nan=False)
 
 
 def _gpu_dict(gpu: GpuMemory) -> dict[str, int]:

@@ -23,6 +23,7 @@ from bloomperf.jsonfile import (
     read_json,
     write_json_atomic,
 )
+from bloomperf.names import check_model_name, check_topology_id
 
 RESULTS_KIND = "bloomperf-results"
 RESULTS_SCHEMA_VERSION = 1
@@ -235,9 +236,10 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         batch_size=int(get_int(data, "batch_size", where, minimum=1) or 0),
         outcome=outcome,
         samples_ms_per_token=tuple(
-            float(get_float({"v": s}, "v", f"{where} samples_ms_per_token") or 0.0) for s in samples
+            float(get_float({"v": s}, "v", f"{where} samples_ms_per_token", positive=True) or 0.0)
+            for s in samples
         ),
-        load_time_s=get_float(data, "load_time_s", where, optional=True),
+        load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
         load_memory=memory_from_dict(data.get("load_memory"), where),
         generate_memory=memory_from_dict(data.get("generate_memory"), where),
         message=get_str(data, "message", where, default=""),
@@ -248,10 +250,13 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
 def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
     model = get_dict(data, "model", where)
     workload = get_dict(data, "workload", where)
-    cells = get_list(data, "cells", where)
+    cells = tuple(
+        cell_from_dict(c, f"{where} cell {i}") for i, c in enumerate(get_list(data, "cells", where))
+    )
+    check_unique(cells, where)
     return RunResult(
         model=ModelInfo(
-            name=get_str(model, "name", where),
+            name=check_model_name(get_str(model, "name", where), where),
             path=get_str(model, "path", where, default=""),
             layers=int(get_int(model, "layers", where, optional=True) or 0),
             parameters=int(get_int(model, "parameters", where, optional=True) or 0),
@@ -262,13 +267,22 @@ def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
             warmup=int(get_int(workload, "warmup", where) or 0),
             prompts=tuple(str(p) for p in get_list(workload, "prompts", where, default=[])),
         ),
-        topology=get_str(data, "topology", where),
+        topology=check_topology_id(get_str(data, "topology", where), where),
         environment=get_dict(data, "environment", where, default={}),
-        cells=tuple(cell_from_dict(c, f"{where} cell {i}") for i, c in enumerate(cells)),
+        cells=cells,
         started_at=get_str(data, "started_at", where, default=""),
         finished_at=get_str(data, "finished_at", where, default=""),
         complete=bool(data.get("complete", False)),
     )
+
+
+def check_unique(cells: tuple[CellResult, ...], where: str) -> None:
+    """A cell measured twice in one file is a corrupt or hand-edited file: which one counts?"""
+    seen: set[str] = set()
+    for cell in cells:
+        if cell.id in seen:
+            raise BloomperfError(f"{where}: cell {cell.id} appears twice")
+        seen.add(cell.id)
 
 
 def load_run(path: Path) -> RunResult:

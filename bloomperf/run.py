@@ -14,11 +14,17 @@ from typing import Any, TextIO
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.base import Backend
-from bloomperf.baseline import Baseline, beyond_boundary, find_baseline, oom_boundary
+from bloomperf.baseline import (
+    Baseline,
+    beyond_boundary,
+    find_baseline,
+    oom_boundary,
+    refuse_output_among_baselines,
+)
 from bloomperf.compare import judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION
-from bloomperf.formatting import utc_now
+from bloomperf.formatting import clean, utc_now
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
 from bloomperf.models import PreparedModel, resolve_model
@@ -120,6 +126,7 @@ class Session:
             options, topology, device, model, groups, run, options.get("output"), baseline
         )
         if session.output is not None:
+            refuse_output_among_baselines(session.output, options.get("baselines"))
             save_run(run, session.output)  # an unwritable output fails now, not after a cell
         return session
 
@@ -275,7 +282,7 @@ def all_cells(session: Session) -> Iterator[Cell]:
 def describe(cell: CellResult) -> str:
     if cell.outcome is Outcome.OK and cell.ms_per_token is not None:
         return f"{cell.ms_per_token:.3f} ms/token"
-    first_line = cell.message.splitlines()[0] if cell.message else ""
+    first_line = clean(cell.message).splitlines()[0] if cell.message.strip() else ""
     return f"{cell.outcome.value.upper()} {first_line}".strip()
 
 

@@ -315,7 +315,8 @@ def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
 def test_local_checkpoint_folder_is_accepted(tmp_path: Path, tiny: PreparedModel) -> None:
     same = resolve_model(str(tiny.path))
-    assert same == PreparedModel(str(tiny.path), tiny.path, 2, tiny.parameters, TINY)
+    # Named by the folder's last part: the name goes into file names, the path beside it.
+    assert same == PreparedModel(tiny.path.name, tiny.path, 2, tiny.parameters, TINY)
     one_layer = resolve_model("tiny", layers=1, cache_dir=tmp_path).path
     external = resolve_model(str(one_layer), layers=1)
     assert (external.layers, external.parameters, external.shape) == (1, TINY.parameters(1), None)

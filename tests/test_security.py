@@ -185,6 +185,7 @@ def test_no_shell_reaches_the_launcher_through_options(tmp_path: Path) -> None:
 # Writes that do not go through jsonfile.write_bytes_atomic, and why they need not.
 DIRECT_WRITES = {
     "bloomperf/jsonfile.py": "the atomic writer itself",
+    "bloomperf/cli.py": "a crash's traceback, into a fresh private mkstemp file",
     "bloomperf/models.py": "checkpoints are built in a private temp folder, renamed as a whole",
     "bloomperf/launch.py": "the worker spec, in the group's private temp folder",
     "bloomperf/shard.py": "the shard marker, inside DeepSpeed's own freshly written output",
