@@ -19,7 +19,7 @@ from bloomperf.errors import EXIT_INTERNAL, EXIT_USAGE, BloomperfError
 from bloomperf.formatting import clean
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "bloomperf.run",
+    "bloomperf.run_cli",
     "bloomperf.diff",
     "bloomperf.baseline_cli",
     "bloomperf.topology",

@@ -18,7 +18,7 @@ import pytest
 from bloomperf import cli
 from bloomperf.baseline import find_baseline
 from bloomperf.resultfiles import read_results
-from bloomperf.run import print_verdicts
+from bloomperf.run_cli import print_verdicts
 
 TEST_FILE = """
 import pytest

@@ -1,0 +1,94 @@
+"""`bloomperf run`: measure the matrix, print the table and the gate's verdict.
+
+The command line only: the run itself is ``bloomperf.run.Session``, its dry-run plan
+``bloomperf.plan``, and the verdict ``bloomperf.compare.judge`` (the plugin's and `diff`'s rule).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from bloomperf.baseline import Baseline
+from bloomperf.compare import judge
+from bloomperf.comparison_text import render_comparison
+from bloomperf.errors import EXIT_REGRESSION
+from bloomperf.formatting import clean
+from bloomperf.lock import hold_device_lock
+from bloomperf.options import add_cli_options, resolve_options
+from bloomperf.plan import add_plan_arguments, run_dry
+from bloomperf.results import CellResult, Outcome, RunResult
+from bloomperf.run import Session, all_cells, lock_key
+from bloomperf.table import render_run_table
+from bloomperf.topology import detect_topology
+
+
+def describe(cell: CellResult) -> str:
+    if cell.outcome is Outcome.OK and cell.ms_per_token is not None:
+        return f"{cell.ms_per_token:.3f} ms/token"
+    first_line = clean(cell.message).splitlines()[0] if cell.message.strip() else ""
+    return f"{cell.outcome.value.upper()} {first_line}".strip()
+
+
+def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    if getattr(args, "dry_run", False):
+        return run_dry(args, out, err)
+    options = resolve_options(vars(args))
+    if options.get("output") is None:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        options["output"] = Path("results") / f"bloomperf-{stamp}.json"
+    topology = detect_topology()
+    with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
+        session = Session.prepare(options, topology)
+        total = sum(len(g.batch_sizes) for g in session.groups)
+        print(
+            f"bloomperf: {session.model.name} ({session.model.parameters:,} parameters, "
+            f"{session.model.layers} layers) on {topology.id}, {total} cells",
+            file=err,
+        )
+        done = 0
+        try:
+            for cell in all_cells(session):
+                result = session.measure_cell(cell)
+                done += 1
+                print(f"  [{done}/{total}] {cell.id:<28} {describe(result)}", file=err, flush=True)
+        except KeyboardInterrupt:
+            session.stop()
+            print(f"bloomperf: interrupted; {done} cells saved in {session.output}", file=err)
+            return 130
+        run = session.finish()
+    print(render_run_table(run), file=out)
+    print(f"results: {session.output}", file=out)
+    return print_verdicts(run, session.baseline, options, out)
+
+
+def print_verdicts(
+    run: RunResult, baseline: Baseline | None, options: dict[str, Any], out: TextIO
+) -> int:
+    """The gate's verdict on the finished run (the plugin's and `diff`'s rule) → exit status."""
+    comparison = judge(
+        run,
+        baseline,
+        strict=bool(options.get("strict")),
+        allow_incomplete=bool(options.get("allow_incomplete")),
+    )
+    if baseline is not None:
+        print(f"\nverdicts against {baseline.path}:", file=out)
+        print(render_comparison(comparison, "text"), end="", file=out)
+    else:
+        for line in comparison.failures():
+            print(f"FAILED {line}", file=out)
+    return EXIT_REGRESSION if comparison.failed else 0
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="measure the matrix (tiny model on CPU without a GPU) and print the table",
+        description="Measure load time, ms/token and peak memory for backend × dtype × batch.",
+    )
+    add_cli_options(parser)
+    add_plan_arguments(parser)
+    parser.set_defaults(func=run_command)
