@@ -13,11 +13,11 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from bloomperf.accelerate_map import max_memory_map, weight_caps
+from bloomperf.backends.accelerate import gpu_max_memory
 from bloomperf.hardware import GiB, GpuSpec, parse_topology_id
 from bloomperf.launch import group_command
 from bloomperf.matrix import Cell, Group
@@ -31,7 +31,7 @@ from bloomperf.models import (
 )
 from bloomperf.options import resolve_options
 from bloomperf.predict import CUDA_CONTEXT_BYTES, MemoryPrediction, cell_prediction, predict_cell
-from bloomperf.run import DEFAULT_MODEL, Session, resolve_device
+from bloomperf.run import DEFAULT_MODEL, Session, resolve_device, worker_options
 from bloomperf.topology import Gpu, Topology, detect_topology, gpu_topology
 
 SCHEMA = "bloomperf.plan"
@@ -142,9 +142,8 @@ def plan_device_map(session: Session, dtype: str, n_gpus: int, gpu: GpuSpec) -> 
         return {"error": "the checkpoint's config is no BLOOM shape bloomperf knows"}
     if session.topology.nodes > 1:
         return {"error": "Accelerate runs on one node only (one process drives every GPU)"}
-    choice = str(session.options.get("max_memory") or "auto")
-    caps = weight_caps(choice, shape, layers, dtype, n_gpus, gpu.memory_bytes)
-    given = max_memory_map(caps, dtype)
+    options = worker_options(session.options)
+    given = gpu_max_memory(options, replace(shape, n_layer=layers), dtype, n_gpus, gpu.memory_bytes)
     # On the machine, transformers lowers each entry to the GPU's free memory (``get_max_memory``):
     # the capacity less the CUDA context, as the memory model counts it.
     free = gpu.memory_bytes - CUDA_CONTEXT_BYTES
@@ -270,7 +269,10 @@ def device_map_lines(device_map: dict[str, Any] | None) -> list[str]:
         return []
     if "error" in device_map:
         return [f"  device map: {device_map['error']}"]
-    given = ", ".join(f"{k}: {v / GiB:.1f}" for k, v in device_map["max_memory"].items())
+    given = ", ".join(
+        f"{k}: {v / GiB:.1f}" if isinstance(v, int) else f"{k}: {v}"
+        for k, v in device_map["max_memory"].items()
+    )
     lines = [f"  max_memory (GiB, as passed): {given}"]
     for device, entry in device_map["devices"].items():
         lines.append(

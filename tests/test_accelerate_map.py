@@ -8,6 +8,7 @@ quantizer's ``adjust_max_memory`` and ``infer_auto_device_map``. bloom-176b plan
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -20,6 +21,7 @@ from bloomperf.accelerate_map import (
     split_model,
     weight_caps,
 )
+from bloomperf.backends.accelerate import gpu_max_memory
 from bloomperf.device_map import infer_device_map, meta_model, summarise
 from bloomperf.hardware import GPU_SPECS, GiB
 from bloomperf.models import MODEL_SHAPES, ModelShape
@@ -28,8 +30,9 @@ from bloomperf.weights import model_weight_bytes
 pytest.importorskip("bitsandbytes")
 
 BLOOM = MODEL_SHAPES["bloom-176b"]
-A100 = GPU_SPECS["A100-80GB"].memory_bytes
-H200 = GPU_SPECS["H200-141GB"].memory_bytes
+# What torch reports as total_memory (the backend reads it): a little under the datasheets'.
+A100 = int(79.15 * GiB)
+H200 = int(139.8 * GiB)
 # (layers, GPUs, GPU memory): the blog's node, and the 2-layer model on one H200.
 TOPOLOGIES = [(70, 8, A100), (2, 1, H200)]
 REFUSAL = "Some modules are dispatched on the CPU or the disk"
@@ -38,8 +41,10 @@ REFUSAL = "Some modules are dispatched on the CPU or the disk"
 def planned_map(
     shape: ModelShape, layers: int, dtype: str, choice: str, n_gpus: int, memory: int
 ) -> dict[str, int | str]:
-    caps = weight_caps(choice, shape, layers, dtype, n_gpus, memory)
-    plan = infer_device_map(shape, layers, dtype, max_memory_map(caps, dtype))
+    """The map the accelerate backend passes to ``from_pretrained``, planned by accelerate."""
+    checkpoint = replace(shape, n_layer=layers)  # what the backend reads from config.json
+    given = gpu_max_memory({"max_memory": choice}, checkpoint, dtype, n_gpus, memory)
+    plan = infer_device_map(shape, layers, dtype, given)
     assert plan.refused == "", plan.refused
     return plan.placement
 

@@ -47,12 +47,19 @@ def max_memory_limits(request: LoadRequest, shape: ModelShape) -> dict[int | str
     import torch
 
     n_gpus = torch.cuda.device_count()
-    gpu_memory = torch.cuda.get_device_properties(0).total_memory
-    choice = str(request.options.get("max_memory") or "auto")
-    caps = weight_caps(choice, shape, shape.n_layer, request.dtype, n_gpus, gpu_memory)
-    limits: dict[int | str, Any] = dict(max_memory_map(caps, request.dtype))
-    if request.options.get("offload") in ("cpu", "disk"):
-        limits["cpu"] = request.options.get("cpu_memory") or "1000GiB"
+    memory = torch.cuda.get_device_properties(0).total_memory
+    return gpu_max_memory(request.options, shape, request.dtype, n_gpus, memory)
+
+
+def gpu_max_memory(
+    options: dict[str, Any], shape: ModelShape, dtype: str, n_gpus: int, gpu_memory_bytes: int
+) -> dict[int | str, Any]:
+    """The map for ``n_gpus`` GPUs (also what ``run --dry-run`` hands accelerate's planner)."""
+    choice = str(options.get("max_memory") or "auto")
+    caps = weight_caps(choice, shape, shape.n_layer, dtype, n_gpus, gpu_memory_bytes)
+    limits: dict[int | str, Any] = dict(max_memory_map(caps, dtype))
+    if options.get("offload") in ("cpu", "disk"):
+        limits["cpu"] = options.get("cpu_memory") or "1000GiB"
     return limits
 
 
