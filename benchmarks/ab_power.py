@@ -6,8 +6,9 @@ A, this environment, and an arm B of one kind:
 
 * ``A/A``: B is the same environment (a false alarm is a "slower" verdict);
 * ``+5 %``, ``+10 %``: B's ``PYTHONPATH`` holds a ``sitecustomize`` that makes every
-  ``generate`` of that worker process that much slower (its measured duration, stretched) — a
-  change in the environment, reaching the workers as a package change would.
+  ``generate`` of that worker process do that much more CPU work (measured in the thread's CPU
+  time, so that other load slows it as it slows the model) — a change in the environment,
+  reaching the workers as a package change would.
 
 The kinds take turns trial by trial. Reported per kind: the verdicts, the median B/A, pairs and
 seconds per trial, and the machine's noise while the trials ran (the cycle-to-cycle CV of arm A
@@ -37,14 +38,12 @@ from bloomperf.paired import VERDICTS
 from bloomperf.run import worker_options
 
 PERCENT_ENV = "BLOOMPERF_INJECTED_SLOWDOWN_PERCENT"
-SITECUSTOMIZE = f'''"""Injected by benchmarks/ab_power.py: every generate takes PERCENT % longer."""
+SITECUSTOMIZE = f'''"""Injected by benchmarks/ab_power.py: generate does PERCENT % more CPU work."""
 import functools
 import os
 import time
 
 from transformers.generation.utils import GenerationMixin
-
-from bloomperf.measure.slowdown import wait_for
 
 _percent = float(os.environ["{PERCENT_ENV}"])
 _generate = GenerationMixin.generate
@@ -52,9 +51,15 @@ _generate = GenerationMixin.generate
 
 @functools.wraps(_generate)
 def generate(self, *args, **kwargs):
-    start = time.perf_counter()
+    start = time.thread_time()
     output = _generate(self, *args, **kwargs)
-    wait_for((time.perf_counter() - start) * _percent / 100.0)
+    # Burn CPU until this thread has used PERCENT % more CPU time: extra work that other load
+    # slows down exactly as it slows the model's own (a wall-clock wait would not be, and on a
+    # busy machine its spin overshoots by a scheduler slice: "10 %" measured as +20 %).
+    used = time.thread_time() - start
+    end = time.thread_time() + used * _percent / 100.0
+    while time.thread_time() < end:
+        pass
     return output
 
 

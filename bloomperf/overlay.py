@@ -158,13 +158,15 @@ def worker_env(
     python: str, settings: dict[str, str], overlay: Path | None, cache_dir: Path
 ) -> dict[str, str]:
     """The settings, with ``PYTHONPATH`` led by the overlay (and its bootstrap), and by a link to
-    this bloomperf when the arm's interpreter is another one (it must run our worker)."""
+    this bloomperf when the arm's interpreter is another one: its workers must speak this
+    controller's protocol, whatever bloomperf (if any) that environment has installed."""
     env = dict(settings)
     front: list[str] = []
     if overlay is not None:
         front += [str(overlay), str(write_bootstrap(cache_dir))]
         env[OVERLAY_ENV] = str(overlay)
-    if os.path.realpath(python) != os.path.realpath(sys.executable):
+    # Not resolved: a venv's python is a link to the base interpreter, yet another environment.
+    if os.path.abspath(python) != os.path.abspath(sys.executable):
         front.append(str(link_bloomperf(cache_dir)))
     if front:
         rest = settings.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
@@ -199,7 +201,7 @@ def build_overlay(
     partial = overlays / f".partial-{target.name}-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     command = [sys.executable, "-m", "pip"]
-    if os.path.realpath(python) != os.path.realpath(sys.executable):
+    if os.path.abspath(python) != os.path.abspath(sys.executable):
         command += ["--python", python]
     command += ["install", "--target", str(partial), "--disable-pip-version-check", "--no-input"]
     command += [] if source.with_deps else ["--no-deps"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import bloomperf
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
 from bloomperf.models import resolve_model
@@ -144,6 +145,26 @@ def test_overlay_installs_pins_caches_them_and_runs_their_pth_files(tmp_path: Pa
     assert done.stdout.split() == ["ran", "ran"]
     arm = prepare_arm("b", sys.executable, {}, ("bpmark==2.0",), source, cache)
     assert arm.fingerprint["packages"]["bpmark"] == "2.0"
+
+
+def test_another_interpreter_runs_this_bloomperf(tmp_path: Path) -> None:
+    # A venv without bloomperf (a venv's python links to the same base interpreter: it must
+    # still count as another environment).
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = resolve_python(str(venv), "--b")
+    env = worker_env(python, {}, None, tmp_path / "cache")
+    probe = "import bloomperf.protocol, os; print(os.path.realpath(bloomperf.__file__))"
+    done = subprocess.run(
+        [python, "-c", probe],
+        env={**os.environ, **env},
+        cwd=tmp_path,  # not the checkout, whose bloomperf/ python -c would find
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == os.path.realpath(bloomperf.__file__)
+    assert worker_env(sys.executable, {}, None, tmp_path / "cache") == {}
 
 
 def test_a_pin_that_cannot_install_fails_with_pips_reason(tmp_path: Path) -> None:
