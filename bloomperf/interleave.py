@@ -175,7 +175,7 @@ def compare_group(
     rng = random.Random(settings.seed)
     runners = {arm: GroupRunner(specs[arm], warmup=settings.warmup) for arm in ARMS}
     try:
-        with shared_cpus(specs["a"]):
+        with shared_cpus(list(specs.values())):
             for cell in group.cells():
                 yield compare_cell_by_cycles(runners, cell, settings, rng, progress)
     finally:
@@ -184,25 +184,34 @@ def compare_group(
 
 
 @contextlib.contextmanager
-def shared_cpus(spec: GroupSpec) -> Iterator[None]:
+def shared_cpus(specs: list[GroupSpec]) -> Iterator[None]:
     """Start both arms' CPU workers on the same cores (they inherit this process's affinity).
 
     Left to the scheduler, the two live workers settle on different cores, and on a shared
     machine one core can stay busier than the other for minutes: a bias no interleaving
     cancels (seen here: an A/A pair reading 1.27 after 40 pairs). On the same cores, whatever
     else runs there slows both arms alike. The cores are the last ones this process may use,
-    as many as one group's ranks × threads need.
+    as many as the hungrier arm's ranks × threads (an arm's own ``OMP_NUM_THREADS`` counts:
+    comparing thread counts must not squeeze the larger one onto fewer cores).
     """
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if spec.device != "cpu" or not allowed:
+    if any(spec.device != "cpu" for spec in specs) or not allowed:
         yield
         return
-    needed = spec.world_size * int(spec.options.get("threads") or 1)
+    needed = max(spec.world_size * threads_of(spec) for spec in specs)
     os.sched_setaffinity(0, allowed[-needed:])
     try:
         yield
     finally:
         os.sched_setaffinity(0, allowed)
+
+
+def threads_of(spec: GroupSpec) -> int:
+    """The threads per rank an arm's workers will use: its OMP_NUM_THREADS, else --threads."""
+    try:
+        return max(1, int(spec.env.get("OMP_NUM_THREADS") or spec.options.get("threads") or 1))
+    except ValueError:
+        return 1
 
 
 def compare_cell_by_cycles(
