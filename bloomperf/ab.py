@@ -70,7 +70,10 @@ def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--min-pairs", type=int, default=10, help="pairs before any verdict [10]")
     group.add_argument("--max-pairs", type=int, default=2000, help="pairs at most per cell [2000]")
     group.add_argument(
-        "--max-time", type=float, default=600.0, help="seconds at most per cell [600]"
+        "--max-time",
+        type=float,
+        default=600.0,
+        help="seconds at most per cell, a group's first cell including the loads [600]",
     )
     group.add_argument(
         "--mode",

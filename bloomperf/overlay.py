@@ -209,8 +209,10 @@ def build_overlay(
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
-        tail = (done.stderr or done.stdout).strip()[-PIP_OUTPUT_TAIL:]
-        raise InstallFailure(f"pip could not install {' '.join(pins)}: {tail}", exit_code=1)
+        output = (done.stderr or done.stdout).strip()
+        errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
+        reason = " ".join(errors) if errors else output[-PIP_OUTPUT_TAIL:]
+        raise InstallFailure(f"pip could not install {' '.join(pins)}: {reason}", exit_code=1)
     try:
         partial.rename(target)
     except OSError:  # another run finished the same overlay first
