@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 
 import bloomperf
+from bloomperf.ab import exit_code
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
+from bloomperf.interleave import Comparison
+from bloomperf.matrix import Cell
 from bloomperf.models import resolve_model
 from bloomperf.overlay import (
     PackageSource,
@@ -34,6 +37,7 @@ from bloomperf.paired import (
     estimate_paired,
     final_verdict,
 )
+from bloomperf.results import Outcome
 from tests.wheels import build_wheel
 
 # ---- paired statistics (pure) ---------------------------------------------------------------
@@ -258,3 +262,15 @@ def test_groups_mode_alternates_whole_loads_and_keeps_every_cycle(
         assert sorted(s["arm"] for s in samples) == ["a", "a", "b", "b"]  # --cycles 2 each
         assert {s["position"] for s in samples} == {0, 1}
     assert document["settings"]["mode"] == "groups"
+
+
+def test_exit_status_gates_on_slower_and_on_inconclusive_only_when_asked() -> None:
+    def compared(verdict: str | None, outcome: Outcome = Outcome.OK) -> Comparison:
+        return Comparison(Cell("accelerate", "fp32", 1), outcome, verdict, None, (), 1.0, "x")
+
+    assert exit_code([compared(SAME), compared(FASTER)], fail_inconclusive=True) == 0
+    assert exit_code([compared(SAME), compared(SLOWER)], fail_inconclusive=False) == 1
+    assert exit_code([compared(INCONCLUSIVE)], fail_inconclusive=False) == 0
+    assert exit_code([compared(INCONCLUSIVE)], fail_inconclusive=True) == 1
+    assert exit_code([compared(None, Outcome.ERROR)], fail_inconclusive=False) == 1
+    assert exit_code([compared(None, Outcome.SKIPPED)], fail_inconclusive=False) == 0
