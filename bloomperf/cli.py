@@ -69,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; whatever happens, the exit status keeps its meaning (see EXIT_CODES)."""
     try:
         parser = build_parser()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        refuse_dashes_as_value(argv)
         args = parser.parse_args(argv)
         code: int = args.func(args)
     except BloomperfError as exc:
@@ -89,6 +91,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_INTERNAL
     return code
+
+
+def refuse_dashes_as_value(argv: list[str]) -> None:
+    """``--opt=--``: Python 3.11's argparse drops the "--" and hands the option an empty list."""
+    for arg in argv:
+        if arg == "--":
+            return  # everything after it is positional
+        if arg.startswith("-") and arg.endswith("=--"):
+            raise BloomperfError(f"{arg.split('=', 1)[0]}: expected a value, found '--'")
 
 
 def one_line(text: str) -> str:
