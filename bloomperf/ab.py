@@ -52,7 +52,7 @@ from bloomperf.overlay import (
 )
 from bloomperf.paired import SLOWER
 from bloomperf.results import Outcome
-from bloomperf.run import Session, lock_key, utc_now
+from bloomperf.run import Session, lock_key, resolve_device, utc_now
 from bloomperf.topology import detect_topology
 
 KIND = "bloomperf-ab"
@@ -160,6 +160,7 @@ def package_source(args: Any) -> PackageSource:
 def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     options = resolve_options(vars(args))
     topology = detect_topology()
+    settings = comparison_settings(args, options, resolve_device(options.get("device"), topology))
     cache_dir = options.get("cache_dir") or default_cache_dir()
     source = package_source(args)
     arms = []
@@ -188,7 +189,6 @@ def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) ->
 
     with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
         session = Session.prepare({**options, "output": None}, topology)
-        settings = comparison_settings(args, options, session.device)
         for line in describe_differences(differences(arms[0], arms[1])) or ["(no difference)"]:
             print(f"  differs: {line}", file=err)
         comparisons = compare_arms(session, arms[0], arms[1], settings, output, err)

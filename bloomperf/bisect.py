@@ -36,7 +36,7 @@ from bloomperf.overlay import Arm, InstallFailure, PackageSource, parse_settings
 from bloomperf.overlay import resolve_python as resolve_interpreter
 from bloomperf.paired import FASTER, INCONCLUSIVE, SAME, SLOWER
 from bloomperf.results import Outcome
-from bloomperf.run import Session, lock_key, utc_now
+from bloomperf.run import Session, lock_key, resolve_device, utc_now
 from bloomperf.topology import detect_topology
 
 KIND = "bloomperf-bisect"
@@ -185,6 +185,8 @@ def add_command(subparsers: Any) -> None:
 
 def bisect_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     options = resolve_options(vars(args))
+    topology = detect_topology()
+    settings = comparison_settings(args, options, resolve_device(options.get("device"), topology))
     source = package_source(args)
     python = resolve_interpreter(args.python, "--python") if args.python else sys.executable
     settings_env = parse_settings(args.env, "--env")
@@ -204,7 +206,6 @@ def bisect_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr
     good_arm = prepare_arm(
         "a", python, settings_env, (f"{args.package}=={args.good}",), source, cache_dir
     )
-    topology = detect_topology()
     document: dict[str, Any] = {
         "kind": KIND,
         "schema_version": SCHEMA_VERSION,
@@ -221,7 +222,6 @@ def bisect_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 
     with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
         session = Session.prepare({**options, "output": None}, topology)
-        settings = comparison_settings(args, options, session.device)
 
         def test(version: str) -> Step:
             print(f"bloomperf bisect: testing {args.package} {version}", file=err, flush=True)

@@ -274,3 +274,15 @@ def test_exit_status_gates_on_slower_and_on_inconclusive_only_when_asked() -> No
     assert exit_code([compared(INCONCLUSIVE)], fail_inconclusive=True) == 1
     assert exit_code([compared(None, Outcome.ERROR)], fail_inconclusive=False) == 1
     assert exit_code([compared(None, Outcome.SKIPPED)], fail_inconclusive=False) == 0
+
+
+def test_bad_comparison_options_are_one_line_usage_errors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["ab", "--tolerance", "2", "--no-lock"]) == 2
+    assert main(["bisect", "pkg", "1.0", "2.0", "--max-pairs", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "bloomperf: error: --tolerance: must be between 0 and 1, found 2.0",
+        "bloomperf: error: --max-pairs: must be a positive integer, got 0",
+    ]
