@@ -5,8 +5,14 @@ shell string) and the extra environment; ``bloomperf.launch`` starts it in its o
 
 How a group is started:
 
-- one node: ``python -m deepspeed.launcher.runner --num_gpus N --module bloomperf.worker``, the
-  ``deepspeed`` command itself; it runs ``deepspeed.launcher.launch``, which spawns the ranks.
+- one node: ``python -m deepspeed.launcher.runner --include localhost:<ids> --module
+  bloomperf.worker``, the ``deepspeed`` command itself; it runs ``deepspeed.launcher.launch``,
+  which spawns the ranks with ``CUDA_VISIBLE_DEVICES=<ids>``. Never ``--num_gpus N`` on a GPU:
+  DeepSpeed 0.19.8's runner then deletes ``CUDA_VISIBLE_DEVICES`` and uses GPUs 0..N-1, not the
+  ones bloomperf samples and locks. The runner itself starts without ``CUDA_VISIBLE_DEVICES``
+  (``env -u``), so that it counts every GPU and accepts any id in ``--include`` (it rejects an id
+  at or above the count it sees), and with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that the ids are
+  NVML's indices (see ``bloomperf.devices``).
 - several nodes (``hostfile``): DeepSpeed's runner reaches the other nodes with pdsh/ssh (or the
   ``launcher`` option: openmpi, slurm...). When every host in the hostfile is this machine
   (``localhost``, ``127.x.x.x``, its hostname), ssh is neither available nor needed: we start one
@@ -32,9 +38,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bloomperf.devices import ORDER_ENV, PCI_ORDER, VISIBLE_ENV
 from bloomperf.errors import BloomperfError
 from bloomperf.jsonfile import read_text_bounded
 
@@ -62,8 +70,12 @@ def rank_group_command(
     options: dict[str, Any],
     python: str = sys.executable,
     module: str = WORKER_MODULE,
+    gpus: Sequence[int] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The argv and extra environment that start ``python -m module`` on ``world_size`` ranks."""
+    """The argv and extra environment that start ``python -m module`` on ``world_size`` ranks.
+
+    ``gpus``: the NVML indices of the group's GPUs on this node (one rank each); None on CPU.
+    """
     port = int(options.get("master_port") or free_port())
     env = {
         "LOCAL_SIZE": str(world_size),
@@ -74,6 +86,19 @@ def rank_group_command(
     runner = [python, "-u", "-m", "deepspeed.launcher.runner"]
     tail = ["--no_local_rank", "--module", module]
     hostfile = options.get("hostfile")
+    if not hostfile and gpus is not None:
+        check_world(world_size, len(gpus), "the group's GPUs")
+        env.pop("LOCAL_SIZE")  # read by DeepSpeed's CPU accelerator only
+        env[ORDER_ENV] = PCI_ORDER
+        include = ["--include", include_argument(gpus)]
+        return [
+            *without_visible_devices(),
+            *runner,
+            *include,
+            "--master_port",
+            str(port),
+            *tail,
+        ], env
     if not hostfile:
         slots = int(options.get("num_gpus") or options.get("num_procs") or world_size)
         check_world(world_size, slots, "--num_gpus")
@@ -84,13 +109,33 @@ def rank_group_command(
     common = ["--hostfile", str(hostfile), "--master_port", str(port), *node_options(options)]
     if all(is_local_host(host) for host in hosts):
         nodes = [
-            [*runner, *common, "--no_ssh", "--node_rank", str(rank), "--master_addr",
-             "127.0.0.1", *tail]
+            [
+                *runner,
+                *common,
+                "--no_ssh",
+                "--node_rank",
+                str(rank),
+                "--master_addr",
+                "127.0.0.1",
+                *tail,
+            ]
             for rank in range(len(hosts))
         ]
         return [python, "-m", "bloomperf.dslaunch", *encode_nodes(nodes)], env
     master = str(options.get("master_addr") or next(iter(hosts)))
     return [*runner, *common, "--master_addr", master, *tail], env
+
+
+def include_argument(gpus: Sequence[int]) -> str:
+    """DeepSpeed's resource filter for GPUs of this node: ``localhost:4,5,6,7``."""
+    if not gpus:
+        raise BloomperfError("DeepSpeed launch: the group has no GPU")
+    return "localhost:" + ",".join(str(int(g)) for g in gpus)
+
+
+def without_visible_devices() -> list[str]:
+    """An argv prefix that starts the runner with CUDA_VISIBLE_DEVICES unset (see above)."""
+    return ["env", "-u", VISIBLE_ENV]
 
 
 def node_options(options: dict[str, Any]) -> list[str]:

@@ -22,6 +22,8 @@ from typing import Any, NoReturn
 
 import psutil
 
+from bloomperf.devices import VisibleDevice, worker_environment
+from bloomperf.errors import BloomperfError
 from bloomperf.failures import read_rank_reports, root_cause
 from bloomperf.measure.memory import MemorySampler, create_sampler
 from bloomperf.protocol import ConnectionClosed, MessageStream, spec_to_dict
@@ -47,6 +49,8 @@ class GroupSpec:
     # empty mean this controller's own interpreter and environment.
     python: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # The GPUs the group runs on, by NVML index (bloomperf.devices); () on CPU.
+    devices: tuple[VisibleDevice, ...] = ()
 
     @property
     def group(self) -> tuple[str, str]:
@@ -90,7 +94,7 @@ class WorkerGroup:
         try:
             control = f"127.0.0.1:{listener.getsockname()[1]}"
             self.process = self._launch(control)
-            self.sampler = create_sampler(self.spec.device, self.process.pid)
+            self.sampler = create_sampler(self.spec.device, self.process.pid, self.devices())
             self.sampler.start()
             self.stream = self._accept(listener, self.spec.load_timeout_s)
         finally:
@@ -140,6 +144,10 @@ class WorkerGroup:
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         return group_command(self.spec)
+
+    def devices(self) -> tuple[VisibleDevice, ...] | None:
+        """The GPUs to sample: the group's own (None: those visible to the controller)."""
+        return self.spec.devices if self.spec.device == "cuda" and self.spec.devices else None
 
     def _accept(self, listener: socket.socket, timeout: float) -> MessageStream:
         deadline = time.monotonic() + timeout
@@ -243,14 +251,30 @@ class WorkerGroup:
 
 
 def group_command(spec: GroupSpec) -> tuple[list[str], dict[str, str]]:
-    """The argv and extra environment that start a group's workers (also shown by
-    ``run --dry-run``): a plain worker for one rank, DeepSpeed's launcher for more."""
+    """The argv and extra environment that start ``spec``'s group on exactly its GPUs (also
+    shown by ``run --dry-run``).
+
+    A plain worker gets CUDA_VISIBLE_DEVICES naming its GPUs; a rank group goes through
+    DeepSpeed's launcher with ``--include localhost:<ids>`` (``bloomperf.dslaunch``).
+    """
     python = spec.python or sys.executable
+    on_gpus = spec.device == "cuda" and bool(spec.devices)
     if spec.world_size == 1:
-        return [python, "-m", "bloomperf.worker"], {}
+        return [python, "-m", "bloomperf.worker"], (
+            worker_environment(spec.devices) if on_gpus else {}
+        )
     from bloomperf.dslaunch import rank_group_command
 
-    return rank_group_command(spec.world_size, spec.options, python=python)
+    if not on_gpus or spec.options.get("hostfile"):
+        return rank_group_command(spec.world_size, spec.options, python=python)
+    mig = [d.mig_uuid for d in spec.devices if d.mig_uuid]
+    if mig:
+        raise BloomperfError(
+            f"CUDA_VISIBLE_DEVICES: DeepSpeed's launcher selects GPUs by index and cannot "
+            f"start ranks on the MIG instance {mig[0]}; run {spec.backend} on whole GPUs"
+        )
+    gpus = [d.index for d in spec.devices]
+    return rank_group_command(spec.world_size, spec.options, python=python, gpus=gpus)
 
 
 def kill_tree(process: subprocess.Popen[bytes]) -> None:

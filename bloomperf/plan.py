@@ -32,7 +32,8 @@ from bloomperf.models import (
 from bloomperf.options import resolve_options
 from bloomperf.predict import CUDA_CONTEXT_BYTES, MemoryPrediction, cell_prediction, predict_cell
 from bloomperf.run import DEFAULT_MODEL, Session, resolve_device, worker_options
-from bloomperf.topology import Gpu, Topology, detect_topology, gpu_topology
+from bloomperf.topology import Topology, detect_topology
+from bloomperf.topology import planned_topology as plan_machine
 
 SCHEMA = "bloomperf.plan"
 SCHEMA_VERSION = 1
@@ -61,25 +62,7 @@ def planned_topology(text: str | None, visible: str | None) -> tuple[Topology, G
     """This machine's topology, or ``text``'s with the GPUs ``CUDA_VISIBLE_DEVICES`` leaves."""
     if text is None:
         return detect_topology(), None
-    nodes, per_node, gpu = parse_topology_id(text)
-    gpus = tuple(
-        Gpu(index=i, name=gpu.name, memory_bytes=gpu.memory_bytes, nvlinks_up=0, uuid="")
-        for i in visible_indices(visible, per_node)
-    )
-    return gpu_topology(gpus, nodes, driver="", cuda=""), gpu
-
-
-def visible_indices(visible: str | None, per_node: int) -> list[int]:
-    """The GPU indices a CUDA process sees on a node of ``per_node`` GPUs. As CUDA does, parsing
-    stops at the first entry that names no GPU or repeats one (UUIDs need the real machine)."""
-    if visible is None:
-        return list(range(per_node))
-    chosen: list[int] = []
-    for entry in (e.strip() for e in visible.split(",")):
-        if not entry.isdigit() or int(entry) >= per_node or int(entry) in chosen:
-            break
-        chosen.append(int(entry))
-    return chosen
+    return plan_machine(text, visible), parse_topology_id(text)[2]
 
 
 def planned_model(options: dict[str, Any], device: str) -> PreparedModel:
@@ -113,7 +96,7 @@ def plan_group(session: Session, group: Group, gpu: GpuSpec | None, err: TextIO)
     spec = session.group_spec(Cell(group.backend, group.dtype, group.batch_sizes[0]))
     argv, env = group_command(spec)
     indices = tuple(g.index for g in session.topology.gpus)
-    devices = indices if group.backend == "accelerate" else indices[: spec.world_size]
+    devices = tuple(d.index for d in spec.devices)  # the GPUs the launch itself names
     device_map = None
     if group.backend == "accelerate" and session.device == "cuda" and gpu is not None:
         print(f"  {group.backend} {group.dtype}: device map on the meta device...", file=err)

@@ -19,6 +19,7 @@ from bloomperf.baseline import (
     oom_boundary,
     refuse_output_among_baselines,
 )
+from bloomperf.devices import VisibleDevice, group_indices
 from bloomperf.formatting import utc_now
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
@@ -141,18 +142,21 @@ class Session:
         return self.active
 
     def group_spec(self, cell: Cell) -> GroupSpec:
-        """How the worker group serving ``cell``'s (backend, dtype) is started."""
+        """How the worker group serving ``cell``'s (backend, dtype) is started: ranks, GPUs,
+        options, timeouts."""
         backend = backend_class(cell.backend)
+        world_size = self.world_size(backend)
         return GroupSpec(
             backend=cell.backend,
             dtype=cell.dtype,
             checkpoint=self.model.path,
             device=self.device,
             new_tokens=self.run.workload.new_tokens,
-            world_size=self.world_size(backend),
+            world_size=world_size,
             options=worker_options(self.options),
             load_timeout_s=self.options.get("load_timeout") or 1800.0,
             cell_timeout_s=self.options.get("cell_timeout") or 1800.0,
+            devices=group_gpus(self.topology, self.device, self.options, cell.backend, world_size),
         )
 
     def world_size(self, backend: type[Backend]) -> int:
@@ -254,10 +258,35 @@ def with_prediction(result: CellResult, session: Session) -> CellResult:
     return replace(result, details={**result.details, **predicted}) if predicted else result
 
 
-def lock_key(topology: Topology) -> str:
+def group_gpus(
+    topology: Topology, device: str, options: dict[str, Any], backend_name: str, world_size: int
+) -> tuple[VisibleDevice, ...]:
+    """This node's GPUs for one group: every visible one for accelerate, else one per rank
+    (a multi-node group's ranks are placed by DeepSpeed's launcher from the hostfile)."""
+    if device != "cuda" or not topology.gpus or options.get("hostfile"):
+        return ()
+    visible = [g.visible() for g in topology.gpus]
+    spans = backend_class(backend_name).spans_visible_gpus
+    chosen = group_indices([d.index for d in visible], world_size, spans)
+    return tuple(d for d in visible if d.index in chosen)
+
+
+def lock_key(topology: Topology, options: dict[str, Any] | None = None) -> str:
     """The devices a run occupies: its GPUs by UUID (runs on disjoint GPUs do not block each
-    other), or the CPU."""
-    return ",".join(g.uuid or str(g.index) for g in topology.gpus) or "cpu"
+    other; a MIG instance locks its whole GPU), or the CPU. With ``options``: exactly the GPUs
+    its groups use (``--tp 4`` on 8 visible GPUs leaves the other 4 to another run)."""
+    gpus = topology.gpus
+    device = resolve_device((options or {}).get("device"), topology)
+    if options is not None and device == "cuda" and not options.get("hostfile"):
+        used: set[int] = set()
+        for group in plan_groups(options, device):
+            backend = backend_class(group.backend)
+            world_size = backend.world_size(device, len(gpus), options)
+            used |= {
+                d.index for d in group_gpus(topology, device, options, group.backend, world_size)
+            }
+        gpus = tuple(g for g in gpus if g.index in used)
+    return ",".join(g.uuid or str(g.index) for g in gpus) or "cpu"
 
 
 def skipped(cell: Cell, reason: str) -> CellResult:

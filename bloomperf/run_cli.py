@@ -40,7 +40,7 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         options["output"] = Path("results") / f"bloomperf-{stamp}.json"
     topology = detect_topology()
-    with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
+    with hold_device_lock(lock_key(topology, options), enabled=not options.get("no_lock")):
         session = Session.prepare(options, topology)
         total = sum(len(g.batch_sizes) for g in session.groups)
         print(

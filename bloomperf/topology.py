@@ -29,7 +29,15 @@ from typing import Any
 
 import psutil
 
+from bloomperf.devices import (
+    VisibleDevice,
+    cuda_visible_devices,
+    measured_handle,
+    plan_visible,
+    resolve_visible,
+)
 from bloomperf.errors import BloomperfError
+from bloomperf.hardware import parse_topology_id
 from bloomperf.jsonfile import get_int, get_list, get_str
 
 GiB = 1024**3
@@ -57,7 +65,11 @@ class Gpu:
     name: str  # as NVML reports it: "NVIDIA A100-SXM4-80GB"
     memory_bytes: int
     nvlinks_up: int
-    uuid: str
+    uuid: str  # the whole GPU's, also for a MIG instance (the lock holds the whole GPU)
+    mig_uuid: str = ""  # the MIG instance CUDA_VISIBLE_DEVICES named; "" for a whole GPU
+
+    def visible(self) -> VisibleDevice:
+        return VisibleDevice(self.index, self.mig_uuid)
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,7 @@ def detect_topology(nvml: Any = None, nodes: int | None = None) -> Topology:
         return cpu_topology(node_count, str(exc))
     try:
         visible = cuda_visible_devices()
-        gpus = tuple(read_gpu(nvml, i) for i in visible_device_indices(nvml, visible))
+        gpus = tuple(read_gpu(nvml, d) for d in resolve_visible(nvml, visible))
         if not gpus:
             return cpu_topology(node_count, f"no visible GPU (CUDA_VISIBLE_DEVICES={visible!r})")
         driver = _text(nvml.nvmlSystemGetDriverVersion())
@@ -110,14 +122,16 @@ def detect_topology(nvml: Any = None, nodes: int | None = None) -> Topology:
     return gpu_topology(gpus, node_count, driver, cuda)
 
 
-def read_gpu(nvml: Any, index: int) -> Gpu:
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+def read_gpu(nvml: Any, device: VisibleDevice) -> Gpu:
+    handle = nvml.nvmlDeviceGetHandleByIndex(device.index)
+    memory = measured_handle(nvml, device.index, device.mig_uuid)  # a MIG instance: its share
     return Gpu(
-        index=index,
+        index=device.index,
         name=_text(nvml.nvmlDeviceGetName(handle)),
-        memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+        memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(memory).total),
         nvlinks_up=count_nvlinks_up(nvml, handle),
         uuid=device_uuid(nvml, handle),
+        mig_uuid=device.mig_uuid,
     )
 
 
@@ -149,6 +163,20 @@ def gpu_topology(gpus: tuple[Gpu, ...], nodes: int, driver: str, cuda: str) -> T
     )
 
 
+def planned_topology(text: str, visible: str | None = None) -> Topology:
+    """The topology a machine with id ``text`` would detect under ``CUDA_VISIBLE_DEVICES=visible``
+    (default: this process's), for plans made away from it: NVML indices, no UUIDs or versions."""
+    nodes, per_node, spec = parse_topology_id(text)
+    visible = visible if visible is not None else cuda_visible_devices()
+    gpus = tuple(
+        Gpu(index=i, name=spec.name, memory_bytes=spec.memory_bytes, nvlinks_up=0, uuid="")
+        for i in plan_visible(per_node, visible)
+    )
+    if not gpus:
+        return cpu_topology(nodes, f"no visible GPU (CUDA_VISIBLE_DEVICES={visible!r})")
+    return gpu_topology(gpus, nodes, driver="", cuda="")
+
+
 def cpu_topology(nodes: int, nvml_reason: str) -> Topology:
     return Topology(
         id="cpu" if nodes == 1 else f"{nodes}xcpu",
@@ -164,7 +192,7 @@ def cpu_topology(nodes: int, nvml_reason: str) -> Topology:
 
 
 def gpu_id_name(nvml_name: str, memory_bytes: int) -> str:
-    """"NVIDIA A100-SXM4-80GB" -> "A100-SXM4-80GB"; "NVIDIA H200" (141 GiB) -> "H200-141GB"."""
+    """ "NVIDIA A100-SXM4-80GB" -> "A100-SXM4-80GB"; "NVIDIA H200" (141 GiB) -> "H200-141GB"."""
     name = re.sub(r"\s+", "-", _VENDOR_PREFIX.sub("", nvml_name.strip()))
     if any(_MEMORY_SIZE.match(part) for part in name.split("-")):
         return name
@@ -237,38 +265,6 @@ def load_nvml() -> Any:
     return pynvml
 
 
-def visible_device_indices(nvml: Any, cuda_visible_devices: str | None) -> list[int]:
-    """NVML indices of the devices a CUDA process would see, in CUDA's order.
-
-    ``CUDA_VISIBLE_DEVICES`` holds indices or (prefixes of) UUIDs. Like CUDA, parsing stops at
-    the first entry that names no device (so ``-1`` hides everything) or repeats one.
-    NVML itself ignores the variable: NVML index 3 is physical device 3 whatever it says.
-    """
-    count = int(nvml.nvmlDeviceGetCount())
-    if cuda_visible_devices is None:
-        return list(range(count))
-    uuids = [device_uuid(nvml, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
-    chosen: list[int] = []
-    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
-        index = _find_device(entry, uuids)
-        if index is None or index in chosen:
-            break
-        chosen.append(index)
-    return chosen
-
-
-def _find_device(entry: str, uuids: list[str]) -> int | None:
-    if entry.isdigit():
-        index = int(entry)
-        return index if index < len(uuids) else None
-    if not entry:
-        return None
-    wanted = entry if entry.upper().startswith(("GPU-", "MIG-")) else f"GPU-{entry}"
-    matches = [i for i, uuid in enumerate(uuids) if uuid.lower().startswith(wanted.lower())]
-    # An ambiguous UUID prefix names no device, as in CUDA.
-    return matches[0] if len(matches) == 1 else None
-
-
 def device_uuid(nvml: Any, handle: Any) -> str:
     return _text(nvml.nvmlDeviceGetUUID(handle))
 
@@ -278,8 +274,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def cuda_visible_devices() -> str | None:
-    return os.environ.get("CUDA_VISIBLE_DEVICES")
 # ---- environment fingerprint ----------------------------------------------------------------
 
 
@@ -417,6 +411,7 @@ def topology_to_dict(t: Topology) -> dict[str, Any]:
                 "memory_bytes": g.memory_bytes,
                 "nvlinks_up": g.nvlinks_up,
                 "uuid": g.uuid,
+                "mig_uuid": g.mig_uuid,
             }
             for g in t.gpus
         ],
@@ -466,6 +461,7 @@ def _gpu_from_dict(g: Any, where: str) -> Gpu:
         memory_bytes=int(get_int(g, "memory_bytes", where) or 0),
         nvlinks_up=int(get_int(g, "nvlinks_up", where) or 0),
         uuid=get_str(g, "uuid", where, default=""),
+        mig_uuid=get_str(g, "mig_uuid", where, default=""),
     )
 
 
@@ -492,8 +488,11 @@ def run_topology_command(args: argparse.Namespace) -> int:
     topology = detect_topology(nodes=args.nodes)
     environment = environment_fingerprint(topology)
     if args.json:
-        print(json.dumps({"topology": topology_to_dict(topology), "environment": environment},
-                         indent=2))
+        print(
+            json.dumps(
+                {"topology": topology_to_dict(topology), "environment": environment}, indent=2
+            )
+        )
     else:
         print(describe(topology, environment))
     return 0

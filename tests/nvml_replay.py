@@ -1,8 +1,13 @@
-"""NVML answers recorded on GPU machines, served under pynvml's function names.
+"""Hand-written NVML answers, served under pynvml's function names.
 
 There is no GPU on the machine that runs the CPU suite; this is the one place where a stand-in is
-legitimate: bloomperf's real NVML code (topology detection, the memory sampler) is driven with
-the answers a real machine gives. Errors are pynvml's own exception classes.
+legitimate: bloomperf's real NVML code (topology detection, the memory sampler, doctor) is driven
+with answers written down by hand in the shape nvidia-ml-py returns them (tests/data/nvml/*.json
+say which machine each imitates). They were not recorded on a GPU: where the shape or an error
+code of a real driver is in doubt, the test says so. Errors are pynvml's own exception classes.
+
+A device may list MIG instances (``"mig": [{"uuid": "MIG-...", "memory_total": ...,
+"memory_used": ...}]``); one without that key answers as a GPU without MIG support.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ RECORDINGS = Path(__file__).parent / "data" / "nvml"
 
 
 class Handle:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, mig: int | None = None) -> None:
         self.index = index
+        self.mig = mig  # the MIG instance's slot on GPU ``index``; None for the whole GPU
 
 
 class NvmlReplay:
@@ -30,6 +36,7 @@ class NvmlReplay:
     NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
     NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
     NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
+    NVML_ERROR_NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
 
     def __init__(self, recording: dict[str, Any]) -> None:
         self.recording = recording
@@ -84,9 +91,28 @@ class NvmlReplay:
         return str(self._device(handle)["name"])
 
     def nvmlDeviceGetUUID(self, handle: Handle) -> str:
+        if handle.mig is not None:
+            return str(self._mig(handle)["uuid"])
         return str(self._device(handle)["uuid"])
 
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:
+        if "mig" not in self._device(handle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return 7  # an A100/H100/H200 has seven MIG slots
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Handle, slot: int) -> Handle:
+        instances = self._device(handle).get("mig")
+        if instances is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= slot < len(instances):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return Handle(handle.index, slot)
+
     def nvmlDeviceGetMemoryInfo(self, handle: Handle) -> SimpleNamespace:
+        if handle.mig is not None:
+            mig = self._mig(handle)
+            total, used = int(mig["memory_total"]), int(mig["memory_used"])
+            return SimpleNamespace(total=total, used=used, free=total - used)
         total = int(self._device(handle)["memory_total"])
         with self._lock:
             queue = self._used[handle.index]
@@ -124,3 +150,7 @@ class NvmlReplay:
 
     def _device(self, handle: Handle) -> dict[str, Any]:
         return self.devices[handle.index]
+
+    def _mig(self, handle: Handle) -> dict[str, Any]:
+        instance: dict[str, Any] = self.devices[handle.index]["mig"][handle.mig]
+        return instance

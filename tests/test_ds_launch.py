@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import pytest
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.compat import installed_version, version_tuple
+from bloomperf.devices import VisibleDevice
 from bloomperf.dslaunch import (
     SHM_DIR,
     cleanup_shm,
@@ -19,6 +23,11 @@ from bloomperf.dslaunch import (
     read_hostfile,
 )
 from bloomperf.errors import BloomperfError
+from bloomperf.launch import GroupSpec, group_command
+from bloomperf.run import group_gpus
+from bloomperf.topology import planned_topology
+
+ROOT = Path(__file__).resolve().parent.parent
 
 REFERENCE = version_tuple(installed_version("transformers") or "0") <= (4, 43, 4)
 
@@ -155,3 +164,142 @@ def test_dslaunch_fanout_propagates_a_failing_node() -> None:
     argv = [sys.executable, "-m", "bloomperf.dslaunch", "--node--", *ok, "--node--", *bad]
     result = subprocess.run(argv, timeout=25)
     assert result.returncode == 3
+
+
+# ---- finding 5: a group runs on, and is measured on, the GPUs bloomperf chose ----------------
+
+
+def plan_group(backend: str, monkeypatch: pytest.MonkeyPatch, visible: str) -> GroupSpec:
+    """The GroupSpec bloomperf builds for ``backend`` on an 8×A100 under CUDA_VISIBLE_DEVICES."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    topology = planned_topology("8xA100-80GB")
+    world_size = backend_class(backend).world_size("cuda", len(topology.gpus), {})
+    return GroupSpec(
+        backend=backend,
+        dtype="fp16",
+        checkpoint=Path("/nowhere"),
+        device="cuda",
+        new_tokens=100,
+        world_size=world_size,
+        options={"master_port": 29555},
+        devices=group_gpus(topology, "cuda", {}, backend, world_size),
+    )
+
+
+def deepspeed_rank_environment(argv: list[str], runner_env: dict[str, str], gpus: int) -> str:
+    """CUDA_VISIBLE_DEVICES of rank 0, as DeepSpeed 0.19.8 computes it from ``argv``.
+
+    DeepSpeed's own functions, in runner.main's order: parse_args, the CUDA_VISIBLE_DEVICES
+    branch (quoted below: it only runs when the variable reaches the runner), the resource pool
+    of a single machine (``gpus``: torch's device count there), parse_inclusion_exclusion,
+    apply_num_nodes_and_gpus, encode_world_info; then launch.py's decoding and the CUDA
+    accelerator's set_visible_devices_envs.
+    """
+    from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
+    from deepspeed.launcher import runner
+
+    args = runner.parse_args(argv[argv.index("deepspeed.launcher.runner") + 1 :])
+    visible = runner_env.get("CUDA_VISIBLE_DEVICES", "")
+    filtered = len(args.include) or len(args.exclude) or args.num_nodes > 1 or args.num_gpus > 0
+    if len(visible) and not filtered:  # else runner.main prints "... but ignoring it ..."
+        args.include = f"localhost:{visible}"
+    if args.num_nodes >= 0 or args.num_gpus >= 0:
+        assert args.include == "" and args.exclude == ""  # runner.main raises otherwise
+    active = runner.parse_inclusion_exclusion({"localhost": gpus}, args.include, args.exclude)
+    active = runner.apply_num_nodes_and_gpus(active, args.num_nodes, args.num_gpus)
+    world_info = json.loads(base64.urlsafe_b64decode(runner.encode_world_info(active)))
+    local_ids = world_info[next(iter(world_info))]  # launch.py, node_rank 0
+    rank_env: dict[str, str] = {}
+    CUDA_Accelerator().set_visible_devices_envs(rank_env, local_ids)
+    return rank_env["CUDA_VISIBLE_DEVICES"]
+
+
+def runner_environment(argv: list[str], extra_env: dict[str, str]) -> dict[str, str]:
+    """The runner's environment: ours plus the extra, less what an ``env -u`` prefix unsets."""
+    env = {**os.environ, **extra_env}
+    if argv[:2] == ["env", "-u"]:
+        env.pop(argv[2], None)
+    return env
+
+
+def test_ranks_get_the_users_gpus_through_deepspeeds_runner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = plan_group("ds-autotp", monkeypatch, "4,5,6,7")
+    assert [d.index for d in spec.devices] == [4, 5, 6, 7]
+    argv, extra_env = group_command(spec)
+    assert argv[argv.index("--include") + 1] == "localhost:4,5,6,7"
+    assert "--num_gpus" not in argv
+    assert extra_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    env = runner_environment(argv, extra_env)
+    assert "CUDA_VISIBLE_DEVICES" not in env  # so the runner counts all 8 GPUs
+    assert deepspeed_rank_environment(argv, env, gpus=8) == "4,5,6,7"
+
+
+def test_num_gpus_would_have_moved_the_ranks_to_gpus_0_to_3(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The finding itself, on DeepSpeed's code: the command bloomperf used to build."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    argv, extra_env = rank_group_command(4, {"master_port": 29555}, python="/py")
+    assert "--num_gpus" in argv
+    env = runner_environment(argv, extra_env)
+    assert deepspeed_rank_environment(argv, env, gpus=8) == "0,1,2,3"
+
+
+def test_a_plain_worker_is_pinned_to_its_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = plan_group("accelerate", monkeypatch, "4,5,6,7")
+    assert spec.world_size == 1 and [d.index for d in spec.devices] == [4, 5, 6, 7]
+    argv, extra_env = group_command(spec)
+    assert argv[1:] == ["-m", "bloomperf.worker"]
+    assert extra_env == {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_tp_below_the_gpu_count_uses_the_first_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,6,5,4")
+    topology = planned_topology("8xA100-80GB")
+    gpus = group_gpus(topology, "cuda", {"tp": 2}, "ds-autotp", 2)
+    assert [d.index for d in gpus] == [7, 6]  # CUDA's order: the first two the user listed
+    with pytest.raises(BloomperfError, match="--tp 8: the group needs 8 GPUs, but only 4"):
+        group_gpus(topology, "cuda", {"tp": 8}, "ds-autotp", 8)
+
+
+def test_mig_instances_run_plain_workers_but_no_deepspeed_ranks() -> None:
+    mig = VisibleDevice(2, "MIG-5c4f1b3e-0000-4000-8000-000000000001")
+
+    def spec(backend: str, world_size: int) -> GroupSpec:
+        devices = (mig,) * world_size
+        return GroupSpec(backend, "fp16", Path("/x"), "cuda", 100, world_size, devices=devices)
+
+    assert group_command(spec("accelerate", 1))[1]["CUDA_VISIBLE_DEVICES"] == mig.mig_uuid
+    assert group_command(spec("ds-autotp", 1))[0][-1] == "bloomperf.worker"  # a plain worker too
+    with pytest.raises(BloomperfError, match="cannot start ranks on the MIG instance MIG-5c4f"):
+        group_command(spec("ds-autotp", 2))
+
+
+def test_deepspeeds_launcher_really_starts_the_ranks_on_gpus_4_to_7(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The whole chain, run: bloomperf's argv (``env -u`` prefix included), DeepSpeed's runner,
+    its launch.py, four ranks. DeepSpeed's CPU accelerator stands in for the CUDA one: told by
+    LOCAL_SIZE that the machine has 8 devices, it sets CUDA_VISIBLE_DEVICES for the ranks with
+    the same ``",".join(ids)`` as the CUDA accelerator."""
+    spec = plan_group("ds-autotp", monkeypatch, "4,5,6,7")
+    gpus = [d.index for d in spec.devices]
+    argv, extra_env = rank_group_command(4, {}, module="tests.ds_env_probe", gpus=gpus)
+    env = {
+        **os.environ,
+        **extra_env,
+        "DS_ACCELERATOR": "cpu",
+        "LOCAL_SIZE": "8",
+        "BLOOMPERF_PROBE_DIR": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "ignoring it" not in done.stdout  # the runner never saw CUDA_VISIBLE_DEVICES
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    assert {r["CUDA_VISIBLE_DEVICES"] for r in reports} == {"4,5,6,7"}
+    assert {r["CUDA_DEVICE_ORDER"] for r in reports} == {"PCI_BUS_ID"}
+    assert sorted(r["LOCAL_RANK"] for r in reports) == ["0", "1", "2", "3"]

@@ -14,6 +14,8 @@ import pytest
 
 from bloomperf.errors import BloomperfError
 from bloomperf.lock import hold_device_lock, lock_path
+from bloomperf.run import lock_key
+from bloomperf.topology import Gpu, gpu_topology
 
 HOLDER = textwrap.dedent(
     """
@@ -128,3 +130,20 @@ def test_unwritable_lock_folder_is_one_line(tmp_path: Path) -> None:
         hold_device_lock("cpu", folder=blocker / "locks"),
     ):
         pass
+
+
+# ---- which GPUs a run locks ------------------------------------------------------------------
+
+
+def test_a_run_locks_exactly_the_gpus_its_groups_use() -> None:
+    """--tp 4 on 8 visible GPUs: the DeepSpeed groups use GPUs 0-3 and leave 4-7 free; an
+    accelerate group spreads over every visible GPU and locks them all."""
+    gpus = tuple(Gpu(i, "NVIDIA A100-SXM4-80GB", 80 * 1024**3, 12, f"GPU-{i:04}") for i in range(8))
+    topology = gpu_topology(gpus, nodes=1, driver="535.104.05", cuda="12.2")
+    tp4 = {"backends": ["ds-autotp", "ds-zero"], "tp": 4, "device": "cuda"}
+    assert lock_key(topology, tp4) == "GPU-0000,GPU-0001,GPU-0002,GPU-0003"
+    with_accelerate = {**tp4, "backends": ["accelerate", "ds-autotp"]}
+    assert lock_key(topology, with_accelerate) == ",".join(g.uuid for g in gpus)
+    assert lock_key(topology) == ",".join(g.uuid for g in gpus)  # no plan: everything visible
+    mig = (Gpu(3, "NVIDIA A100-SXM4-80GB", 10 * 1024**3, 12, "GPU-0003", "MIG-abcd"),)
+    assert lock_key(gpu_topology(mig, 1, "", ""), {"backends": ["accelerate"]}) == "GPU-0003"

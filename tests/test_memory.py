@@ -13,6 +13,7 @@ import pynvml
 import pytest
 from nvml_replay import NvmlReplay
 
+from bloomperf.devices import VisibleDevice
 from bloomperf.errors import BloomperfError
 from bloomperf.measure.memory import (
     NvmlSampler,
@@ -298,3 +299,37 @@ def test_controller_modules_do_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_nvml_samples_exactly_the_groups_gpus() -> None:
+    """--tp 4 on an 8-GPU machine: GPUs 0-3 busy with someone else's job are not our peak."""
+    nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+    nvml.script_used({0: [70 * GB], 1: [70 * GB], 4: [9 * GB], 7: [2 * GB]})
+    group = [VisibleDevice(i) for i in (4, 5, 6, 7)]
+    sampler = NvmlSampler(os.getpid(), nvml=nvml, devices=group, visible="0,1,2,3,4,5,6,7")
+    sampler.start()
+    reading = sampler.mark()
+    sampler.stop()
+    idle = 4194304
+    assert reading.per_device_bytes == (9 * GB, idle, idle, 2 * GB)
+    assert reading.peak_bytes == 11 * GB + 2 * idle
+
+
+def test_nvml_samples_a_mig_instance_not_its_whole_gpu() -> None:
+    nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+    uuid = "MIG-2d5c8e1a-7f3b-5a9e-b4c2-0e1f2a3b4c5d"
+    nvml.devices[3]["mig"] = [{"uuid": uuid, "memory_total": 10 * GB, "memory_used": 3 * GB}]
+    nvml.script_used({3: [60 * GB]})  # the whole GPU: every instance's memory
+    sampler = NvmlSampler(os.getpid(), nvml=nvml, devices=[VisibleDevice(3, uuid)])
+    sampler.start()
+    reading = sampler.mark()
+    sampler.stop()
+    assert reading.per_device_bytes == (3 * GB,)
+
+
+def test_a_group_without_gpus_says_so() -> None:
+    sampler = NvmlSampler(os.getpid(), nvml=NvmlReplay.load("4xA100-SXM4-80GB"), devices=[])
+    sampler.start()
+    reading = sampler.mark()
+    sampler.stop()
+    assert (reading.source, reading.reason) == ("unavailable", "NVML: the group has no GPU")

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from bloomperf.cli import build_parser
+from bloomperf.devices import plan_visible
 from bloomperf.errors import BloomperfError
 from bloomperf.options import resolve_options
-from bloomperf.plan import run_dry, visible_indices
+from bloomperf.plan import run_dry
 from bloomperf.run import worker_options
 
 REFUSAL = "Some modules are dispatched on the CPU or the disk"
@@ -102,16 +103,17 @@ def test_deepspeed_groups_launch_on_the_visible_gpus(monkeypatch: pytest.MonkeyP
     assert group["world_size"] == 4 and group["devices"] == [4, 5, 6, 7]
     argv = group["launch"]["argv"]
     assert argv[argv.index("-m") + 1] == "deepspeed.launcher.runner"
+    assert argv[argv.index("--include") + 1] == "localhost:4,5,6,7"  # not --num_gpus 4
     assert group["device_map"] is None
     assert [c["batch_size"] for c in group["cells"]] == [1, 8, 16, 32, 64, 128, 256, 512]
 
 
 def test_visible_devices_are_parsed_as_cuda_does() -> None:
-    assert visible_indices(None, 4) == [0, 1, 2, 3]
-    assert visible_indices("4,5", 8) == [4, 5]
-    assert visible_indices("1,9,2", 8) == [1]  # stops at the first GPU the node lacks
-    assert visible_indices("3,3", 8) == [3]
-    assert visible_indices("-1", 8) == []
+    assert plan_visible(4, None) == [0, 1, 2, 3]
+    assert plan_visible(8, "4,5") == [4, 5]
+    assert plan_visible(8, "1,9,2") == [1]  # stops at the first GPU the node lacks
+    assert plan_visible(8, "3,3") == [3]
+    assert plan_visible(8, "-1") == []
 
 
 def test_the_cpu_plan_of_this_machine_needs_no_topology() -> None:

@@ -18,6 +18,7 @@ from bloomperf.topology import (
     detect_topology,
     environment_fingerprint,
     gpu_id_name,
+    planned_topology,
     short_gpu_name,
     topology_from_dict,
     topology_to_dict,
@@ -26,11 +27,12 @@ from bloomperf.topology import (
 
 A100_80GB = 85899345920
 MiB = 1024**2
+GiB = 1024**3
 
 
 @pytest.fixture(autouse=True)
 def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("CUDA_VISIBLE_DEVICES", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -241,3 +243,60 @@ def test_describe_a_recorded_machine() -> None:
         "400 W" in text
     )
     assert "driver    535.104.05 (CUDA 12.2)" in text
+
+
+# ---- CUDA_DEVICE_ORDER and MIG -------------------------------------------------------------------
+
+
+def mixed_machine() -> NvmlReplay:
+    """Hand-written: an 8×A100 whose GPU 0 is replaced by a slower A10 (a mixed machine)."""
+    nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+    nvml.devices[0]["name"] = "NVIDIA A10"
+    return nvml
+
+
+def test_integer_ids_under_fastest_first_are_refused_on_mixed_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    with pytest.raises(BloomperfError, match="FASTEST_FIRST order, which is not NVML's PCI bus"):
+        detect_topology(mixed_machine())
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # then the ids are NVML's indices
+    assert [g.index for g in detect_topology(mixed_machine()).gpus] == [1, 2]
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")
+    nvml = mixed_machine()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", nvml.devices[2]["uuid"])  # UUIDs need no order
+    assert [g.index for g in detect_topology(nvml).gpus] == [2]
+    # Identical GPUs: FASTEST_FIRST ranks them equal and keeps PCI bus order.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,1")
+    assert [g.index for g in detect_topology(NvmlReplay.load("8xA100-SXM4-80GB")).gpus] == [6, 1]
+
+
+def test_a_mig_uuid_maps_to_its_parent_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+    wanted = "MIG-2d5c8e1a-7f3b-5a9e-b4c2-0e1f2a3b4c5d"
+    nvml.devices[5]["mig"] = [
+        {
+            "uuid": "MIG-0a0a0a0a-0000-4000-8000-000000000000",
+            "memory_total": 10 * GiB,
+            "memory_used": 0,
+        },
+        {"uuid": wanted, "memory_total": 20 * GiB, "memory_used": 0},
+    ]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", wanted[:16])  # a prefix, as CUDA accepts
+    (gpu,) = detect_topology(nvml).gpus
+    assert (gpu.index, gpu.uuid, gpu.mig_uuid) == (5, nvml.devices[5]["uuid"], wanted)
+    assert gpu.memory_bytes == 20 * GiB  # the instance's share, not the whole GPU's
+    assert topology_from_dict(topology_to_dict(detect_topology(nvml))).gpus == (gpu,)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-ffff")  # names no instance: nothing visible
+    assert detect_topology(nvml).device == "cpu"
+
+
+def test_planned_topology_applies_cuda_visible_devices() -> None:
+    plan = planned_topology("8xA100-80GB", "4,5,6,7")
+    assert (plan.id, [g.index for g in plan.gpus]) == ("4xA100-80GB", [4, 5, 6, 7])
+    assert planned_topology("8xA100-80GB", "3,9,1").id == "1xA100-80GB"  # stops at 9, as CUDA
+    assert planned_topology("8xA100-80GB", "").device == "cpu"
+    with pytest.raises(BloomperfError, match="cannot resolve the UUID 'GPU-1234'"):
+        planned_topology("8xA100-80GB", "GPU-1234")

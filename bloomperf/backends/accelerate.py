@@ -73,6 +73,7 @@ def silence_bitsandbytes() -> None:
 class AccelerateBackend(Backend):
     name: ClassVar[str] = "accelerate"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "int8")
+    spans_visible_gpus: ClassVar[bool] = True
 
     @classmethod
     def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:

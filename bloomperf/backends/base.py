@@ -28,6 +28,9 @@ class LoadRequest:
 class Backend(ABC):
     name: ClassVar[str]
     dtypes: ClassVar[tuple[str, ...]]
+    # One process spreading the model over every visible GPU (accelerate's device map), rather
+    # than one rank per GPU: decides which GPUs the group is given, sampled and locked.
+    spans_visible_gpus: ClassVar[bool] = False
     model: Any  # the loaded model (or DeepSpeed's module wrapping it), set by ``load``
     _device: torch.device  # where inputs go, set by ``load``
 

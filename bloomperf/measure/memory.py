@@ -13,14 +13,16 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from bloomperf.devices import VisibleDevice, cuda_visible_devices, measured_handle, resolve_visible
 from bloomperf.errors import BloomperfError
 from bloomperf.results import MemoryReading
-from bloomperf.topology import cuda_visible_devices, load_nvml, visible_device_indices
+from bloomperf.topology import load_nvml
 
 POLL_INTERVAL_S = 0.01
 # Listing the process tree costs far more than one NVML or RSS read; ranks start once.
@@ -43,14 +45,17 @@ class MemorySampler(ABC):
         """Stop sampling; safe to call twice."""
 
 
-def create_sampler(device: str, root_pid: int, visible: str | None = None) -> MemorySampler:
+def create_sampler(
+    device: str, root_pid: int, devices: Sequence[VisibleDevice] | None = None
+) -> MemorySampler:
     """The sampler for ``device`` ("cuda" or "cpu") watching ``root_pid`` and its descendants.
 
-    ``visible`` is the workers' CUDA_VISIBLE_DEVICES when it differs from the controller's.
-    Never raises for a missing or broken NVML: the sampler's readings say why they are empty.
+    ``devices``: exactly the GPUs the group uses (default: every GPU visible to the controller),
+    so that idle GPUs are not summed into its peak. Never raises for a missing or broken NVML:
+    the sampler's readings say why they are empty.
     """
     if device == "cuda" or device.startswith("cuda:"):
-        return NvmlSampler(root_pid, visible=visible)
+        return NvmlSampler(root_pid, devices=devices)
     if device == "cpu":
         return RssSampler(root_pid)
     raise BloomperfError(f"device: unknown device {device!r} (valid: cuda, cpu)")
@@ -218,10 +223,14 @@ class NvmlSampler(MemorySampler):
         nvml: Any = None,
         interval_s: float = POLL_INTERVAL_S,
         visible: str | None = None,
+        devices: Sequence[VisibleDevice] | None = None,
     ):
+        """``devices`` (NVML indices) when given, else the GPUs ``visible`` (CUDA_VISIBLE_DEVICES,
+        default the controller's) names."""
         self.root_pid = root_pid
         self.interval_s = interval_s
         self._nvml = nvml
+        self._devices = None if devices is None else list(devices)
         self._visible = visible if visible is not None else cuda_visible_devices()
         self._handles: list[Any] = []
         self._started = False
@@ -246,13 +255,23 @@ class NvmlSampler(MemorySampler):
         try:
             self._nvml.nvmlInit()
             self._initialised = True
-            indices = visible_device_indices(self._nvml, self._visible)
-            self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+            devices = self._devices
+            if devices is None:
+                devices = resolve_visible(self._nvml, self._visible)
+            self._handles = [measured_handle(self._nvml, d.index, d.mig_uuid) for d in devices]
         except self._nvml.NVMLError as exc:
             self._failure = f"NVML: {exc}"
             return
+        except BloomperfError as exc:  # integer ids that cannot be mapped on mixed GPUs
+            self._failure = f"NVML: {exc}"
+            return
         if not self._handles:
-            self._failure = f"NVML: no visible GPU (CUDA_VISIBLE_DEVICES={self._visible!r})"
+            what = (
+                "the group has no GPU"
+                if self._devices is not None
+                else (f"no visible GPU (CUDA_VISIBLE_DEVICES={self._visible!r})")
+            )
+            self._failure = f"NVML: {what}"
             return
         self._reset_peaks()
         self._thread = threading.Thread(target=self._poll_loop, name="nvml-sampler", daemon=True)
