@@ -46,6 +46,8 @@ BLOG_MAX_MEMORY_GIB = {"int8": 26.0, "other": 51.0}
 # caps here are what the weights may take, so the map given to accelerate is divided by the
 # factor: a 26 GiB cap stays 26 GiB of weights. Loading quantizes one fp16 weight at a time on
 # its GPU (at most 4h^2 x 2 bytes, 1.5 GiB for bloom-176b), far below what a cap leaves free.
+# Where a cap exceeds a GPU's free memory, transformers first lowers it to that (``on_machine``),
+# so the quantizer still keeps its 10 % of what is free.
 QUANTIZER_MAX_MEMORY_FACTOR = {"int8": 0.90}
 
 # ``get_balanced_memory``'s buffer over the even share: 1.25 x the largest block or leaf.
@@ -111,6 +113,12 @@ def max_memory_map(caps: dict[int | str, int], dtype: str) -> dict[int | str, in
         key: math.ceil(value / factor) if isinstance(key, int) else value
         for key, value in caps.items()
     }
+
+
+def on_machine(max_memory: dict[int | str, int], free_bytes: int) -> dict[int | str, int]:
+    """The map as transformers uses it on the machine: ``get_max_memory`` lowers each GPU's
+    entry to the memory free on it (here: the same ``free_bytes`` on every GPU)."""
+    return {k: min(v, free_bytes) if isinstance(k, int) else v for k, v in max_memory.items()}
 
 
 def parse_map(text: str) -> dict[int | str, int]:

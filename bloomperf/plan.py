@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from bloomperf.accelerate_map import on_machine
 from bloomperf.backends.accelerate import gpu_max_memory
 from bloomperf.hardware import GiB, GpuSpec, parse_topology_id
 from bloomperf.launch import group_command
@@ -129,10 +130,10 @@ def plan_device_map(session: Session, dtype: str, n_gpus: int, gpu: GpuSpec) -> 
     given = gpu_max_memory(options, replace(shape, n_layer=layers), dtype, n_gpus, gpu.memory_bytes)
     # On the machine, transformers lowers each entry to the GPU's free memory (``get_max_memory``):
     # the capacity less the CUDA context, as the memory model counts it.
-    free = gpu.memory_bytes - CUDA_CONTEXT_BYTES
-    on_machine = {k: min(v, free) if isinstance(k, int) else v for k, v in given.items()}
     try:
-        found = infer_device_map(shape, layers, dtype, on_machine)
+        found = infer_device_map(
+            shape, layers, dtype, on_machine(given, gpu.memory_bytes - CUDA_CONTEXT_BYTES)
+        )
     except ImportError as exc:
         return {"error": f"cannot plan: {exc}"}
     modules = summarise(found.placement)

@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bloomperf.accelerate_map import max_memory_map, split_model, weight_caps
+from bloomperf.accelerate_map import max_memory_map, on_machine, split_model, weight_caps
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.baseline import EXPECT_OK, Baseline, find_baseline, oom_boundary
 from bloomperf.errors import BloomperfError
@@ -228,7 +228,8 @@ def _predict_accelerate(cell: _Cell, max_memory: str) -> MemoryPrediction:
     caps = weight_caps(max_memory, shape, cell.layers, dtype, cell.n_gpus, cell.gpus.memory_bytes)
     if len([k for k in caps if isinstance(k, int)]) != cell.n_gpus:
         raise BloomperfError(f"--max-memory: {len(caps)} entries for {cell.n_gpus} GPUs")
-    split = split_model(shape, cell.layers, dtype, max_memory_map(caps, dtype))
+    free = cell.gpus.memory_bytes - CUDA_CONTEXT_BYTES
+    split = split_model(shape, cell.layers, dtype, on_machine(max_memory_map(caps, dtype), free))
     if split is None:
         empty = [GpuMemory(context=CUDA_CONTEXT_BYTES)] * cell.n_gpus
         return cell.result("accelerate", empty, "max_memory map cannot hold the weights")

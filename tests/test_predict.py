@@ -94,6 +94,14 @@ def test_blog_accelerate_map_leaves_gpu0_empty() -> None:
     assert max(gpu.weights for gpu in cell.per_gpu) <= 51 * GiB
 
 
+def test_accelerate_maps_are_lowered_to_the_gpus_memory_as_on_the_machine() -> None:
+    # 8 x 40 GB cannot hold bloom-176b's 352 GB in bf16: accelerate would send blocks to disk.
+    a100_40 = GPU_SPECS["A100-40GB"]
+    cell = predict_cell(BLOOM, None, "accelerate", "bf16", 1, a100_40, 8)
+    assert not cell.fits and cell.limit == "max_memory map cannot hold the weights"
+    assert predict_cell(BLOOM, None, "accelerate", "int8", 1, a100_40, 8).fits
+
+
 def test_breakdown_adds_up_and_grows_with_batch() -> None:
     small = predict_cell(BLOOM, None, "ds-zero", "bf16", 1, A100, 8)
     large = predict_cell(BLOOM, None, "ds-zero", "bf16", 8, A100, 8)
@@ -247,8 +255,9 @@ def test_zero_roofline_counts_every_rank_tokens() -> None:
 def test_no_baseline_skips_cells_far_beyond_the_predicted_boundary(tmp_path: Path) -> None:
     """Through the run's own skip decision: on a topology with no baseline, the cells more than
     one step past the predicted boundary are skipped with the reason, the rest are run."""
+    (tmp_path / "baselines").mkdir()  # empty: no baseline (and the output not among them)
     options = resolve_options(
-        {"output": str(tmp_path / "r.json"), "baselines": str(tmp_path)}, env={}
+        {"output": str(tmp_path / "r.json"), "baselines": str(tmp_path / "baselines")}, env={}
     )
     session = Session.prepare(options)  # the tiny model on this CPU; its parts replaced below
     assert session.baseline is None
