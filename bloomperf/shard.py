@@ -52,6 +52,11 @@ def run_shard(args: argparse.Namespace) -> int:
 
     if args.tp < 1:
         raise BloomperfError(f"--tp: must be at least 1, got {args.tp}")
+    if args.tp == 1 and args.backend == "ds-autotp":
+        # inference/engine.py applies no auto-TP policy at TP=1, so nothing would be saved.
+        raise BloomperfError(
+            "--tp 1: DeepSpeed's auto-TP saves no shards at TP=1; load the checkpoint itself"
+        )
     reason = backend_class(args.backend).unmet_requirement(args.dtype, args.device, {})
     if reason:
         raise BloomperfError(f"--backend {args.backend}: {reason}")

@@ -23,7 +23,14 @@ from bloomperf.backends.ds_checkpoint import (
     host_memory_reason,
 )
 from bloomperf.backends.ds_inference import INT8_NEEDS_CHECKPOINT, host_memory_bytes
-from bloomperf.models import MODEL_SHAPES, bloom_config, resolve_model, split_shards, tensor_specs
+from bloomperf.models import (
+    MODEL_SHAPES,
+    bloom_config,
+    resolve_model,
+    split_shards,
+    tensor_specs,
+    write_tokenizer,
+)
 
 deepspeed = pytest.importorskip("deepspeed")
 GIB = 1024**3
@@ -68,11 +75,13 @@ def bloom_176b_layout(folder: Path) -> Path:
     """bloom-176b's checkpoint as bloomperf writes it (same shards, same sizes) as sparse files:
     the RAM rule reads only file sizes, and this takes no disk."""
     shape = MODEL_SHAPES["bloom-176b"]
+    folder.mkdir(exist_ok=True)
     shards = split_shards(tensor_specs(shape, shape.n_layer), 2)
     for i, specs in enumerate(shards):
         with open(folder / f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors", "wb") as f:
             f.truncate(sum(s.numel for s in specs) * 2)
     (folder / "config.json").write_text(json.dumps(bloom_config(shape, shape.n_layer)))
+    write_tokenizer(folder, shape.vocab_size)
     return folder
 
 
@@ -81,19 +90,20 @@ def test_ranks_times_weights_beyond_host_ram_is_skipped_with_the_figures(tmp_pat
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     assert 327 * GIB < weights < 329 * GIB  # 176.2 G parameters in bf16
     one_tib = 1024 * GIB  # the host RAM of a typical 8 x A100 machine
-    hf = host_bytes_per_rank("hf", folder, 8, 1.0)
+    hf = host_bytes_per_rank("hf", folder, 8, 1.0, share_on_host=True)
     assert hf == weights
     assert host_memory_reason(hf, 8, "hf", one_tib) == (
         f"8 ranks x {weights / GIB:.1f} GiB host memory each (hf load) = "
-        f"{8 * weights / GIB:.1f} GiB > 1024.0 GiB RAM: it would swap; use the checkpoints-JSON "
-        "load (load=unsharded) or `bloomperf shard` on GPU ranks"
+        f"{8 * weights / GIB:.1f} GiB > 1024.0 GiB RAM: it would swap; drop load=hf: the "
+        "checkpoints-JSON load reads one file at a time"
     )
-    # The blog's path: each rank its share plus one file at a time.
-    unsharded = host_bytes_per_rank("unsharded", folder, 8, 1.0)
+    # The blog's path: one file at a time, plus the share for auto-TP, which fills it on the host.
     largest = max(p.stat().st_size for p in folder.glob("*.safetensors"))
     assert largest < 7 * GIB  # the 7.2 GB embedding, alone in its file
-    assert unsharded == int(weights / 8 + largest)
-    assert host_memory_reason(unsharded, 8, "unsharded", one_tib) is None
+    kernels = host_bytes_per_rank("unsharded", folder, 8, 1.0, share_on_host=False)
+    autotp = host_bytes_per_rank("unsharded", folder, 8, 1.0, share_on_host=True)
+    assert (kernels, autotp) == (largest, int(weights / 8 + largest))
+    assert host_memory_reason(autotp, 8, "unsharded", one_tib) is None
     # Through the backends, with this machine's RAM: from_pretrained on 8 ranks does not fit.
     for name in ("ds-inference", "ds-autotp"):
         reason = backend_class(name).host_memory_reason(folder, 8, "fp16", {"load": "hf"})
@@ -186,3 +196,27 @@ def test_fused_kernels_are_built_before_the_load_clock(tiny: Path) -> None:
     seen = run_clock_probe(tiny, "ds-inference", "fp16")
     assert seen["error"] == "ValueError: This op had not been implemented on CPU backend."
     assert "deepspeed_imported" not in seen  # backend.load was never entered
+
+
+def run_shard_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bloomperf", "shard", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_shard_refuses_what_would_swap_or_save_nothing(tmp_path: Path) -> None:
+    folder = bloom_176b_layout(tmp_path / "bloom")
+    out = str(tmp_path / "out")
+    # Auto-TP fills each rank's share on the host even on the meta-device path.
+    share = host_bytes_per_rank("unsharded", folder, 8, 1.0, share_on_host=True) / GIB
+    result = run_shard_command("--tp", "8", "--model", str(folder), "--out", out)
+    assert result.returncode == 2
+    assert f"--tp 8: 8 ranks x {share:.1f} GiB host memory each (unsharded load)" in result.stderr
+    assert f"{host_memory_bytes() / GIB:.1f} GiB RAM: it would swap" in result.stderr
+    result = run_shard_command("--tp", "1", "--model", str(folder), "--out", out)
+    assert result.returncode == 2
+    assert "auto-TP saves no shards at TP=1" in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -142,15 +142,17 @@ def write_description(description: Path, names: list[str], sources: list[Path]) 
 # -- host memory per load path ----------------------------------------------------------------
 
 
-def host_bytes_per_rank(load: str, checkpoint: Path, ranks: int, scale: float) -> int:
+def host_bytes_per_rank(
+    load: str, checkpoint: Path, ranks: int, scale: float, share_on_host: bool
+) -> int:
     """Host memory one rank needs while loading, by load path (``scale``: loaded dtype's bytes
     over the files' bytes per weight).
 
     - ``hf``: ``from_pretrained`` of the whole model on every rank;
-    - ``unsharded``: one weight file at a time, plus the rank's share for auto-TP, which DeepSpeed
-      fills on the host before ``module.to(device)`` (kernel injection copies it to the GPU as it
-      goes; the share is counted for both, to stay on the safe side);
-    - ``pre-sharded``: the rank's own files only.
+    - ``unsharded``: one weight file at a time (``torch.load`` reads it whole), plus the rank's
+      share when ``share_on_host``: auto-TP fills its share on the host and moves it with
+      ``module.to(device)`` at the end; kernel injection copies into GPU buffers as it goes;
+    - ``pre-sharded``: the rank's own files.
     """
     files = weight_files(checkpoint)
     total = sum(path.stat().st_size for path in files) * scale
@@ -158,8 +160,15 @@ def host_bytes_per_rank(load: str, checkpoint: Path, ranks: int, scale: float) -
     if load == "hf":
         return int(total)
     if load == "unsharded":
-        return int(total / ranks + largest)
+        return int(largest + (total / ranks if share_on_host else 0))
     return int(total / ranks)
+
+
+ADVICE = {
+    "hf": "drop load=hf: the checkpoints-JSON load reads one file at a time",
+    "unsharded": "use fewer ranks, or a folder written by `bloomperf shard` on a larger host",
+    "pre-sharded": "use fewer ranks or a larger host",
+}
 
 
 def host_memory_reason(need_per_rank: int, ranks: int, load: str, host_bytes: int) -> str | None:
@@ -170,6 +179,5 @@ def host_memory_reason(need_per_rank: int, ranks: int, load: str, host_bytes: in
     gib = 1024**3
     return (
         f"{ranks} ranks x {need_per_rank / gib:.1f} GiB host memory each ({load} load) = "
-        f"{need / gib:.1f} GiB > {host_bytes / gib:.1f} GiB RAM: it would swap; "
-        "use the checkpoints-JSON load (load=unsharded) or `bloomperf shard` on GPU ranks"
+        f"{need / gib:.1f} GiB > {host_bytes / gib:.1f} GiB RAM: it would swap; {ADVICE[load]}"
     )

@@ -71,7 +71,7 @@ class TensorParallelBackend(Backend):
         folder = Path(str(options["sharded"])) if load == "pre-sharded" else checkpoint
         scale = DTYPE_BYTES[dtype] / file_bytes_per_weight(checkpoint)
         try:
-            need = host_bytes_per_rank(load, folder, world_size, scale)
+            need = host_bytes_per_rank(load, folder, world_size, scale, not cls.kernel_inject)
         except (BloomperfError, OSError):
             return None  # a missing folder fails at load, with the loader's own message
         return host_memory_reason(need, world_size, load, host_memory_bytes())
