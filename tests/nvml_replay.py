@@ -37,12 +37,15 @@ class NvmlReplay:
     NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
     NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
     NVML_ERROR_NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = pynvml.NVML_VOLATILE_ECC
 
     def __init__(self, recording: dict[str, Any]) -> None:
         self.recording = recording
         self.devices: list[dict[str, Any]] = recording["devices"]
         self.init_calls = 0
         self.shutdown_calls = 0
+        self.process_queries = 0
         self._lock = threading.Lock()
         # Scripted device used memory: one queue per device, one entry per query. An entry is
         # bytes or an NVMLError (raised from then on); an empty queue repeats its last value.
@@ -145,7 +148,38 @@ class NvmlReplay:
     def nvmlDeviceGetPowerManagementLimit(self, handle: Handle) -> int:
         return int(self._device(handle)["power_limit_mw"])
 
+    # Settings `bloomperf doctor` reads; a device without the key answers NOT_SUPPORTED, as a
+    # GPU without the feature does.
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Handle) -> int:
+        return int(self._setting(handle, "persistence_mode"))
+
+    def nvmlDeviceGetApplicationsClock(self, handle: Handle, clock: int) -> int:
+        return int(self._setting(handle, f"applications_clock_{self._clock(clock)}_mhz"))
+
+    def nvmlDeviceGetDefaultApplicationsClock(self, handle: Handle, clock: int) -> int:
+        return int(self._setting(handle, f"default_applications_clock_{self._clock(clock)}_mhz"))
+
+    def nvmlDeviceGetEccMode(self, handle: Handle) -> list[int]:
+        return [int(v) for v in self._setting(handle, "ecc_mode")]  # [current, pending]
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Handle, kind: int, counter: int) -> int:
+        wanted = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+        if (kind, counter) != wanted:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return int(self._setting(handle, "ecc_uncorrected_volatile"))
+
+    def _setting(self, handle: Handle, key: str) -> Any:
+        device = self._device(handle)
+        if key not in device:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return device[key]
+
+    def _clock(self, clock: int) -> str:
+        return {pynvml.NVML_CLOCK_SM: "sm", pynvml.NVML_CLOCK_MEM: "mem"}[clock]
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[SimpleNamespace]:
+        self.process_queries += 1
         return [SimpleNamespace(**p) for p in self._device(handle)["processes"]]
 
     def _device(self, handle: Handle) -> dict[str, Any]:

@@ -333,3 +333,60 @@ def test_a_group_without_gpus_says_so() -> None:
     reading = sampler.mark()
     sampler.stop()
     assert (reading.source, reading.reason) == ("unavailable", "NVML: the group has no GPU")
+
+
+# ---- finding 11: NVML's process list inside a PID namespace ----------------------------------
+
+
+def wait_for_queries(nvml: NvmlReplay, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while nvml.process_queries < count and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def test_process_query_stops_when_nvml_only_lists_host_pids() -> None:
+    """In a container NVML lists the worker under its host PID, never one we can see."""
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    sampler = NvmlSampler(os.getpid(), nvml=nvml, visible="0,1", interval_s=0.001)
+    sampler.start()
+    wait_for_queries(nvml, 4)  # two samples of an idle GPU pair: nothing listed yet
+    host_pid = 4_000_000 + os.getpid()  # above any pid_max this namespace can hand out
+    nvml.set_processes(1, [(host_pid, 30 * GB)])  # the worker starts, seen under its host PID
+    time.sleep(0.3)
+    reading = sampler.mark()
+    sampler.stop()
+    assert reading.process_bytes is None
+    assert reading.source == "nvml" and reading.peak_bytes is not None  # device memory still
+    assert reading.reason == (
+        f"NVML per-process memory off: 5 samples listed new processes (PIDs {host_pid}) but "
+        "none of the worker tree's; NVML reports host PIDs inside a PID namespace (container)"
+    )
+    queries = nvml.process_queries
+    time.sleep(0.05)
+    assert nvml.process_queries == queries  # never again
+    assert queries < 4 + 2 * 5 + 4  # stopped after about five samples, not 300
+
+
+def test_process_query_goes_on_past_someone_elses_process() -> None:
+    """A process already on the GPU before our workers started is not a missed match, and a
+    rank that starts after the sampler listed the tree is found by looking again."""
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    nvml.set_processes(0, [(4_000_001, 5 * GB)])  # someone else's, there from the start
+    sampler = NvmlSampler(os.getpid(), nvml=nvml, visible="0,1", interval_s=0.001)
+    sampler.start()
+    wait_for_queries(nvml, 20)  # our tree is listed; the next listing is 0.5 s away
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        nvml.set_processes(1, [(child.pid, 2 * GB)])  # our new rank
+        time.sleep(0.2)
+        reading = sampler.mark()
+        queries = nvml.process_queries
+        time.sleep(0.05)
+        still = nvml.process_queries > queries
+        sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert reading.reason == ""
+    assert reading.process_bytes == 2 * GB
+    assert still

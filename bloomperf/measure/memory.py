@@ -27,6 +27,9 @@ from bloomperf.topology import load_nvml
 POLL_INTERVAL_S = 0.01
 # Listing the process tree costs far more than one NVML or RSS read; ranks start once.
 PID_REFRESH_S = 0.5
+# Samples in which NVML lists new processes but none of ours before the per-process query stops
+# (PID namespaces); each looks at the tree again first, so a rank that just started is no miss.
+UNMATCHED_SAMPLES = 5
 
 _VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
 
@@ -242,6 +245,9 @@ class NvmlSampler(MemorySampler):
         self._thread: threading.Thread | None = None
         self._pids: set[int] = set()
         self._pids_at = 0.0
+        self._foreign: set[int] | None = None  # PIDs NVML listed before our workers ran
+        self._unmatched = 0  # samples that listed new processes, none of them ours
+        self._matched = False  # NVML has attributed memory to our tree at least once
         self._reset_peaks()
 
     def start(self) -> None:
@@ -344,14 +350,58 @@ class NvmlSampler(MemorySampler):
         if now - self._pids_at > PID_REFRESH_S:
             self._pids = set(process_tree_pids(self.root_pid))
             self._pids_at = now
-        total: int | None = None
         try:
-            for handle in self._handles:
-                for proc in self._nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if proc.pid in self._pids and proc.usedGpuMemory is not None:
-                        total = (total or 0) + int(proc.usedGpuMemory)
+            listed = self._listed_processes()
         except self._nvml.NVMLError as exc:
             # Some GPUs (MIG, vGPU) do not list processes: device memory is still measured.
             self._process_note = f"NVML lists no processes: {exc}"
             return None
+        total = self._sum_ours(listed)
+        if total is None and self._new_foreign(listed):
+            # A rank may have started since the last listing of the tree: look again first.
+            self._pids = set(process_tree_pids(self.root_pid))
+            self._pids_at = now
+            total = self._sum_ours(listed)
+        self._count_unmatched(listed, matched=total is not None)
         return total
+
+    def _listed_processes(self) -> list[tuple[int, int | None]]:
+        """(pid, used bytes) of every compute process NVML lists on the group's GPUs."""
+        listed = []
+        for handle in self._handles:
+            for proc in self._nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = proc.usedGpuMemory
+                listed.append((int(proc.pid), None if used is None else int(used)))
+        if self._foreign is None:
+            # What runs before our workers touch a GPU is someone else's.
+            self._foreign = {pid for pid, _ in listed}
+        return listed
+
+    def _sum_ours(self, listed: list[tuple[int, int | None]]) -> int | None:
+        ours = [used for pid, used in listed if pid in self._pids and used is not None]
+        return sum(ours) if ours else None
+
+    def _new_foreign(self, listed: list[tuple[int, int | None]]) -> list[int]:
+        """PIDs NVML lists that are neither ours nor there before our workers started."""
+        return sorted({pid for pid, _ in listed} - self._pids - (self._foreign or set()))
+
+    def _count_unmatched(self, listed: list[tuple[int, int | None]], matched: bool) -> None:
+        """Stop querying once NVML keeps listing new processes none of which is ours.
+
+        Inside a PID namespace (a container) NVML reports host PIDs, which never equal the
+        PIDs we see: the query can never succeed there, and on 8 GPUs every 10 ms it is costly.
+        """
+        if matched:
+            self._matched = True
+            return
+        new = self._new_foreign(listed)
+        if self._matched or not new:
+            return
+        self._unmatched += 1
+        if self._unmatched >= UNMATCHED_SAMPLES:
+            shown = ", ".join(str(pid) for pid in new[:4])
+            self._process_note = (
+                f"NVML per-process memory off: {self._unmatched} samples listed new processes "
+                f"(PIDs {shown}) but none of the worker tree's; NVML reports host PIDs inside a "
+                "PID namespace (container)"
+            )
