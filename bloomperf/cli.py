@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.diff",
     "bloomperf.baseline_cli",
     "bloomperf.topology",
+    "bloomperf.doctor",
     "bloomperf.history",
     "bloomperf.predict",
     "bloomperf.report",
