@@ -6,6 +6,7 @@ against the plain model, with 2 ranks: tests/test_ds_backends.py.)"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -221,3 +222,29 @@ def test_shard_refuses_what_would_swap_or_save_nothing(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "auto-TP saves no shards at TP=1" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_run_plan_skips_a_group_that_would_swap_with_the_figures(tmp_path: Path) -> None:
+    from bloomperf.cli import build_parser
+    from bloomperf.plan import run_dry
+
+    folder = bloom_176b_layout(tmp_path / "bloom")
+    plans = {}
+    for load in ("hf", "unsharded"):
+        argv = ["run", "--dry-run", "--format", "json", "--topology", "8xA100-80GB"]
+        argv += ["--model", str(folder), "--backends", "ds-autotp,ds-inference"]
+        argv += ["--dtypes", "fp16", "--batch-sizes", "1", "--load", load]
+        out = io.StringIO()
+        run_dry(build_parser().parse_args(argv), out, io.StringIO())
+        plans[load] = {
+            g["backend"]: g["cells"][0]["skip"] for g in json.loads(out.getvalue())["groups"]
+        }
+    weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    ram = f"GiB > {host_memory_bytes() / GIB:.1f} GiB RAM: it would swap"
+    assert plans["hf"]["ds-autotp"].startswith(
+        f"8 ranks x {weights / GIB:.1f} GiB host memory each (hf load)"
+    )
+    assert ram in plans["hf"]["ds-autotp"]
+    # The checkpoints-JSON load: auto-TP's share plus one file per rank is still too much here.
+    share = host_bytes_per_rank("unsharded", folder, 8, 1.0, share_on_host=True) / GIB
+    assert plans["unsharded"]["ds-autotp"].startswith(f"8 ranks x {share:.1f} GiB host memory each")
