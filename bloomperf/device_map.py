@@ -43,20 +43,23 @@ def meta_model(shape: ModelShape, layers: int, dtype: str) -> tuple[Any, Any]:
     """BloomForCausalLM on the meta device, as ``from_pretrained`` prepares it before loading:
     (model, the quantizer or None)."""
     import torch
-    from accelerate import init_empty_weights
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig, BloomConfig
+    from transformers import BitsAndBytesConfig, BloomConfig, BloomForCausalLM
     from transformers.quantizers.auto import get_hf_quantizer
+    from transformers.utils import ContextManagers
 
     config = BloomConfig(**bloom_config(shape, layers))
     quantization = BitsAndBytesConfig(load_in_8bit=True) if dtype == "int8" else None
     quantizer, config, device_map = get_hf_quantizer(config, quantization, "auto", True, {})
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
-    with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
-    if quantizer is not None:
-        quantizer.preprocess_model(
-            model=model, dtype=torch_dtype, device_map=device_map, checkpoint_files=None
-        )
+    # from_pretrained's own context (the meta device, the dtype, weights not yet tied): the
+    # 8-bit layers must be made inside it too, or their biases come out fp32, not fp16.
+    contexts = BloomForCausalLM.get_init_context(torch_dtype, quantizer is not None, False, None)
+    with ContextManagers(contexts):
+        model = BloomForCausalLM(config)
+        if quantizer is not None:
+            quantizer.preprocess_model(
+                model=model, dtype=torch_dtype, device_map=device_map, checkpoint_files=None
+            )
     return model, quantizer
 
 

@@ -85,6 +85,24 @@ def test_the_blogs_int8_map_as_given_overflows_under_the_quantizer() -> None:
     assert max(compensated.bytes_per_device.values()) <= 26 * GiB
 
 
+@pytest.mark.parametrize(
+    ("name", "layers", "dtype"), [("bloom-176b", 70, "int8"), ("tiny", 2, "bf16")]
+)
+def test_accelerate_counts_the_bytes_bloomperf_counts(name: str, layers: int, dtype: str) -> None:
+    from transformers.integrations.accelerate import compute_module_sizes
+
+    shape = MODEL_SHAPES[name]
+    model, quantizer = meta_model(shape, layers, dtype)
+    sizes, _ = compute_module_sizes(model, quantizer)
+    assert sizes[""] == model_weight_bytes(shape, layers, dtype)
+    if dtype == "int8":
+        # The quantizer keeps lm_head (tied to the embedding) out of int8; blocks are 8-bit.
+        assert "lm_head" in quantizer.modules_to_not_convert
+        assert type(model.transformer.h[0].mlp.dense_h_to_4h).__name__ == "Linear8bitLt"
+        assert type(model.lm_head).__name__ == "Linear"
+        assert sizes["transformer.word_embeddings"] == shape.vocab_size * shape.hidden_size * 2
+
+
 def test_the_compensation_is_the_quantizers_own_factor() -> None:
     _, quantizer = meta_model(MODEL_SHAPES["tiny"], 1, "int8")
     assert type(quantizer).__name__ == "Bnb8BitHfQuantizer"
