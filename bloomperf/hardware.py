@@ -11,9 +11,10 @@ import re
 from dataclasses import dataclass
 
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import GIB
 
 MiB = 1024**2
-GiB = 1024**3
+GiB = GIB  # the unit is defined once, in formatting; the GPU tables here read better with it
 TERA = 1e12
 
 

@@ -14,20 +14,31 @@ import errno
 import fcntl
 import os
 import re
+import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from bloomperf.errors import BloomperfError
 
 LOCK_DIR_ENV = "BLOOMPERF_LOCK_DIR"
-# Not $XDG_RUNTIME_DIR: that folder is per user, and GPUs are shared by every user of a machine;
-# a run by another user must see the lock too.
-DEFAULT_LOCK_DIR = Path("/tmp/bloomperf-locks")
 NO_LOCK_ADVICE = "pass --bloomperf-no-lock (pytest) or --no-lock (bloomperf run) to run anyway"
 
 
 def lock_folder() -> Path:
-    return Path(os.environ.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR)
+    """``$BLOOMPERF_LOCK_DIR``, else a private folder of this user (0700).
+
+    A folder shared by every user can be planted or held by any of them (a link to somewhere
+    else, a folder they own), so the default is per user. Users who share GPUs and want their
+    runs to exclude each other point BLOOMPERF_LOCK_DIR at one folder: it is checked like /tmp
+    (a real folder, not a link, sticky when others may write to it).
+    """
+    configured = os.environ.get(LOCK_DIR_ENV)
+    if configured:
+        return Path(configured)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime and os.path.isdir(runtime) else Path(tempfile.gettempdir())
+    return base / f"bloomperf-locks-{os.getuid()}"
 
 
 def devices_of(key: str) -> list[str]:
@@ -65,16 +76,34 @@ def hold_device_lock(key: str, enabled: bool = True, folder: Path | None = None)
 
 def _make_folder(folder: Path) -> None:
     try:
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            # Shared by all users, like /tmp itself: anyone may add a lock, only its owner
-            # may remove it.
-            os.chmod(folder, 0o1777)
+        if not os.path.lexists(folder):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(folder)
     except OSError as exc:
         raise BloomperfError(
             f"{folder}: cannot create the lock folder ({exc.strerror or exc}); "
             f"set {LOCK_DIR_ENV} to a writable folder or {NO_LOCK_ADVICE}"
         ) from None
+    problem = lock_folder_problem(info)
+    if problem:
+        raise BloomperfError(
+            f"{folder}: refusing it as the lock folder: {problem}; set {LOCK_DIR_ENV} to a "
+            f"folder of yours or {NO_LOCK_ADVICE}"
+        )
+
+
+def lock_folder_problem(info: os.stat_result) -> str | None:
+    """Why a folder (its ``lstat``) may not hold locks: never through a link, never a folder
+    another user controls, never writable by others unless sticky (like /tmp)."""
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a folder"
+    if info.st_uid not in (os.getuid(), 0):
+        return f"it belongs to another user (uid {info.st_uid})"
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        return "others may write to it and it has no sticky bit"
+    return None
 
 
 @contextlib.contextmanager

@@ -37,10 +37,10 @@ from bloomperf.devices import (
     resolve_visible,
 )
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import GIB as GiB
 from bloomperf.hardware import parse_topology_id
 from bloomperf.jsonfile import get_int, get_list, get_str
 
-GiB = 1024**3
 # Vendor words that NVML puts in front of the model name and that say nothing about the chip.
 _VENDOR_PREFIX = re.compile(r"^((NVIDIA|Tesla|GeForce|Quadro)\s+)+", re.IGNORECASE)
 # Form-factor and memory-kind words: dropped in the alias (A100-SXM4-80GB -> A100-80GB).

@@ -273,3 +273,50 @@ def test_escape_sequences_never_reach_a_terminal_or_a_report() -> None:
     hostile = "OOM \x1b[2J\x1b]0;pwned\x07 at \x1b[31mred\x1b[0m\r\x00\x9b5m\nnext\tline"
     assert clean(hostile) == "OOM  at red5m\nnext\tline"
     assert "\x1b" not in "".join(markdown_table(["h\x1b[1m"], [[hostile]]))
+
+
+# ---- the lock folder ------------------------------------------------------------------------
+
+
+def test_locks_live_in_a_private_folder_and_never_through_a_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bloomperf.errors import BloomperfError
+    from bloomperf.lock import hold_device_lock, lock_folder
+
+    monkeypatch.delenv("BLOOMPERF_LOCK_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    default = lock_folder()
+    assert default == tmp_path / f"bloomperf-locks-{os.getuid()}"
+    with hold_device_lock("cpu"):
+        assert oct(default.stat().st_mode & 0o7777) == "0o700"
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    planted = tmp_path / "planted"
+    planted.symlink_to(elsewhere, target_is_directory=True)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    for folder, problem in ((planted, "is a symbolic link"), (shared, "no sticky bit")):
+        monkeypatch.setenv("BLOOMPERF_LOCK_DIR", str(folder))
+        with pytest.raises(BloomperfError, match=problem), hold_device_lock("cpu"):
+            pass
+    assert list(elsewhere.iterdir()) == []
+    shared.chmod(0o1777)  # like /tmp: a folder users share on purpose
+    with hold_device_lock("cpu"):
+        assert [p.name for p in shared.iterdir()] == ["bloomperf-cpu.lock"]
+    if os.getuid() == 0:  # only root can hand a folder to another user
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 4242, 4242)
+        monkeypatch.setenv("BLOOMPERF_LOCK_DIR", str(theirs))
+        with (
+            pytest.raises(BloomperfError, match="belongs to another user"),
+            hold_device_lock("cpu"),
+        ):
+            pass
