@@ -82,6 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as exc:  # argparse: --help, usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except OSError as exc:
+        # The file system refused a path the user gave (too long, no permission, a loop …):
+        # bad input, named like every other, not a bug.
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"bloomperf: error: {one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:
         # A bug, not a verdict: never exit 1 (which means "regression") with a traceback.
         saved = save_traceback()

@@ -131,6 +131,30 @@ def test_every_command_is_fuzzed() -> None:
     assert set(IN_PROCESS) | set(PARSE_ONLY) | {"report"} == set(PARSERS)
 
 
+EACH_OPTION = [
+    (command, action.option_strings[-1])
+    for command in sorted(IN_PROCESS)
+    for action in optionals(command, IN_PROCESS[command][1])
+    if action.nargs != 0
+]
+
+
+@pytest.mark.parametrize(("command", "option"), EACH_OPTION)
+def test_each_option_alone(command: str, option: str, tmp_path: Path) -> None:
+    """Every value-taking option on its own, so that none is left to chance."""
+    positionals, _ = IN_PROCESS[command]
+    base = [p.replace("{tmp}", str(tmp_path)) for p in positionals]
+
+    @settings(FUZZ, max_examples=20)
+    @given(value=option_values)
+    def probe(value: str) -> None:
+        full = [*command.split(), *base, f"{option}={value}"]
+        code, _, err = run_cli(*full)
+        assert_gate_answer(code, err, full)
+
+    probe()
+
+
 @pytest.mark.parametrize("command", sorted(IN_PROCESS))
 def test_hostile_options_in_process(command: str, tmp_path: Path) -> None:
     positionals, fixed = IN_PROCESS[command]
