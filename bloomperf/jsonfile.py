@@ -168,6 +168,24 @@ def check_output_target(path: Path) -> None:
         raise BloomperfError(f"{path}: is not a regular file; refusing to replace it")
 
 
+def refuse_overwriting_inputs(outputs: list[Path], inputs: list[Path], option: str) -> None:
+    """An output that is one of the run's own inputs (results, baseline) is refused: writing
+    it would destroy what the output was computed from."""
+    for output in outputs:
+        for source in inputs:
+            if same_file(output, source):
+                raise BloomperfError(
+                    f"{option}: {output} is also an input ({source}); refusing to overwrite it"
+                )
+
+
+def same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either the old file or the new one.
 

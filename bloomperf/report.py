@@ -57,10 +57,19 @@ from bloomperf.history import (
     render_changes,
     series,
 )
-from bloomperf.jsonfile import write_bytes_atomic, write_text_atomic
+from bloomperf.jsonfile import refuse_overwriting_inputs, write_bytes_atomic, write_text_atomic
 from bloomperf.resultfiles import read_many
 from bloomperf.results import CellResult, Outcome, RunResult
 
+# Every file a report writes into its --out folder.
+REPORT_FILES = (
+    "index.html",
+    "report.md",
+    "ms_per_token.png",
+    "memory.png",
+    "load_time.png",
+    "trend.png",
+)
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 OOM_COLOUR = "#b00020"
 
@@ -646,6 +655,9 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         folder = args.baselines if args.baselines is not None else default_baselines_dir()
         baseline = find_baseline(run.topology, run.model.name, folder)
+    inputs = [Path(r) for r in args.results] + ([Path(baseline.path)] if baseline else [])
+    outputs = [args.out / name for name in REPORT_FILES]
+    refuse_overwriting_inputs(outputs, inputs, "--out")
     report = write_report(run, baseline, args.out, args.history, **settings)
     print(f"bloomperf: report written to {report.html} and {report.markdown}")
     return 0

@@ -284,3 +284,17 @@ def test_json_output_is_strict_and_messages_carry_no_escapes(
 
     code, out, _ = bloomperf(capsys, "diff", results, "--format", "json")
     assert json.loads(out, parse_constant=strict)["failed"] is True
+
+
+def test_a_report_never_overwrites_its_own_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    source = out / "report.md"  # a results file that happens to sit where the report goes
+    source.write_text(BLOG_RESULTS.read_text())
+    code, _, err = bloomperf(capsys, "report", source, "--out", out)
+    assert code == 2
+    one_line(err, "--out:", "report.md is also an input", "refusing to overwrite it")
+    assert source.read_text() == BLOG_RESULTS.read_text()
+    assert [p.name for p in out.iterdir()] == ["report.md"]
