@@ -95,7 +95,7 @@ def test_ranks_times_weights_beyond_host_ram_is_skipped_with_the_figures(tmp_pat
     assert hf == weights
     assert host_memory_reason(hf, 8, "hf", one_tib) == (
         f"8 ranks x {weights / GIB:.1f} GiB host memory each (hf load) = "
-        f"{8 * weights / GIB:.1f} GiB > 1024.0 GiB RAM: it would swap; drop load=hf: the "
+        f"{8 * weights / GIB:.1f} GiB > 1024.0 GiB RAM: it would swap; drop --load hf: the "
         "checkpoints-JSON load reads one file at a time"
     )
     # The blog's path: one file at a time, plus the share for auto-TP, which fills it on the host.
@@ -126,7 +126,7 @@ def test_int8_needs_a_checkpoint_load_as_deepspeed_quantizes_only_there() -> Non
     assert "weight_quantizer.quantize(" in (source / "policy.py").read_text()
     ds_inference = backend_class("ds-inference")
     reason = ds_inference.unmet_requirement("int8", "cuda", {"load": "hf"})
-    assert reason == f"{INT8_NEEDS_CHECKPOINT}; load=hf gives it none"
+    assert reason == f"{INT8_NEEDS_CHECKPOINT}; --load hf gives it none"
     assert "commented out in module_inject/containers/base.py" in reason
     # From the checkpoints JSON or a pre-sharded folder, DeepSpeed quantizes as it loads.
     for options in ({}, {"sharded": "/data/bloom-tp8-int8"}):

@@ -62,7 +62,7 @@ def checkpoints_json(checkpoint: Path) -> tuple[Path, float]:
     except OSError as exc:
         raise BloomperfError(
             f"{view}: cannot write DeepSpeed's copy of the checkpoint ({exc}); "
-            "use load=hf or a folder written by `bloomperf shard`"
+            "use --load hf or a folder written by `bloomperf shard`"
         ) from None
     try:
         fcntl.flock(folder, fcntl.LOCK_EX)  # the other ranks wait here for the first
@@ -165,7 +165,7 @@ def host_bytes_per_rank(
 
 
 ADVICE = {
-    "hf": "drop load=hf: the checkpoints-JSON load reads one file at a time",
+    "hf": "drop --load hf: the checkpoints-JSON load reads one file at a time",
     "unsharded": "use fewer ranks, or a folder written by `bloomperf shard` on a larger host",
     "pre-sharded": "use fewer ranks or a larger host",
 }

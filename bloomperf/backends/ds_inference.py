@@ -96,8 +96,9 @@ class TensorParallelBackend(Backend):
         self._checkpoint = load_path(self.kernel_inject, request.world_size, request.options)
         self._checkpoints_json: Path | None = None
         if self._checkpoint == "unsharded":
-            self._checkpoints_json, seconds = checkpoints_json(request.checkpoint)
-            self._prepare_s["checkpoint_copy_s"] = seconds
+            # Timed on every rank: a rank that waited for another to write the copy waited as long.
+            with self.timed("checkpoint_copy_s"):
+                self._checkpoints_json, _ = checkpoints_json(request.checkpoint)
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:
@@ -207,7 +208,7 @@ class DeepSpeedInferenceBackend(TensorParallelBackend):
         if device != "cuda":
             return "fused kernels need a CUDA GPU"
         if dtype == "int8" and load_path(True, 1, options) == "hf":
-            return f"{INT8_NEEDS_CHECKPOINT}; load=hf gives it none"
+            return f"{INT8_NEEDS_CHECKPOINT}; --load hf gives it none"
         return fused_kernels_unsupported()
 
 
