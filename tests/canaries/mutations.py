@@ -1,0 +1,144 @@
+"""Mutation canaries: deliberate one-line bugs of the real code, and the tests that must catch them.
+
+Each entry names the file, an exact snippet of it (it must occur exactly once), its replacement,
+the test node ids that must fail against the mutant, and why the bug matters. ``run.py`` applies
+them one at a time in a scratch copy. When the code moves, move the snippet with it; when a
+mutant survives, the named tests prove less than they say: fix the tests, not the canary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]
+    why: str
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "cleanup-shm-no-op",
+        "bloomperf/dslaunch.py",
+        "            os.unlink(path)\n            removed.append(path)",
+        "            removed.append(path)",
+        ("tests/test_ds_launch.py::test_cleanup_shm_removes_only_unused_new_segments",),
+        "every DeepSpeed rank leaves a 66 MiB /dev/shm segment; /dev/shm fills up over a night",
+    ),
+    Mutation(
+        "oom-classified-as-error",
+        "bloomperf/failures.py",
+        "any(oom in text for oom in OOM_TEXTS)",
+        "all(oom in text for oom in OOM_TEXTS)",
+        ("tests/test_faults.py::test_allocation_failures_of_every_library_read_oom",),
+        "a DeepSpeed/NCCL/cuBLAS OOM read as an error fails the gate instead of marking a boundary",
+    ),
+    Mutation(
+        "sampler-returns-zero",
+        "bloomperf/measure/memory.py",
+        'MemoryReading(source="rss", peak_bytes=peak, reason=self.reason)',
+        'MemoryReading(source="rss", peak_bytes=0, reason=self.reason)',
+        ("tests/test_memory.py::test_rss_peak_is_seen_after_free_and_reset_at_each_mark",),
+        "a memory regression would pass unseen",
+    ),
+    Mutation(
+        "verdict-tolerance-ignored",
+        "bloomperf/stats.py",
+        "estimate.low > 1.0 + min_effect and estimate.ratio > 1.0 + tolerance",
+        "estimate.low > 1.0 + min_effect and estimate.ratio > 1.0",
+        (
+            "tests/test_stats.py::test_real_but_tiny_change_within_tolerance_is_same",
+            "tests/test_compare.py::test_within_tolerance_is_same",
+        ),
+        "every tiny real change (a new driver) would fail the gate: the suite cries wolf",
+    ),
+    Mutation(
+        "lock-skipped",
+        "bloomperf/lock.py",
+        "    if not enabled:\n        yield",
+        "    if True:\n        yield",
+        ("tests/test_lock.py::test_second_run_refuses_with_the_first_runs_pid",),
+        "two runs on the same GPUs time each other's work",
+    ),
+    Mutation(
+        "write-not-atomic",
+        "bloomperf/jsonfile.py",
+        'fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)',
+        "fd, tmp = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), str(path)",
+        ("tests/test_faults.py::test_full_disk_leaves_the_old_results_file_whole",),
+        "a full disk or a crash mid-write leaves half a results file or baseline",
+    ),
+    Mutation(
+        "accelerate-quantizer-factor-dropped",
+        "bloomperf/accelerate_map.py",
+        'QUANTIZER_MAX_MEMORY_FACTOR = {"int8": 0.90}',
+        'QUANTIZER_MAX_MEMORY_FACTOR = {"int8": 1.0}',
+        ("tests/test_accelerate_map.py::test_the_compensation_is_the_quantizers_own_factor",),
+        "the int8 map would overflow to the CPU/disk on the machine: a 100x slower run",
+    ),
+    Mutation(
+        "include-devices-dropped",
+        "bloomperf/dslaunch.py",
+        'include = ["--include", include_argument(gpus)]',
+        "include: list[str] = []",
+        ("tests/test_ds_launch.py::test_ranks_get_the_users_gpus_through_deepspeeds_runner",),
+        "DeepSpeed's runner would put the ranks on GPUs 0..N-1, not on the GPUs sampled and locked",
+    ),
+    Mutation(
+        "gate-passes-incomplete-runs",
+        "bloomperf/compare.py",
+        "gap = None if allow_incomplete else incompleteness(run)",
+        "gap = None",
+        ("tests/test_gate.py::test_an_incomplete_or_empty_run_fails_the_gate",),
+        "a run that crashed after one cell (or measured nothing) would pass CI",
+    ),
+    Mutation(
+        "regression-exits-zero",
+        "bloomperf/diff.py",
+        "    return EXIT_REGRESSION if failed else 0",
+        "    return 0",
+        ("tests/test_diff.py::test_two_results_diff_before_and_after",),
+        "bloomperf diff in a CI script would never fail the job on a slowdown",
+    ),
+    Mutation(
+        "results-not-saved-per-cell",
+        "bloomperf/run.py",
+        "        if self.output is not None:\n"
+        "            save_run(self.run, self.output)\n"
+        "        return cell",
+        "        return cell",
+        (
+            "tests/test_faults.py::test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells",
+        ),
+        "a crash or Ctrl-C after hours of cells loses every measurement",
+    ),
+    Mutation(
+        "timeout-leaves-group-running",
+        "bloomperf/launch.py",
+        "        except TimeoutError:\n            self.kill()\n",
+        "        except TimeoutError:\n",
+        ("tests/test_run.py::test_a_hung_worker_times_out_and_its_group_is_killed",),
+        "a hung NCCL collective would hold the GPUs (and the next cells) forever",
+    ),
+    Mutation(
+        "parameter-formula-wrong",
+        "bloomperf/models.py",
+        "per_layer = 12 * hidden * hidden + 13 * hidden",
+        "per_layer = 12 * hidden * hidden + 12 * hidden",
+        ("tests/test_models.py::test_parameter_count_matches_transformers",),
+        "memory predictions, skip decisions and int8 maps all rest on the parameter count",
+    ),
+    Mutation(
+        "ms-per-token-ignores-batch",
+        "bloomperf/workload.py",
+        "return seconds * 1000.0 / (batch_size * new_tokens)",
+        "return seconds * 1000.0 / new_tokens",
+        ("tests/test_run.py::test_run_measures_the_tiny_model_and_loads_once_per_group",),
+        "every batched figure would be off by the batch size against the blog's metric",
+    ),
+)

@@ -1,0 +1,179 @@
+"""Apply each mutation canary in a scratch copy of the tree and require the named tests to fail.
+
+A canary is a deliberate one-line bug in the real code (``mutations.py``). For each one this
+script copies the tracked files to a temporary folder, replaces the original snippet (it must
+occur exactly once, else the canary is *stale*: the code moved and the canary must follow it),
+and runs only the tests the canary names, with ``PYTHONPATH`` leading to the copy so that the
+test process and every worker or rank it starts import the mutant. The mutant must be *killed*:
+pytest exits 1 (a test failed). A mutant whose tests pass *survived*: a test claims more than it
+proves. Exit status: 0 every mutant killed; 1 a mutant survived, a canary is stale, or its tests
+could not run (the reason is printed); 2 bad usage.
+
+    .venv/bin/python tests/canaries/run.py [--jobs 2] [--timeout 300] [NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mutations import MUTATIONS, Mutation  # noqa: E402
+
+# Virtual environments are not tracked; tests that run a tool from them find them through links.
+LINKED = (".venv", ".venv-ref")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    status: str  # killed | survived | stale | broken
+    seconds: float
+    detail: str = ""
+
+
+def tracked_files() -> list[str]:
+    listing = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    return [name for name in listing.decode().split("\0") if name]
+
+
+def copy_tree(scratch: Path) -> None:
+    """The tracked files as they are in the working tree (uncommitted edits included)."""
+    for name in tracked_files():
+        source = ROOT / name
+        if not source.is_file():
+            continue  # deleted in the working tree
+        target = scratch / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    for name in LINKED:
+        if (ROOT / name).exists():
+            (scratch / name).symlink_to(ROOT / name)
+
+
+def apply(mutation: Mutation, scratch: Path) -> str | None:
+    """Patch the copy; the reason it cannot be patched (stale), or None."""
+    path = scratch / mutation.file
+    if not path.is_file():
+        return f"{mutation.file}: no such file"
+    text = path.read_text()
+    count = text.count(mutation.original)
+    if count != 1:
+        return f"{mutation.file}: the original snippet occurs {count} times (must be exactly once)"
+    path.write_text(text.replace(mutation.original, mutation.replacement))
+    return None
+
+
+def environment(scratch: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    rest = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(scratch) + (os.pathsep + rest if rest else "")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def imports_the_copy(scratch: Path, env: dict[str, str]) -> str | None:
+    """Why the copy's ``bloomperf`` is not the one Python imports, or None."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import bloomperf; print(bloomperf.__file__)"],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not Path(found).resolve().is_relative_to(scratch.resolve()):
+        return f"python imports bloomperf from {found or '?'}, not from the mutated copy"
+    return None
+
+
+def run_one(mutation: Mutation, timeout: float) -> Verdict:
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"canary-{mutation.name}-") as folder:
+        scratch = Path(folder)
+        copy_tree(scratch)
+        stale = apply(mutation, scratch)
+        if stale:
+            return Verdict(mutation.name, "stale", time.monotonic() - start, stale)
+        env = environment(scratch)
+        wrong = imports_the_copy(scratch, env)
+        if wrong:
+            return Verdict(mutation.name, "broken", time.monotonic() - start, wrong)
+        command = [sys.executable, "-m", "pytest", "-q", "-x", *mutation.tests]
+        try:
+            done = subprocess.run(
+                command, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return Verdict(
+                mutation.name, "broken", time.monotonic() - start, f"tests ran over {timeout:g} s"
+            )
+    seconds = time.monotonic() - start
+    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+    if done.returncode == 1:
+        return Verdict(mutation.name, "killed", seconds, last_line(done.stdout))
+    if done.returncode == 0:
+        return Verdict(mutation.name, "survived", seconds, tail)
+    return Verdict(mutation.name, "broken", seconds, f"pytest exit {done.returncode}:\n{tail}")
+
+
+def last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def select(names: list[str]) -> list[Mutation]:
+    known = {mutation.name: mutation for mutation in MUTATIONS}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f"canaries: error: unknown canary {unknown[0]!r} (see mutations.py)")
+    return [known[name] for name in names] if names else list(MUTATIONS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="canaries to run (default: all)")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per mutant")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs: must be at least 1")
+    chosen = select(args.names)
+    print(f"canaries: {len(chosen)} mutants, {args.jobs} at a time", flush=True)
+    start = time.monotonic()
+    verdicts = []
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_one, mutation, args.timeout) for mutation in chosen]
+        for future in concurrent.futures.as_completed(futures):
+            verdict = future.result()
+            verdicts.append(verdict)
+            print(f"  {verdict.status:8} {verdict.name} ({verdict.seconds:.0f} s)", flush=True)
+            if verdict.status != "killed":
+                print("    " + verdict.detail.replace("\n", "\n    "), flush=True)
+    bad = [v for v in verdicts if v.status != "killed"]
+    print(
+        f"canaries: {len(verdicts) - len(bad)} of {len(verdicts)} killed in "
+        f"{time.monotonic() - start:.0f} s"
+        + (
+            f"; NOT killed: {', '.join(sorted(v.name + ' (' + v.status + ')' for v in bad))}"
+            if bad
+            else ""
+        ),
+        flush=True,
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
