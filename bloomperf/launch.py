@@ -26,9 +26,9 @@ from bloomperf.devices import VisibleDevice, worker_environment
 from bloomperf.errors import BloomperfError
 from bloomperf.failures import read_rank_reports, root_cause
 from bloomperf.measure.memory import MemorySampler, create_sampler
-from bloomperf.protocol import ConnectionClosed, MessageStream, spec_to_dict
+from bloomperf.protocol import TOKEN_ENV, ConnectionClosed, MessageStream, spec_to_dict
 from bloomperf.results import MemoryReading
-from bloomperf.worker import SPEC_ENV
+from bloomperf.worker import SPEC_DATA_ENV, SPEC_ENV
 
 LOG_TAIL_CHARS = 4000
 
@@ -81,6 +81,11 @@ class WorkerGroup:
         self.process: subprocess.Popen[bytes] | None = None
         self.stream: MessageStream | None = None
         self.sampler: MemorySampler | None = None
+        self.multinode = bool(spec.options.get("hostfile")) and spec.world_size > 1
+        self.token = ""
+        self.lost: str | None = None  # why a multi-node group lost a node (NodeWatch)
+        self.watch: Any = None
+        self.group_id = ""  # a multi-node group's id, in every rank's environment
         self._workdir = Path(tempfile.mkdtemp(prefix="bloomperf-worker-"))
         self.log_path = (spec.log_dir or self._workdir) / (
             f"worker-{spec.backend}-{spec.dtype}-{os.getpid()}-{time.monotonic_ns()}.log"
@@ -90,16 +95,26 @@ class WorkerGroup:
 
     def start(self) -> LoadReport:
         """Launch the group and wait until rank 0 reports the model loaded."""
-        listener = socket.create_server(("127.0.0.1", 0))
+        host = "127.0.0.1"
+        if self.multinode:
+            from bloomperf.multinode import control_address, new_token
+
+            host, self.token = control_address(self.spec.options), new_token()
+        listener = socket.create_server((host, 0))
         try:
-            control = f"127.0.0.1:{listener.getsockname()[1]}"
+            control = f"{host}:{listener.getsockname()[1]}"
             self.process = self._launch(control)
             self.sampler = create_sampler(self.spec.device, self.process.pid, self.devices())
             self.sampler.start()
+            if self.multinode:
+                self._watch_nodes()
             self.stream = self._accept(listener, self.spec.load_timeout_s)
         finally:
             listener.close()
-        self._expect("hello", self.spec.load_timeout_s)
+        hello = self._expect("hello", self.spec.load_timeout_s)
+        if self.token and hello.get("token") != self.token:
+            self.kill()
+            raise WorkerFailure("error", "the control connection did not carry the group's token")
         loaded = self._expect("loaded", self.spec.load_timeout_s)
         return LoadReport(
             load_time_s=float(loaded["load_time_s"]),
@@ -108,29 +123,39 @@ class WorkerGroup:
         )
 
     def _launch(self, control: str) -> subprocess.Popen[bytes]:
-        spec_file = self._workdir / "spec.json"
-        spec_file.write_text(
-            json.dumps(
-                spec_to_dict(
-                    backend=self.spec.backend,
-                    dtype=self.spec.dtype,
-                    checkpoint=str(self.spec.checkpoint),
-                    device=self.spec.device,
-                    options=self.spec.options,
-                    new_tokens=self.spec.new_tokens,
-                    control=control,
-                )
-            )
+        spec = spec_to_dict(
+            backend=self.spec.backend,
+            dtype=self.spec.dtype,
+            checkpoint=str(self.spec.checkpoint),
+            device=self.spec.device,
+            options=self.spec.options,
+            new_tokens=self.spec.new_tokens,
+            control=control,
         )
-        argv, extra_env = self._command()
-        env = {**os.environ, **extra_env, SPEC_ENV: str(spec_file)}
+        rank_env = {TOKEN_ENV: self.token} if self.token else {}
+        if self.multinode:  # ranks on other nodes cannot read our temporary folder
+            from bloomperf.multinode import encode_spec
+
+            rank_env[SPEC_DATA_ENV] = encode_spec(json.dumps(spec).encode())
+        else:
+            spec_file = self._workdir / "spec.json"
+            spec_file.write_text(json.dumps(spec))
+            rank_env[SPEC_ENV] = str(spec_file)
         if self.spec.device == "cpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""
             # One thread per rank by default: on a small shared CPU, spinning OpenMP pools turn
             # any other load into a many-fold slowdown (seen here: 17 vs 130 ms/token).
             threads = str(self.spec.options.get("threads") or 1)
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = threads
-        env.update(self.spec.env)  # an arm's own settings win: they are what is being compared
+            rank_env["OMP_NUM_THREADS"] = rank_env["MKL_NUM_THREADS"] = threads
+        rank_env.update(self.spec.env)  # an arm's own settings win: they are what is being compared
+        argv, extra_env = self._command(rank_env)
+        env = {**os.environ, **rank_env, **extra_env}
+        if self.multinode:
+            from bloomperf.multinode import GROUP_ENV
+
+            self.group_id = extra_env[GROUP_ENV]
+        if self.spec.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        env.update(self.spec.env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             return subprocess.Popen(
@@ -142,8 +167,27 @@ class WorkerGroup:
                 start_new_session=True,  # its own process group: killed as a whole
             )
 
-    def _command(self) -> tuple[list[str], dict[str, str]]:
-        return group_command(self.spec)
+    def _command(self, rank_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        return group_command(self.spec, rank_env, self._workdir)
+
+    def _watch_nodes(self) -> None:
+        from bloomperf.hostfile import active_hosts, read_hostfile
+        from bloomperf.multinode import NodeWatch
+
+        assert self.process is not None
+        hostfile = Path(str(self.spec.options["hostfile"]))
+        hosts = list(active_hosts(read_hostfile(hostfile), self.spec.options))
+        self.watch = NodeWatch(self.process, hosts, self._node_lost)
+
+    def _node_lost(self, reason: str) -> None:
+        """From the watch thread: wake the controller, which is waiting on rank 0's socket."""
+        self.lost = reason
+        stream = self.stream
+        if stream is not None:
+            try:
+                stream.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def devices(self) -> tuple[VisibleDevice, ...] | None:
         """The GPUs to sample: the group's own (None: those visible to the controller)."""
@@ -192,10 +236,13 @@ class WorkerGroup:
         return reply
 
     def _raise_if_exited(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
+        if self.lost or (self.process is not None and self.process.poll() is not None):
             self._raise_died()
 
     def _raise_died(self) -> NoReturn:
+        if self.lost:
+            self.kill()
+            raise WorkerFailure("error", f"{self.lost}; log tail:\n{self.log_tail()}")
         code = self.process.wait(timeout=30) if self.process is not None else None
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         raise self._failure("error", f"worker died ({how}); log tail:\n{self.log_tail()}")
@@ -227,6 +274,8 @@ class WorkerGroup:
 
     def close(self) -> None:
         """Ask the group to exit, then make sure it did."""
+        if self.watch is not None:
+            self.watch.stop()  # the launcher exits now: no lost node
         if self.stream is not None and self.process is not None and self.process.poll() is None:
             try:
                 self.stream.send({"op": "close"})
@@ -237,8 +286,19 @@ class WorkerGroup:
 
     def kill(self) -> None:
         """Kill every process of the group (idempotent) and release what it held."""
+        if self.watch is not None:
+            self.watch.stop()
+        if self.multinode and self.process is not None:
+            from bloomperf.multinode import stop_runner
+
+            stop_runner(self.process)  # DeepSpeed's pdsh handler kills the ranks on every node
         if self.process is not None:
             kill_tree(self.process)
+        if self.multinode and self.group_id:
+            from bloomperf.multinode import cleanup_nodes
+
+            cleanup_nodes(self.spec.options, self.group_id)
+            self.group_id = ""
         if self.stream is not None:
             self.stream.close()
             self.stream = None
@@ -250,12 +310,16 @@ class WorkerGroup:
             cleanup_shm()
 
 
-def group_command(spec: GroupSpec) -> tuple[list[str], dict[str, str]]:
+def group_command(
+    spec: GroupSpec, rank_env: dict[str, str] | None = None, workdir: Path | None = None
+) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment that start ``spec``'s group on exactly its GPUs (also
     shown by ``run --dry-run``).
 
     A plain worker gets CUDA_VISIBLE_DEVICES naming its GPUs; a rank group goes through
-    DeepSpeed's launcher with ``--include localhost:<ids>`` (``bloomperf.dslaunch``).
+    DeepSpeed's launcher with ``--include localhost:<ids>`` (``bloomperf.dslaunch``), or through
+    its multinode runner under a hostfile. ``rank_env``: what every rank needs; ``workdir``
+    holds a multi-node group's .deepspeed_env.
     """
     python = spec.python or sys.executable
     on_gpus = spec.device == "cuda" and bool(spec.devices)
@@ -266,7 +330,9 @@ def group_command(spec: GroupSpec) -> tuple[list[str], dict[str, str]]:
     from bloomperf.dslaunch import rank_group_command
 
     if not on_gpus or spec.options.get("hostfile"):
-        return rank_group_command(spec.world_size, spec.options, python=python)
+        return rank_group_command(
+            spec.world_size, spec.options, python=python, rank_env=rank_env, workdir=workdir
+        )
     mig = [d.mig_uuid for d in spec.devices if d.mig_uuid]
     if mig:
         raise BloomperfError(
@@ -274,7 +340,9 @@ def group_command(spec: GroupSpec) -> tuple[list[str], dict[str, str]]:
             f"start ranks on the MIG instance {mig[0]}; run {spec.backend} on whole GPUs"
         )
     gpus = [d.index for d in spec.devices]
-    return rank_group_command(spec.world_size, spec.options, python=python, gpus=gpus)
+    return rank_group_command(
+        spec.world_size, spec.options, python, gpus=gpus, rank_env=rank_env, workdir=workdir
+    )
 
 
 def kill_tree(process: subprocess.Popen[bytes]) -> None:

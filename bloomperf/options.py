@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from bloomperf import accelerate_map
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.backends.ds_inference import LOAD_CHOICES, read_shard_marker
 from bloomperf.errors import BloomperfError
+from bloomperf.multinode import LAUNCHERS
 from bloomperf.sizes import parse_size
 
 
@@ -76,6 +78,22 @@ def parse_percent(text: str) -> float:
     if value > 1000:
         raise ValueError(f"must be at most 1000, got {text}")
     return value
+
+
+def parse_node_filter(text: str) -> str:
+    """DeepSpeed's ``NAME[:SLOT[,SLOT...]][@NAME...]``; no character a shell would act on."""
+    if not re.fullmatch(
+        r"[A-Za-z0-9][A-Za-z0-9._-]*(:\d+(,\d+)*)?(@[A-Za-z0-9][A-Za-z0-9._-]*(:\d+(,\d+)*)?)*",
+        text,
+    ):
+        raise ValueError(f"{text!r} is not NODE[:SLOT[,SLOT...]][@NODE...]")
+    return text
+
+
+def parse_host(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
+        raise ValueError(f"{text!r} is not a host name or address")
+    return text
 
 
 def parse_choice(valid: tuple[str, ...]) -> Callable[[str], str]:
@@ -249,6 +267,27 @@ OPTIONS: tuple[Option, ...] = (
     Option("nvme_path", parse_path, "folder on NVMe for ds-zero's nvme offload", "DIR"),
     Option("hostfile", parse_path, "DeepSpeed hostfile for multi-node launches", "FILE"),
     Option("num_nodes", parse_positive_int, "nodes for multi-node launches", "N"),
+    Option(
+        "launcher",
+        parse_choice(LAUNCHERS),
+        "DeepSpeed's multi-node runner: pdsh, openmpi, mvapich or slurm [pdsh]",
+        "NAME",
+    ),
+    Option("launcher_args", parse_text, "extra arguments for the multi-node runner", "ARGS"),
+    Option("ssh_port", parse_positive_int, "ssh port of the nodes (pdsh) [ssh's default]", "PORT"),
+    Option(
+        "include", parse_node_filter, "DeepSpeed's --include: NODE[:SLOT,...][@NODE...]", "SPEC"
+    ),
+    Option("exclude", parse_node_filter, "DeepSpeed's --exclude, same syntax as --include", "SPEC"),
+    Option(
+        "master_addr", parse_host, "rendezvous address [the first host of the hostfile]", "HOST"
+    ),
+    Option(
+        "control_addr",
+        parse_host,
+        "address rank 0 reaches bloomperf at [the local end of the route to the first host]",
+        "HOST",
+    ),
     Option("baselines", parse_path, "baselines folder [the repository's baselines/]", "DIR"),
     Option("probe", parse_flag, "run cells beyond a known OOM boundary too", flag=True),
     Option("strict", parse_flag, "fail when a cell runs where an OOM was expected", flag=True),

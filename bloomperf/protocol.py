@@ -8,7 +8,7 @@ Controller → worker (rank 0):  {"op": "begin", "batch_size": B}   build inputs
                                 {"op": "cycle"}                    one timed ``generate``
                                 {"op": "end"}                      report the cell's torch peaks
                                 {"op": "close"}                    exit cleanly
-Worker → controller:            {"event": "hello", "pid": P, "world_size": W}
+Worker → controller:            {"event": "hello", "pid": P, "world_size": W, "token": T}
                                 {"event": "loaded", "load_time_s": S, "details": {...}}
                                 {"event": "ready"} | {"event": "sample", "seconds": S}
                                 {"event": "ended", "torch_allocated_bytes": N, ...}
@@ -30,6 +30,9 @@ OP_END = 3
 OP_CODES = {"close": OP_CLOSE, "begin": OP_BEGIN, "cycle": OP_CYCLE, "end": OP_END}
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# A multi-node group's control port listens on a network address, not only on loopback: rank 0
+# proves it belongs to the group with this token (from the group's .deepspeed_env) in "hello".
+TOKEN_ENV = "BLOOMPERF_CONTROL_TOKEN"
 
 
 class ConnectionClosed(Exception):

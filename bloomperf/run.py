@@ -51,6 +51,13 @@ WORKER_OPTIONS = (
     "nvme_path",
     "hostfile",
     "num_nodes",
+    "launcher",
+    "launcher_args",
+    "ssh_port",
+    "include",
+    "exclude",
+    "master_addr",
+    "control_addr",
     "slowdown_percent",
     "threads",
 )

@@ -9,6 +9,7 @@ the timed region.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import resource
@@ -25,11 +26,16 @@ from bloomperf.protocol import (
     OP_CODES,
     OP_CYCLE,
     OP_END,
+    TOKEN_ENV,
     MessageStream,
 )
+from bloomperf.rankenv import adopt_launcher_rank, report_identity
 
 SPEC_ENV = "BLOOMPERF_WORKER_SPEC"
 LIMITED_RANK_ENV = "BLOOMPERF_TEST_LIMITED_RANK"
+# The spec itself (base64url JSON) instead of a file: ranks on other nodes cannot read the
+# controller's temporary folder.
+SPEC_DATA_ENV = "BLOOMPERF_WORKER_SPEC_DATA"
 
 
 def limit_memory(limit_bytes: int | None, rank: int) -> None:
@@ -183,7 +189,8 @@ def report_and_exit(exc: BaseException, rank: int, world_size: int) -> NoReturn:
     destructor while the other ranks wait in a collective.
     """
     report = failure_report(exc, rank, world_size)
-    write_rank_report(Path(os.environ[SPEC_ENV]).parent, report)
+    if os.environ.get(SPEC_ENV):  # a rank on another node has only the log (its spec is inline)
+        write_rank_report(Path(os.environ[SPEC_ENV]).parent, report)
     print(report["traceback"], file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(1)
@@ -196,11 +203,21 @@ def connect(address: str) -> MessageStream:
     return MessageStream(sock)
 
 
+def read_spec() -> dict[str, Any]:
+    if os.environ.get(SPEC_DATA_ENV):
+        spec: dict[str, Any] = json.loads(base64.urlsafe_b64decode(os.environ[SPEC_DATA_ENV]))
+        return spec
+    return dict(json.loads(Path(os.environ[SPEC_ENV]).read_text()))
+
+
 def main() -> int:
-    spec = json.loads(Path(os.environ[SPEC_ENV]).read_text())
+    launcher = adopt_launcher_rank()
+    spec = read_spec()
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     limit_memory(spec["options"].get("memory_limit_bytes"), rank)
+    if world_size > 1:
+        report_identity(launcher)
     if rank != 0:
         try:
             worker = Worker(spec)
@@ -211,7 +228,14 @@ def main() -> int:
         worker.backend.close()
         return 0
     stream = connect(spec["control"])
-    stream.send({"event": "hello", "pid": os.getpid(), "world_size": str(world_size)})
+    stream.send(
+        {
+            "event": "hello",
+            "pid": os.getpid(),
+            "world_size": str(world_size),
+            "token": os.environ.get(TOKEN_ENV, ""),
+        }
+    )
     try:
         worker = Worker(spec)
         load_time = worker.load()

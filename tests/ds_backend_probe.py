@@ -14,6 +14,7 @@ from typing import Any
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.base import LoadRequest
+from bloomperf.rankenv import adopt_launcher_rank
 from bloomperf.workload import build_inputs
 
 NEW_TOKENS = 12
@@ -45,7 +46,12 @@ def run_case(name: str, options: dict[str, Any], model_dir: Path, refs: dict[int
     request = LoadRequest(model_dir, "fp32", "cpu", rank, world, options)
     backend.prepare(request)
     backend.load(request)
-    result: dict[str, Any] = {"backend": name, "options": options, "details": backend.details()}
+    result: dict[str, Any] = {
+        "backend": name,
+        "options": options,
+        "details": backend.details(),
+        **where(),
+    }
     for batch, (inputs, expected) in refs.items():
         output = backend.generate(inputs["input_ids"], inputs["attention_mask"], generate_kwargs())
         new = output[:, -NEW_TOKENS:]
@@ -57,9 +63,25 @@ def run_case(name: str, options: dict[str, Any], model_dir: Path, refs: dict[int
     return result
 
 
+def read_cases_file() -> str:
+    """Multi-node groups pass the cases as a file: a JSON value cannot travel in .deepspeed_env."""
+    return Path(os.environ["BLOOMPERF_PROBE_CASES_FILE"]).read_text()
+
+
+def where() -> dict[str, str]:
+    """The address this rank's ssh session arrived at (the hostfile entry it was started for)."""
+    ssh = os.environ.get("SSH_CONNECTION", "").split()
+    return {
+        "ssh_to": ssh[2] if len(ssh) == 4 else "-",
+        "node_rank": os.environ.get("CROSS_RANK") or os.environ.get("SLURM_NODEID", ""),
+        "slurm_node": os.environ.get("SLURMD_NODENAME", "-"),
+    }
+
+
 def main() -> None:
+    adopt_launcher_rank()  # srun sets SLURM_PROCID, not RANK
     model_dir = Path(os.environ["BLOOMPERF_PROBE_MODEL"])
-    cases = json.loads(os.environ["BLOOMPERF_PROBE_CASES"])
+    cases = json.loads(os.environ.get("BLOOMPERF_PROBE_CASES") or read_cases_file())
     refs = reference_outputs(model_dir)
     results = [run_case(name, options, model_dir, refs) for name, options in cases]
     rank = int(os.environ.get("RANK", "0"))

@@ -61,7 +61,22 @@ def join_rank_group(device: str) -> int:
         torch.cuda.set_device(local_rank)
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
+    if device == "cpu":
+        keep_shm_all_reduce_on_one_node()
     return local_rank
+
+
+def keep_shm_all_reduce_on_one_node() -> None:
+    """DeepSpeed 0.19.8's CPU shared-memory all-reduce, with ranks on several nodes: its
+    ``initialize`` skips the shm setup (WORLD_SIZE != LOCAL_SIZE) but ``inference_all_reduce_``
+    still runs its shm loop, and the rank segfaults (seen here on two nodes over pdsh). Its own
+    fallback, the process-group all-reduce, is taken when the kernel level is 0."""
+    from deepspeed.comm import comm
+
+    if os.environ.get("WORLD_SIZE", "1") != os.environ.get("LOCAL_SIZE", "1"):
+        backend = getattr(comm, "cdb", None)
+        if backend is not None and hasattr(backend, "shm_vector_kernel_level"):
+            backend.shm_vector_kernel_level = 0
 
 
 def free_port() -> int:

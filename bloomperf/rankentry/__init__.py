@@ -1,0 +1,1 @@
+"""Holds only ``run_module.py``: a script path for launchers that cannot run ``python -m``."""

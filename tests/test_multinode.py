@@ -1,0 +1,297 @@
+"""Two-node groups over a real sshd and pdsh, through DeepSpeed's own PDSH runner, on this machine:
+127.0.0.1 and 127.0.0.2 are the two hosts. Tokens equal the plain model's for ds-zero (2 ranks)
+and ds-autotp (TP=2) across the nodes, each rank says which host it was started for, and a rank
+killed on the second node or its ssh connection dropped fails the cell, leaving no process and
+no /dev/shm segment behind on any host.
+
+The same group also runs through DeepSpeed's Slurm runner on a two-node Slurm cluster (munged,
+slurmctld, two slurmd) started here. Skipped only where sshd, ssh-keygen, pdsh or the Slurm
+daemons are missing (``.ci/setup`` installs them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from cluster import (
+    HOSTS,
+    SLURM_BINARIES,
+    SSHD,
+    SlurmCluster,
+    SshNodes,
+    marked_processes,
+    missing_binaries,
+    running,
+)
+
+from bloomperf.dslaunch import rank_group_command, shm_segments
+from bloomperf.matrix import Cell
+from bloomperf.models import resolve_model
+from bloomperf.multinode import GROUP_ENV
+from bloomperf.options import resolve_options
+from bloomperf.results import Outcome
+from bloomperf.run import Session
+
+pytest.importorskip("deepspeed")
+MISSING = missing_binaries(SSHD, "ssh-keygen", "pdsh")
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNodes]:
+    if MISSING:
+        pytest.skip(f"needs {', '.join(MISSING)} (bash .ci/setup installs them)")
+    cluster = SshNodes(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield cluster
+    finally:
+        killed = cluster.stop()
+    assert killed == [], f"processes left behind by the multi-node tests: {killed}"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return resolve_model("tiny", cache_dir=tmp_path_factory.mktemp("models")).path
+
+
+@pytest.fixture
+def controller_env(nodes: SshNodes, monkeypatch: pytest.MonkeyPatch) -> SshNodes:
+    for key, value in nodes.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    return nodes
+
+
+def test_two_nodes_over_ssh_match_the_plain_model(
+    controller_env: SshNodes, tiny: Path, tmp_path: Path
+) -> None:
+    nodes = controller_env
+    cases_file = tmp_path / "cases.json"
+    cases_file.write_text(json.dumps([["ds-zero", {}], ["ds-autotp", {}]]))
+    rank_env = {
+        "BLOOMPERF_PROBE_MODEL": str(tiny),
+        "BLOOMPERF_PROBE_CASES_FILE": str(cases_file),
+        "BLOOMPERF_PROBE_DIR": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
+    }
+    options = {"hostfile": str(nodes.hostfile()), "ssh_port": nodes.port}
+    argv, env = rank_group_command(
+        2, options, module="tests.ds_backend_probe", rank_env=rank_env, workdir=tmp_path
+    )
+    assert argv[argv.index("--launcher") + 1] == "pdsh"
+    done = subprocess.run(
+        argv,
+        env={**os.environ, **env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    # pdsh's own prefix says which host printed what: one launcher per host.
+    assert re.search(r"^127\.0\.0\.2: ", done.stdout + done.stderr, re.MULTILINE)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for rank, results in enumerate(ranks):
+        assert [r["ssh_to"] for r in results] == [HOSTS[rank]] * 2  # as the rank itself saw it
+        assert [r["node_rank"] for r in results] == [str(rank)] * 2
+        for result in results:
+            for batch in ("bs1", "bs8"):
+                assert result[batch]["equal"], f"rank {rank}: {result}"
+                assert result[batch]["distinct_new_tokens"] >= 3
+    assert [r[0]["details"]["ranks"] for r in ranks] == [2, 2]  # ZeRO-3 over both nodes
+    assert [r[1]["details"]["tp"] for r in ranks] == [2, 2]  # TP=2 across the nodes
+    assert running(marked_processes(f"{GROUP_ENV}={env[GROUP_ENV]}")) == []
+    assert nodes.leftovers() == []
+
+
+# ---- the real run path: bloomperf's worker groups on two nodes --------------------------------
+
+
+def two_node_session(nodes: SshNodes, tmp_path: Path, **extra: str) -> Session:
+    options = resolve_options(
+        {
+            "new_tokens": "8",
+            "cycles": "2",
+            "backends": "ds-autotp",
+            "dtypes": "fp32",
+            "tp": "2",
+            "hostfile": str(nodes.hostfile()),
+            "ssh_port": str(nodes.port),
+            "output": str(tmp_path / "run.json"),
+            **extra,
+        },
+        env={},
+    )
+    return Session.prepare(options)
+
+
+def rank_identities(log: str) -> dict[str, dict[str, str]]:
+    """rank → the fields of its ``bloomperf-rank`` line (printed by the worker itself)."""
+    found = {}
+    for line in log.splitlines():
+        if "bloomperf-rank " in line:
+            fields = dict(f.split("=", 1) for f in line.split("bloomperf-rank ", 1)[1].split())
+            found[fields["rank"]] = fields
+    return found
+
+
+def group_of(sess: Session) -> Any:
+    assert sess.active is not None and sess.active.group is not None
+    return sess.active.group
+
+
+def fault_then_cycle(fault: Callable[[], None]) -> Callable[..., list[float]]:
+    def measure(one_cycle: Callable[[], float], warmup: int, cycles: int) -> list[float]:
+        fault()
+        return [one_cycle() for _ in range(cycles)]
+
+    return measure
+
+
+def remote_worker(nodes: SshNodes, host: str) -> psutil.Process:
+    for proc in nodes.session_processes(host):
+        try:
+            argv = proc.cmdline()
+            if argv[-1:] == ["bloomperf.worker"] and "deepspeed.launcher.launch" not in argv:
+                return proc
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no worker rank found on {host}")
+
+
+def drop_and_wait(nodes: SshNodes, host: str) -> None:
+    """Drop the host's ssh connections; give the controller's node watch time to notice."""
+    assert nodes.drop_connections(host) >= 1
+    time.sleep(2)
+
+
+def group_marks(sess: Session) -> tuple[str, str]:
+    """The group's id (in every process's environment) and its rendezvous port."""
+    group = group_of(sess)
+    argv = list(group.process.args)
+    return group.group_id, argv[argv.index("--master_port") + 1]
+
+
+def assert_nothing_left(nodes: SshNodes, marks: tuple[str, str]) -> None:
+    group_id, port = marks
+    deadline = time.monotonic() + 15
+    while running(marked_processes(f"{GROUP_ENV}={group_id}")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running(marked_processes(f"{GROUP_ENV}={group_id}")) == []
+    assert running(nodes.session_processes()) == []
+    # Only this group's segments (named after its rendezvous port): other groups may be running.
+    assert {s for s in shm_segments() if f"_{port}_" in s} == set()
+
+
+def test_bloomperf_run_on_two_nodes_then_faults_on_the_second(
+    controller_env: SshNodes, tmp_path: Path
+) -> None:
+    nodes = controller_env
+    sess = two_node_session(nodes, tmp_path, cell_timeout="60")
+    try:
+        ok = sess.measure_cell(Cell("ds-autotp", "fp32", 2))
+        assert ok.outcome is Outcome.OK, ok.message
+        group = group_of(sess)
+        identities = rank_identities(group.log_path.read_text())
+        assert identities["0"]["ssh_to"] == HOSTS[0] and identities["1"]["ssh_to"] == HOSTS[1]
+        assert [identities[r]["world"] for r in "01"] == ["2", "2"]
+        first_group = group_marks(sess)
+
+        # 1. a rank killed on the second node
+        killed = sess.measure_cell(
+            Cell("ds-autotp", "fp32", 4),
+            fault_then_cycle(lambda: remote_worker(nodes, HOSTS[1]).kill()),
+        )
+        assert killed.outcome in (Outcome.ERROR, Outcome.TIMEOUT), killed.message
+        assert_nothing_left(nodes, first_group)
+
+        # 2. a fresh group; the second node's ssh connection dropped
+        ok = sess.measure_cell(Cell("ds-autotp", "fp32", 2))
+        assert ok.outcome is Outcome.OK, ok.message
+        second_group = group_marks(sess)
+        dropped = sess.measure_cell(
+            Cell("ds-autotp", "fp32", 4),
+            fault_then_cycle(lambda: drop_and_wait(nodes, HOSTS[1])),
+        )
+        assert dropped.outcome in (Outcome.ERROR, Outcome.TIMEOUT), dropped.message
+    finally:
+        sess.stop()
+    assert "lost node 127.0.0.2" in dropped.message or dropped.outcome is Outcome.TIMEOUT
+    assert_nothing_left(nodes, second_group)
+    assert nodes.leftovers() == []
+
+
+# ---- Slurm: the same group through DeepSpeed's Slurm runner (srun) ---------------------------
+
+SLURM_MISSING = missing_binaries(*SLURM_BINARIES)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    if SLURM_MISSING:
+        pytest.skip(f"needs {', '.join(SLURM_MISSING)} (bash .ci/setup installs them)")
+    # Not under pytest's tmp folder: munged wants every folder above its socket open to all.
+    root = Path(tempfile.mkdtemp(prefix="bloomperf-slurm-"))
+    try:
+        cluster = SlurmCluster(root)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+        assert cluster.daemons() == [], "Slurm daemons outlived the tests"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_two_slurm_nodes_match_the_plain_model(
+    slurm: SlurmCluster, tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in slurm.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    cases_file = tmp_path / "cases.json"
+    cases_file.write_text(json.dumps([["ds-zero", {}], ["ds-autotp", {}]]))
+    rank_env = {
+        "BLOOMPERF_PROBE_MODEL": str(tiny),
+        "BLOOMPERF_PROBE_CASES_FILE": str(cases_file),
+        "BLOOMPERF_PROBE_DIR": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
+    }
+    # Slurm node names are not host names here: the rendezvous is on n1's address.
+    options = {"hostfile": str(slurm.hostfile()), "launcher": "slurm", "master_addr": HOSTS[0]}
+    argv, env = rank_group_command(
+        2, options, module="tests.ds_backend_probe", rank_env=rank_env, workdir=tmp_path
+    )
+    done = subprocess.run(
+        argv,
+        env={**os.environ, **env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "srun -n 2" in done.stdout + done.stderr  # DeepSpeed's SlurmRunner ran srun
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for rank, results in enumerate(ranks):
+        assert [r["slurm_node"] for r in results] == [SlurmCluster.NODES[rank]] * 2
+        for result in results:
+            for batch in ("bs1", "bs8"):
+                assert result[batch]["equal"], f"rank {rank}: {result}"
+    assert [r[0]["details"]["ranks"] for r in ranks] == [2, 2]
+    assert [r[1]["details"]["tp"] for r in ranks] == [2, 2]
+    assert running(marked_processes(f"{GROUP_ENV}={env[GROUP_ENV]}")) == []

@@ -1,0 +1,188 @@
+"""Multi-node launch commands, checked against DeepSpeed's own runner code (no process started):
+its hostfile parser, its --include/--exclude resolution, its argument parser and its reading of
+.deepspeed_env."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bloomperf.dslaunch import rank_group_command
+from bloomperf.errors import BloomperfError
+from bloomperf.hostfile import active_hosts, parse_hostfile, read_hostfile
+from bloomperf.multinode import DS_ENV_FILE, ENTRY_SCRIPT, GROUP_ENV
+from bloomperf.options import resolve_options
+from bloomperf.rankenv import adopt_launcher_rank
+
+runner = pytest.importorskip("deepspeed.launcher.runner")
+
+HOSTFILES = [
+    "worker-0 slots=8\nworker-1 slots=8\n",
+    "# two nodes\n\n  worker-0 slots=4 max_slots=4\nworker-1 slots=2 # rack B\n",
+    "10.0.0.1 slots=16\n",
+]
+# DeepSpeed refuses these too.
+BAD_HOSTFILES = ["", "# only a comment\n", "worker-0\n", "worker-0 slots=2\nworker-0 slots=2\n"]
+
+
+@pytest.mark.parametrize("text", HOSTFILES)
+def test_hostfiles_parse_as_deepspeed_parses_them(text: str) -> None:
+    expected = runner._parse_hostfile(text.splitlines(keepends=True))
+    assert parse_hostfile(text.splitlines()) == dict(expected)
+    assert list(parse_hostfile(text.splitlines())) == list(expected)  # the order ranks follow
+
+
+@pytest.mark.parametrize("text", BAD_HOSTFILES)
+def test_hostfiles_deepspeed_refuses_are_one_line_errors(text: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        runner._parse_hostfile(text.splitlines(keepends=True))
+    path = tmp_path / "hostfile"
+    path.write_text(text)
+    with pytest.raises(BloomperfError) as info:
+        read_hostfile(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_node_with_no_slot_is_refused_though_deepspeed_takes_it() -> None:
+    assert dict(runner._parse_hostfile(["a slots=0\n", "b slots=1\n"])) == {"a": 0, "b": 1}
+    with pytest.raises(BloomperfError, match="host a has slots=0"):
+        parse_hostfile(["a slots=0", "b slots=1"])
+
+
+FILTERS: list[dict[str, Any]] = [
+    {},
+    {"include": "b"},
+    {"include": "a:0,2@c:1"},
+    {"include": "a:1@a"},
+    {"exclude": "b"},
+    {"exclude": "a:0@c"},
+    {"num_nodes": 2},
+    {"num_nodes": 2, "num_gpus": 1},
+]
+
+
+@pytest.mark.parametrize("options", FILTERS)
+def test_include_exclude_resolve_as_deepspeeds_runner(options: dict[str, Any]) -> None:
+    pool = collections.OrderedDict([("a", 4), ("b", 2), ("c", 2)])
+    active = runner.parse_inclusion_exclusion(
+        pool, options.get("include", ""), options.get("exclude", "")
+    )
+    active = runner.apply_num_nodes_and_gpus(
+        active, options.get("num_nodes", -1), options.get("num_gpus", -1)
+    )
+    assert active_hosts(dict(pool), options) == {h: list(s) for h, s in active.items()}
+
+
+def test_unknown_host_or_slot_in_a_filter_is_refused_like_deepspeed() -> None:
+    pool = {"a": 2}
+    for spec in ("z", "a:5"):
+        with pytest.raises(ValueError):
+            runner.parse_inclusion_exclusion(collections.OrderedDict(pool), spec, "")
+        with pytest.raises(BloomperfError, match="--include"):
+            active_hosts(pool, {"include": spec})
+
+
+def multinode(tmp_path: Path, **options: Any) -> tuple[list[str], dict[str, str], Any]:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node-a slots=2 max_slots=2\nnode-b slots=2\n")
+    argv, env = rank_group_command(
+        4,
+        {"hostfile": str(hostfile), **options},
+        python="/py",
+        rank_env={"BLOOMPERF_WORKER_SPEC_DATA": "eyJhIjogMX0=", "OMP_NUM_THREADS": "1"},
+        workdir=tmp_path,
+    )
+    assert argv[:4] == ["/py", "-u", "-m", "deepspeed.launcher.runner"]
+    return argv, env, runner.parse_args(argv[4:])  # DeepSpeed's own argument parser
+
+
+def test_the_command_is_deepspeeds_runner_with_its_multinode_options(tmp_path: Path) -> None:
+    _, env, args = multinode(tmp_path, ssh_port=2222, launcher="slurm", include="node-a@node-b")
+    assert args.hostfile == str(tmp_path / "hosts")
+    assert (args.launcher, args.ssh_port, args.include) == ("slurm", 2222, "node-a@node-b")
+    assert args.master_addr == "node-a" and args.no_local_rank and not args.no_ssh
+    # A script, not --module: DeepSpeed's Slurm runner would drop --module.
+    assert (args.user_script, args.user_args) == (str(ENTRY_SCRIPT), ["bloomperf.worker"])
+    assert not args.module and ENTRY_SCRIPT.is_file()
+    assert env[DS_ENV_FILE] == str(tmp_path / ".deepspeed_env")
+    _, _, defaults = multinode(tmp_path)
+    assert defaults.launcher == "pdsh" and defaults.ssh_port is None
+
+
+def test_remote_environment_goes_through_deepspeeds_env_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NCCL_IB_HCA", "mlx5_0")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")
+    monkeypatch.setenv("HF_HOME", "/data/hf")
+    monkeypatch.setenv("NCCL_BAD", "$(id)")  # would run in pdsh's remote shell: not forwarded
+    _, env, args = multinode(tmp_path)
+    # Read it as DeepSpeed's runner does (runner.main: split('=', maxsplit=1) per line).
+    exports = {}
+    for line in Path(env[DS_ENV_FILE]).read_text().splitlines(keepends=True):
+        key, value = line.split("=", maxsplit=1)
+        exports[key] = value.strip()
+    assert exports["NCCL_IB_HCA"] == "mlx5_0" and exports["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert exports["HF_HOME"] == "/data/hf" and "NCCL_BAD" not in exports
+    assert exports["BLOOMPERF_WORKER_SPEC_DATA"] == "eyJhIjogMX0="
+    assert exports["MASTER_ADDR"] == "node-a" and exports["MASTER_PORT"] == str(args.master_port)
+    assert exports[GROUP_ENV] == env[GROUP_ENV]
+    # DeepSpeed's PDSH runner quotes nothing of ours (values stay plain shell words).
+    pdsh = runner.PDSHRunner(args, "e30=")
+    for key, value in exports.items():
+        pdsh.add_export(key, value)
+    assert pdsh.exports["BLOOMPERF_WORKER_SPEC_DATA"] == "eyJhIjogMX0="
+
+
+def test_the_users_own_deepspeed_env_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".deepspeed_env").write_text("NCCL_SOCKET_IFNAME=ib0\n")
+    monkeypatch.setenv("HOME", str(home))
+    _, env, _ = multinode(tmp_path)
+    lines = Path(env[DS_ENV_FILE]).read_text().splitlines()
+    assert lines[0] == "NCCL_SOCKET_IFNAME=ib0"
+
+
+def test_launcher_options_are_validated() -> None:
+    options = resolve_options(
+        {"launcher": "slurm", "ssh_port": "2222", "include": "n1:0,1@n2"}, env={}
+    )
+    assert (options["launcher"], options["ssh_port"], options["include"]) == (
+        "slurm",
+        2222,
+        "n1:0,1@n2",
+    )
+    for name, value in (("launcher", "mpich"), ("include", "n1; id"), ("master_addr", "-oX")):
+        with pytest.raises(BloomperfError, match=f"--{name.replace('_', '-')}"):
+            resolve_options({name: value}, env={})
+
+
+def test_slurm_and_mpi_ranks_take_their_numbers_from_their_launcher() -> None:
+    slurm = {
+        "SLURM_PROCID": "3",
+        "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    }
+    assert adopt_launcher_rank(slurm) == "slurm"
+    assert (slurm["RANK"], slurm["WORLD_SIZE"], slurm["LOCAL_RANK"], slurm["LOCAL_SIZE"]) == (
+        "3",
+        "4",
+        "1",
+        "2",
+    )
+    ompi = {
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+    }
+    assert adopt_launcher_rank(ompi) == "openmpi" and ompi["RANK"] == "1"
+    launched = {"RANK": "0", "CROSS_RANK": "0", "SLURM_PROCID": "5"}
+    assert adopt_launcher_rank(launched) == "deepspeed" and launched["RANK"] == "0"
