@@ -171,13 +171,10 @@ class WorkerGroup:
         return group_command(self.spec, rank_env, self._workdir)
 
     def _watch_nodes(self) -> None:
-        from bloomperf.hostfile import active_hosts, read_hostfile
-        from bloomperf.multinode import NodeWatch
+        from bloomperf.multinode import NodeWatch, hostfile_hosts
 
         assert self.process is not None
-        hostfile = Path(str(self.spec.options["hostfile"]))
-        hosts = list(active_hosts(read_hostfile(hostfile), self.spec.options))
-        self.watch = NodeWatch(self.process, hosts, self._node_lost)
+        self.watch = NodeWatch(self.process, hostfile_hosts(self.spec.options), self._node_lost)
 
     def _node_lost(self, reason: str) -> None:
         """From the watch thread: wake the controller, which is waiting on rank 0's socket."""

@@ -16,8 +16,9 @@ What bloomperf does around it:
 - **faults.** ``NodeWatch`` notices a node lost while the group runs (its pdsh ssh connection
   closed, or the launcher exited) and fails the cell. Teardown SIGTERMs the runner first (its pdsh
   handler runs ``pkill`` on every node), then kills what is left here, then runs ``cleanup`` on
-  every node through the same transport: it kills whatever still carries the group's id in its
-  environment and removes the ``/dev/shm`` segments no live process maps.
+  every node (``on_every_node``: srun under Slurm, pdsh over ssh otherwise): it kills whatever
+  still carries the group's id in its environment and removes the ``/dev/shm`` segments no live
+  process maps.
 """
 
 from __future__ import annotations
@@ -139,8 +140,7 @@ def control_address(options: dict[str, Any]) -> str:
     """
     if options.get("control_addr"):
         return str(options["control_addr"])
-    hosts = active_hosts(read_hostfile(Path(str(options["hostfile"]))), options)
-    first = next(iter(hosts))
+    first = hostfile_hosts(options)[0]
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((first, 9))  # UDP connect sends nothing; it only picks the route
@@ -221,28 +221,44 @@ def stop_runner(runner: subprocess.Popen[bytes]) -> None:
             pass
 
 
-def cleanup_nodes(options: dict[str, Any], group_id: str) -> None:
-    """Run ``cleanup`` on every node of the group through its launcher's transport."""
-    hosts = list(active_hosts(read_hostfile(Path(str(options["hostfile"]))), options))
-    launcher = str(options.get("launcher") or "pdsh")
-    remote = [sys.executable, "-m", "bloomperf.multinode", "cleanup", group_id]
+def hostfile_hosts(options: dict[str, Any]) -> list[str]:
+    return list(active_hosts(read_hostfile(Path(str(options["hostfile"]))), options))
+
+
+def on_every_node(
+    options: dict[str, Any], remote: list[str], timeout: float, label: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``remote`` once on every active host: srun under Slurm, else pdsh over ssh (as
+    DeepSpeed's PDSHRunner: PDSH_RCMD_TYPE=ssh, the port in PDSH_SSH_ARGS_APPEND). pdsh labels
+    output lines ``host: ``; ``label`` asks srun for ``task: `` labels too."""
+    hosts = hostfile_hosts(options)
     env = dict(os.environ)
-    if launcher == "pdsh":
-        env["PDSH_RCMD_TYPE"] = "ssh"  # as DeepSpeed's PDSHRunner sets it
-        if options.get("ssh_port"):
-            env["PDSH_SSH_ARGS_APPEND"] = (
-                f"{env.get('PDSH_SSH_ARGS_APPEND', '')} -p {options['ssh_port']}"
-            )
-        argv = ["pdsh", "-S", "-w", ",".join(hosts), *remote]
-    elif launcher == "slurm":
-        argv = ["srun", "--nodes", str(len(hosts)), "--ntasks-per-node", "1", *remote]
+    if options.get("launcher") == "slurm":
+        argv = ["srun", "--nodes", str(len(hosts)), "--ntasks-per-node", "1"]
+        argv += ["--nodelist", ",".join(hosts), *(["--label"] if label else []), *remote]
     else:
-        return  # mpirun's daemons kill their ranks with it; no second transport to reach nodes
+        env["PDSH_RCMD_TYPE"] = "ssh"
+        if options.get("ssh_port"):
+            append = env.get("PDSH_SSH_ARGS_APPEND", "")
+            env["PDSH_SSH_ARGS_APPEND"] = f"{append} -p {options['ssh_port']}"
+        argv = ["pdsh", "-S", "-w", ",".join(hosts), *remote]
     try:
-        subprocess.run(
-            argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=CLEANUP_TIMEOUT_S
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.run(
+            argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise BloomperfError(f"--launcher: {argv[0]} is not installed on this machine") from None
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"no answer within {timeout:g} s")
+
+
+def cleanup_nodes(options: dict[str, Any], group_id: str) -> None:
+    """Run ``cleanup`` on every node of the group (best effort: teardown must not raise)."""
+    remote = [sys.executable, "-m", "bloomperf.multinode", "cleanup", group_id]
+    try:
+        on_every_node(options, remote, CLEANUP_TIMEOUT_S)
+    except BloomperfError:
         pass
 
 

@@ -104,6 +104,10 @@ class Session:
         model: PreparedModel | None = None,
     ) -> Session:
         """``model``: already resolved (``run --dry-run`` plans without building one)."""
+        if topology is None and options.get("hostfile"):
+            from bloomperf.nodes import read_cluster  # every node, read on the node
+
+            topology, _ = read_cluster(options)
         topology = topology or detect_topology()
         device = resolve_device(options.get("device"), topology)
         if model is None:
@@ -167,7 +171,10 @@ class Session:
         )
 
     def world_size(self, backend: type[Backend]) -> int:
-        return backend.world_size(self.device, len(self.topology.gpus), self.options)
+        """Ranks of the backend's group: under a hostfile it may span every node's GPUs (the
+        topology lists one node's)."""
+        nodes = self.topology.nodes if self.options.get("hostfile") else 1
+        return backend.world_size(self.device, len(self.topology.gpus) * nodes, self.options)
 
     def skip_reason(self, cell: Cell) -> str | None:
         """Why a cell is not run: the stack cannot, or it is beyond a known OOM boundary."""

@@ -481,10 +481,26 @@ def add_command(subparsers: Any) -> None:
         default=None,
         help="number of nodes (default: WORLD_SIZE / LOCAL_WORLD_SIZE, else 1)",
     )
+    add_node_arguments(parser)
     parser.set_defaults(func=run_topology_command)
 
 
+def add_node_arguments(parser: Any) -> None:
+    """Multi-node: read every node of a DeepSpeed hostfile, through the launcher's transport."""
+    from bloomperf.multinode import LAUNCHERS
+
+    parser.add_argument("--hostfile", help="list every node of this DeepSpeed hostfile")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="pdsh", help="[pdsh]")
+    parser.add_argument("--ssh-port", type=int, default=None, help="ssh port of the nodes")
+    parser.add_argument("--include", default=None, help="DeepSpeed's --include")
+    parser.add_argument("--exclude", default=None, help="DeepSpeed's --exclude")
+
+
 def run_topology_command(args: argparse.Namespace) -> int:
+    if args.hostfile:
+        from bloomperf.nodes import run_nodes_command
+
+        return run_nodes_command(args)
     topology = detect_topology(nodes=args.nodes)
     environment = environment_fingerprint(topology)
     if args.json:

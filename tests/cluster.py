@@ -11,6 +11,7 @@ Why an ``ssh`` wrapper on PATH: ssh reads its client config from the account's h
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import signal
@@ -113,7 +114,8 @@ class SshNodes:
         wrapper = self.bin / "ssh"
         wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {root / "ssh_config"} "$@"\n')
         wrapper.chmod(0o755)
-        Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation folder
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(exist_ok=True)  # a root sshd's privilege separation folder
         self.sshd = subprocess.Popen(
             [SSHD, "-D", "-e", "-f", str(root / "sshd_config"), "-p", str(self.port)],
             env={"PATH": "/usr/sbin:/usr/bin:/bin", MARK_ENV: str(root)},
@@ -234,7 +236,7 @@ class SlurmCluster:
         (root / "slurm.conf").write_text(
             f"ClusterName=bloomperf\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={ctld_port}\n"
             f"AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket={root / 'munge.socket'}\n"
-            "SlurmUser=root\nSlurmdUser=root\n"
+            f"SlurmUser={getpass.getuser()}\nSlurmdUser={getpass.getuser()}\n"
             f"StateSaveLocation={root / 'state'}\nSlurmdSpoolDir={root / 'spool'}/%n\n"
             f"SlurmctldPidFile={root / 'slurmctld.pid'}\nSlurmdPidFile={root}/slurmd-%n.pid\n"
             f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}\n"

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -117,6 +118,21 @@ def test_two_nodes_over_ssh_match_the_plain_model(
     assert nodes.leftovers() == []
 
 
+def test_topology_lists_every_node_of_the_hostfile(controller_env: SshNodes) -> None:
+    nodes = controller_env
+    command = [sys.executable, "-m", "bloomperf", "topology", "--hostfile", str(nodes.hostfile())]
+    command += ["--ssh-port", str(nodes.port)]
+    text = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert text.stdout.startswith("topology  2xcpu\n")
+    assert "node 0    127.0.0.1 (" in text.stdout and "node 1    127.0.0.2 (" in text.stdout
+    assert text.stdout.count("  fabric  ") == 2
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
+    listed = json.loads(done.stdout)
+    assert [n["host"] for n in listed["nodes"]] == list(HOSTS)
+    assert listed["topology"]["nodes"] == 2
+
+
 # ---- the real run path: bloomperf's worker groups on two nodes --------------------------------
 
 
@@ -201,6 +217,7 @@ def test_bloomperf_run_on_two_nodes_then_faults_on_the_second(
 ) -> None:
     nodes = controller_env
     sess = two_node_session(nodes, tmp_path, cell_timeout="60")
+    assert (sess.topology.id, sess.topology.nodes) == ("2xcpu", 2)  # read on both nodes
     try:
         ok = sess.measure_cell(Cell("ds-autotp", "fp32", 2))
         assert ok.outcome is Outcome.OK, ok.message

@@ -186,3 +186,64 @@ def test_slurm_and_mpi_ranks_take_their_numbers_from_their_launcher() -> None:
     assert adopt_launcher_rank(ompi) == "openmpi" and ompi["RANK"] == "1"
     launched = {"RANK": "0", "CROSS_RANK": "0", "SLURM_PROCID": "5"}
     assert adopt_launcher_rank(launched) == "deepspeed" and launched["RANK"] == "0"
+
+
+# ---- every node's topology ---------------------------------------------------------------------
+
+
+def node_answer(recording: str, hostname: str) -> dict[str, Any]:
+    """What ``python -m bloomperf.nodes probe`` prints on a node, here from recorded NVML."""
+    from nvml_replay import NvmlReplay
+
+    from bloomperf.topology import detect_topology, topology_to_dict
+
+    return {
+        "hostname": hostname,
+        "slurm_node": "",
+        "topology": topology_to_dict(detect_topology(NvmlReplay.load(recording), nodes=1)),
+        "infiniband": ["mlx5_0/1 ACTIVE 200 Gb/sec (4X HDR)"],
+        "nccl": {"NCCL_IB_HCA": "mlx5_0"},
+    }
+
+
+def test_two_alike_nodes_make_one_multi_node_topology_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from bloomperf.nodes import cluster_topology, describe_nodes, node_facts, parse_answers
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # pdsh's output: each line labelled with the host that printed it, in any order.
+    output = "".join(
+        f"{host}: {json.dumps(node_answer('8xA100-SXM4-80GB', host.upper()))}\n"
+        for host in ("node-b", "node-a")
+    )
+    answers = parse_answers("pdsh@ctl: noise\n" + output, ["node-a", "node-b"])
+    nodes = [node_facts(host, answers[host]) for host in ("node-a", "node-b")]
+    topology = cluster_topology(nodes)
+    assert (topology.id, topology.aliases, topology.nodes) == (
+        "2x8xA100-SXM4-80GB",
+        ("2x8xA100-80GB",),
+        2,
+    )
+    assert topology.matches("2x8xA100-80GB") and len(topology.gpus) == 8  # per node
+    text = describe_nodes(topology, nodes, {"NCCL_DEBUG": "INFO"})
+    assert "node 1    node-b (NODE-B): 8 GPUs (8xA100-SXM4-80GB), 640.0 GiB GPU memory" in text
+    assert "mlx5_0/1 ACTIVE 200 Gb/sec (4X HDR)" in text and "NCCL_IB_HCA=mlx5_0" in text
+    assert "ranks get NCCL_DEBUG=INFO" in text
+    unlike = [nodes[0], node_facts("node-c", node_answer("4xA100-SXM4-80GB", "c"))]
+    assert cluster_topology(unlike).id == "8xA100-SXM4-80GB+4xA100-SXM4-80GB"
+
+
+def test_fabric_and_nccl_settings_are_read_where_nccl_reads_them(tmp_path: Path) -> None:
+    from bloomperf.nodes import infiniband_ports, nccl_settings
+
+    port = tmp_path / "ib" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
+    assert infiniband_ports(tmp_path / "ib") == ["mlx5_0/1 ACTIVE 200 Gb/sec (4X HDR)"]
+    assert infiniband_ports(tmp_path / "none") == []
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("# site\nNCCL_IB_HCA=mlx5_0\nNCCL_DEBUG=WARN\n")
+    settings = nccl_settings({"NCCL_DEBUG": "INFO", "HOME": "/root"}, conf)
+    assert settings == {"NCCL_IB_HCA": "mlx5_0", "NCCL_DEBUG": "INFO"}  # the environment wins
