@@ -41,6 +41,7 @@ import psutil
 
 from bloomperf.errors import BloomperfError
 from bloomperf.hostfile import active_hosts, rank_count, read_hostfile
+from bloomperf.jsonfile import write_text_atomic
 
 LAUNCHERS = ("pdsh", "openmpi", "mvapich", "slurm")
 DS_ENV_FILE = "DS_ENV_FILE"  # deepspeed.launcher.runner.DEEPSPEED_ENVIRONMENT_NAME's variable
@@ -124,7 +125,7 @@ def write_env_file(path: Path, env: dict[str, str]) -> None:
         if UNSAFE_VALUE_CHARS & set(value) or "=" in key:
             raise BloomperfError(f"{key}: value cannot be passed to remote ranks: {value[:60]!r}")
     lines = [*user_env_lines(), *(f"{key}={value}" for key, value in env.items())]
-    path.write_text("".join(line + "\n" for line in lines))
+    write_text_atomic(path, "".join(line + "\n" for line in lines))
 
 
 def encode_spec(data: bytes) -> str:
