@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,73 @@ def test_every_bloomperf_command_of_the_nightly_parses(monkeypatch: pytest.Monke
     for command in commands:
         args = build_parser().parse_args([os.path.expandvars(a) for a in command])
         assert callable(args.func)
+
+
+# ---- installs live in scripts that CI runs too (finding 8) -------------------------------------
+
+
+def test_workflows_install_nothing_themselves() -> None:
+    """Every install is a script's (.ci/setup): a workflow step that pip-installs on its own would
+    rot unseen on the GPU runner, as the nightly's did (DeepSpeed before torch)."""
+    for path in (CI, NIGHTLY):
+        for job in load(path)["jobs"].values():
+            for step in job["steps"]:
+                script = step.get("run", "")
+                for banned in ("pip install", "pip3 install", "-m venv", "uv pip"):
+                    assert banned not in script, f"{path.name}: {step.get('name')}: {banned}"
+
+
+def test_the_nightly_installs_with_the_command_ci_runs() -> None:
+    (job,) = load(NIGHTLY)["jobs"].values()
+    environment = next(s for s in job["steps"] if str(s.get("name", "")).startswith("Environ"))
+    command = shlex.split(environment["run"].splitlines()[0])
+    assert command[:2] == ["bash", ".ci/setup"]
+    ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    declared = re.search(r"^setup=\((.*)\)$", ci_run, re.MULTILINE)
+    assert declared is not None and shlex.split(declared[1]) == command
+    # ...for both profiles, the nightly's input choices
+    assert ci_run.count('BLOOMPERF_PROFILE=current "${setup[@]}"') == 1
+    assert ci_run.count('BLOOMPERF_PROFILE=reference "${setup[@]}"') == 1
+    profiles = triggers(load(NIGHTLY))["workflow_dispatch"]["inputs"]["profile"]["options"]
+    assert set(profiles) == {"current", "reference"}
+
+
+def test_setup_refuses_unknown_options_and_extras_before_installing() -> None:
+    done = subprocess.run(
+        ["bash", ".ci/setup", "--gpu"], cwd=REPO, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert done.stderr == ".ci/setup: unknown option '--gpu' (known: --extras LIST)\n"
+    listed = subprocess.run(
+        [sys.executable, ".ci/extras.py", "gpu,report"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert "deepspeed>=0.19.8,<0.20" in listed.stdout.splitlines()
+    assert "matplotlib>=3.7" in listed.stdout.splitlines()
+    wrong = subprocess.run(
+        [sys.executable, ".ci/extras.py", "gpu,cuda"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (wrong.returncode, wrong.stdout) == (2, "")
+    assert "no extra 'cuda' (known: gpu, test, report)" in wrong.stderr
+
+
+SHELL_SCRIPTS = [REPO / ".ci" / "setup", REPO / ".ci" / "run", REPO / "benchmarks" / "gpu_check.sh"]
+
+
+def test_shell_scripts_pass_shellcheck() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        if os.environ.get("CI"):
+            pytest.fail("no shellcheck (GitHub's Ubuntu runners have it; CI must not skip it)")
+        pytest.skip("no shellcheck on PATH (apt-get install shellcheck)")
+    done = subprocess.run(
+        [shellcheck, *map(str, SHELL_SCRIPTS)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout
