@@ -63,10 +63,11 @@ def resolve_visible(
     order = order or cuda_device_order()
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
+    entries = [e.strip() for e in visible.split(",")]
+    if order != PCI_ORDER and any(e.isdigit() for e in entries):
+        check_same_models(nvml, handles, visible)
     chosen: list[VisibleDevice] = []
-    for entry in (e.strip() for e in visible.split(",")):
-        if entry.isdigit() and order != PCI_ORDER:
-            check_same_models(nvml, handles, visible)
+    for entry in entries:
         device = _find(nvml, entry, handles, uuids)
         if device is None or device in chosen:
             break
