@@ -35,7 +35,7 @@ from bloomperf.models import (
 )
 
 deepspeed = pytest.importorskip("deepspeed")
-GIB = 1024**3
+GIB = 2**30
 
 
 @pytest.fixture(scope="module")

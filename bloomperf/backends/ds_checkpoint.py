@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import GIB
 from bloomperf.jsonfile import write_json_atomic
 
 VIEW_DIR = "deepspeed"
@@ -84,8 +85,8 @@ def check_free_space(view: Path, sources: list[Path]) -> None:
     free = shutil.disk_usage(view).free
     if free < needed:
         raise BloomperfError(
-            f"{view}: DeepSpeed's copy of the checkpoint needs {needed / 1024**3:.1f} GiB, "
-            f"{free / 1024**3:.1f} GiB free; free some, or use `bloomperf shard`"
+            f"{view}: DeepSpeed's copy of the checkpoint needs {needed / GIB:.1f} GiB, "
+            f"{free / GIB:.1f} GiB free; free some, or use `bloomperf shard`"
         )
 
 
@@ -176,8 +177,7 @@ def host_memory_reason(need_per_rank: int, ranks: int, load: str, host_bytes: in
     need = need_per_rank * ranks
     if need <= host_bytes:
         return None
-    gib = 1024**3
     return (
-        f"{ranks} ranks x {need_per_rank / gib:.1f} GiB host memory each ({load} load) = "
-        f"{need / gib:.1f} GiB > {host_bytes / gib:.1f} GiB RAM: it would swap; {ADVICE[load]}"
+        f"{ranks} ranks x {need_per_rank / GIB:.1f} GiB host memory each ({load} load) = "
+        f"{need / GIB:.1f} GiB > {host_bytes / GIB:.1f} GiB RAM: it would swap; {ADVICE[load]}"
     )
