@@ -143,6 +143,10 @@ def _normalise(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip()).upper().removeprefix("NVIDIA-")
 
 
+MAX_NODES = 256
+MAX_GPUS_PER_NODE = 16
+
+
 def parse_topology_id(text: str) -> tuple[int, int, GpuSpec]:
     """``8xH200-141GB`` -> (1, 8, H200); ``2x8xA100-40GB`` -> (2, 8, A100-40GB)."""
     match = _TOPOLOGY.match(text.strip())
@@ -154,6 +158,11 @@ def parse_topology_id(text: str) -> tuple[int, int, GpuSpec]:
     per_node = int(match.group(2))
     if nodes < 1 or per_node < 1:
         raise BloomperfError(f"--topology: {text!r}: node and GPU counts must be at least 1")
+    if nodes > MAX_NODES or per_node > MAX_GPUS_PER_NODE:
+        # The memory model works per GPU: absurd counts would only exhaust memory or time.
+        raise BloomperfError(
+            f"--topology: {text[:60]!r}: at most {MAX_NODES} nodes of {MAX_GPUS_PER_NODE} GPUs"
+        )
     return nodes, per_node, find_gpu(match.group(3))
 
 
