@@ -30,6 +30,7 @@ from bloomperf.protocol import (
     MessageStream,
 )
 from bloomperf.rankenv import adopt_launcher_rank, report_identity
+from bloomperf.workload import Workload
 
 SPEC_ENV = "BLOOMPERF_WORKER_SPEC"
 LIMITED_RANK_ENV = "BLOOMPERF_TEST_LIMITED_RANK"
@@ -67,12 +68,7 @@ class Worker:
             world_size=self.world_size,
             options=spec["options"],
         )
-        self.generate_kwargs = {
-            "max_new_tokens": spec["new_tokens"],
-            "min_new_tokens": spec["new_tokens"],
-            "do_sample": False,
-            "use_cache": True,
-        }
+        self.generate_kwargs = Workload(new_tokens=int(spec["new_tokens"])).generate_kwargs()
         self.new_tokens = int(spec["new_tokens"])
         self.inputs: dict[str, Any] = {}
         self.tokenizer: Any = None
@@ -105,6 +101,9 @@ class Worker:
         from bloomperf.workload import build_inputs
 
         self.inputs = build_inputs(self.tokenizer, batch_size, self.backend.input_device)
+        rows = int(self.inputs["input_ids"].shape[0])
+        if rows != batch_size:  # ms/token divides by the batch: it must really be in the inputs
+            raise RuntimeError(f"the inputs have {rows} rows instead of batch size {batch_size}")
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.reset_peak_memory_stats()
 

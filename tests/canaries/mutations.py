@@ -141,4 +141,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_run.py::test_run_measures_the_tiny_model_and_loads_once_per_group",),
         "every batched figure would be off by the batch size against the blog's metric",
     ),
+    Mutation(
+        "one-row-inputs",
+        "bloomperf/workload.py",
+        "tokenizer(prompts_for_batch(batch_size), return_tensors",
+        "tokenizer(prompts_for_batch(1), return_tensors",
+        ("tests/test_workload.py::test_the_batch_is_in_the_inputs",),
+        "every batch size would time batch 1 while ms/token divides by the batch: fake speed-ups",
+    ),
+    Mutation(
+        "min-new-tokens-not-forced",
+        "bloomperf/workload.py",
+        '            "min_new_tokens": self.new_tokens,\n',
+        "",
+        ("tests/test_workload.py::test_exactly_n_tokens_even_when_the_model_meets_eos_at_once",),
+        "a model meeting EOS early generates fewer tokens than ms/token counts",
+    ),
+    Mutation(
+        "output-length-check-disabled",
+        "bloomperf/worker.py",
+        "        if produced != self.new_tokens:",
+        "        if False:",
+        ("tests/test_workload.py::test_an_output_short_of_n_tokens_fails_the_cycle",),
+        "a backend generating fewer tokens than asked would look faster, unnoticed",
+    ),
 )

@@ -44,13 +44,16 @@ class Verdict:
 
 def tracked_files() -> list[str]:
     listing = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
     ).stdout
     return [name for name in listing.decode().split("\0") if name]
 
 
 def copy_tree(scratch: Path) -> None:
-    """The tracked files as they are in the working tree (uncommitted edits included)."""
+    """The files git tracks or would track, as they are in the working tree (edits included)."""
     for name in tracked_files():
         source = ROOT / name
         if not source.is_file():
@@ -81,6 +84,8 @@ def environment(scratch: Path) -> dict[str, str]:
     rest = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(scratch) + (os.pathsep + rest if rest else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Models built once for the checkout serve every mutant (conftest.py honours this).
+    env.setdefault("BLOOMPERF_CACHE", str(ROOT / ".bloomperf-cache"))
     return env
 
 

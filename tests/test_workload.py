@@ -1,0 +1,73 @@
+"""The blog's workload in the real worker (in-process, tiny model on CPU): the batch is in the
+inputs, exactly N new tokens even when the model meets EOS at once, a short output is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from bloomperf.models import resolve_model
+from bloomperf.worker import Worker
+
+NEW_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def worker() -> Worker:
+    tiny = resolve_model("tiny").path  # the suite's cache (conftest.py)
+    spec = {
+        "backend": "accelerate",
+        "checkpoint": str(tiny),
+        "dtype": "fp32",
+        "device": "cpu",
+        "options": {},
+        "new_tokens": NEW_TOKENS,
+    }
+    worker = Worker(spec)
+    worker.load()
+    return worker
+
+
+def eos_at_first_step(worker: Worker) -> int:
+    """Make the model's first greedy token of batch 1 its EOS token; return the old EOS id."""
+    worker.begin(1)
+    model = worker.backend.model
+    first = model.generate(**worker.inputs, max_new_tokens=1, do_sample=False)[0, -1]
+    old = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = int(first)
+    return int(old)
+
+
+def test_the_batch_is_in_the_inputs(worker: Worker) -> None:
+    for batch in (1, 3):
+        worker.begin(batch)
+        assert worker.inputs["input_ids"].shape[0] == batch
+        assert worker.cycle() > 0
+
+
+def test_exactly_n_tokens_even_when_the_model_meets_eos_at_once(worker: Worker) -> None:
+    old = eos_at_first_step(worker)
+    try:
+        # Without min_new_tokens, generate would stop after 1 token; the cycle would then
+        # either fail or cost 1 token while ms/token counts N.
+        assert worker.cycle() > 0
+    finally:
+        worker.backend.model.generation_config.eos_token_id = old
+
+
+def test_an_output_short_of_n_tokens_fails_the_cycle(worker: Worker) -> None:
+    old = eos_at_first_step(worker)
+    forced = worker.generate_kwargs.pop("min_new_tokens")
+    try:
+        with pytest.raises(RuntimeError, match=f"produced 1 tokens instead of {NEW_TOKENS}"):
+            worker.cycle()
+    finally:
+        worker.generate_kwargs["min_new_tokens"] = forced
+        worker.backend.model.generation_config.eos_token_id = old
+
+
+def test_workload_forces_min_new_tokens() -> None:
+    from bloomperf.workload import Workload
+
+    kwargs = Workload(new_tokens=100).generate_kwargs()
+    assert kwargs["min_new_tokens"] == kwargs["max_new_tokens"] == 100
+    assert kwargs["do_sample"] is False
