@@ -108,6 +108,8 @@ def test_two_ranks_tp_presharded_and_zero_match_plain_model(tiny: Path, tmp_path
             assert_same_tokens(result)
         tp, zero = [*results[:2], results[4]], results[2:4]
         assert [r["details"]["tp"] for r in tp] == [2, 2, 2]
+        # Each rank holds 3·hidden/2 rows of query_key_value (tiny: hidden 64): TP really split.
+        assert [r["details"]["qkv_shape"] for r in tp] == [[96, 64]] * 3
         # The blog's meta-device path by default: DeepSpeed read bloomperf's checkpoint itself.
         assert [r["details"]["checkpoint"] for r in tp] == ["unsharded", "pre-sharded", "hf"]
         assert [r["details"]["ranks"] for r in zero] == [2, 2]

@@ -184,6 +184,7 @@ class TensorParallelBackend(Backend):
             "path": self.name,
             "kernel_inject": self.kernel_inject,
             "tp": self._tp,
+            "qkv_shape": qkv_shape(self.model),
             "checkpoint": self._checkpoint,
             "offload": "none",
             "prepare_s": dict(self._prepare_s),
@@ -193,6 +194,15 @@ class TensorParallelBackend(Backend):
 
     def close(self) -> None:
         del self.model
+
+
+def qkv_shape(model: Any) -> list[int] | None:
+    """This rank's first fused query/key/value weight: 3·hidden/tp rows under auto-TP. ``tp``
+    says what was asked; this shape proves the weights really were split."""
+    for name, parameter in model.named_parameters():
+        if name.endswith(("query_key_value.weight", "attn_qkvw")):
+            return list(parameter.shape)
+    return None
 
 
 class DeepSpeedInferenceBackend(TensorParallelBackend):
