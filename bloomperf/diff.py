@@ -28,6 +28,7 @@ from bloomperf.compare import Comparison, judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.history import add_detection_options, detection_settings, history_section
+from bloomperf.provenance import what_changed
 from bloomperf.resultfiles import read_many, read_results
 from bloomperf.results import RunResult
 
@@ -150,4 +151,15 @@ def run_diff(args: argparse.Namespace) -> int:
         print(render_comparison(comparison, args.format), end="")
     else:
         print(render_comparison(comparison, args.format) + "\n" + history, end="")
+    if args.format != "json" and args.baseline is None and len(args.results) == 2:
+        print(render_what_changed(args.results, args.format), end="")
     return EXIT_REGRESSION if failed else 0
+
+
+def render_what_changed(results: list[str], fmt: str) -> str:
+    """Between two runs: the checkout, system and package versions that differ."""
+    before, after = (read_results(Path(r)).environment for r in results)
+    lines = what_changed(before, after) or ["nothing recorded differs (commit, driver, packages)"]
+    if fmt == "markdown":
+        return "\n### What changed between the runs\n\n" + "".join(f"- {x}\n" for x in lines)
+    return "\nWhat changed between the runs:\n" + "".join(f"  {x}\n" for x in lines)

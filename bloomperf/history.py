@@ -55,6 +55,7 @@ from typing import Any
 
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import format_value
+from bloomperf.provenance import what_changed
 from bloomperf.results import CellResult, Outcome, RunResult, load_run, run_to_dict, save_run
 
 NIGHT_NAME = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<n>[2-9]|[1-9]\d+))?\.json$")
@@ -449,7 +450,9 @@ def render_changes(
         ]
         for c in changes
     ]
-    header = ["Night", "Cell", "Metric", "Change", "Kind"]
+    for row, c in zip(rows, changes, strict=True):
+        row.append("; ".join(changed_at(nights, c.night)) or "nothing recorded")
+    header = ["Night", "Cell", "Metric", "Change", "Kind", "What changed that night"]
     if fmt == "markdown":
         lines = [f"### {title}", ""]
         if rows:
@@ -459,8 +462,16 @@ def render_changes(
             lines.append("No persistent change in any cell.")
         return "\n".join(lines) + "\n"
     lines = [title]
-    lines += [f"  {r[0]}  {r[1]}  {r[2]}: {r[3]} [{r[4]}]" for r in rows]
+    for r in rows:
+        lines += [f"  {r[0]}  {r[1]}  {r[2]}: {r[3]} [{r[4]}]", f"      what changed: {r[5]}"]
     return "\n".join(lines) + "\n"
+
+
+def changed_at(nights: Sequence[Night], night: int) -> list[str]:
+    """What differs between the night a step began and the night before it."""
+    if night <= 0 or night >= len(nights):
+        return []
+    return what_changed(nights[night - 1].run.environment, nights[night].run.environment)
 
 
 def history_section(folder: Path, fmt: str, **settings: Any) -> tuple[str, bool]:

@@ -40,6 +40,7 @@ from bloomperf.errors import BloomperfError
 from bloomperf.formatting import GIB as GiB
 from bloomperf.hardware import parse_topology_id
 from bloomperf.jsonfile import get_int, get_list, get_str
+from bloomperf.provenance import provenance
 
 # Vendor words that NVML puts in front of the model name and that say nothing about the chip.
 _VENDOR_PREFIX = re.compile(r"^((NVIDIA|Tesla|GeForce|Quadro)\s+)+", re.IGNORECASE)
@@ -298,6 +299,7 @@ def environment_fingerprint(topology: Topology, nvml: Any = None) -> dict[str, A
         "nccl": nccl_version(),
         "gpu_limits": gpu_limits(topology, nvml),
         "nvml_reason": topology.nvml_reason,
+        "provenance": provenance(),
     }
 
 
