@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
+import resource
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -298,20 +301,29 @@ def test_accept_refuses_errors_and_leaves_the_baseline_untouched(
 
 
 def test_a_failed_write_never_leaves_half_a_baseline(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     folder = tmp_path / "baselines"
     results = tiny_cpu_results(tmp_path)
     bloomperf(capsys, "baseline", "accept", results, "--baselines", folder)
     before = (folder / "cpu.tiny.json").read_bytes()
 
-    def full_disk(src: object, dst: object) -> None:
-        raise OSError(28, "No space left on device")
+    def fill_the_disk_halfway() -> None:
+        # A real failed write: past RLIMIT_FSIZE the kernel refuses (EFBIG, as a full disk
+        # refuses with ENOSPC) once SIGXFSZ is ignored. The old file is left as it is.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) // 2, len(before) // 2))
 
-    monkeypatch.setattr(os, "replace", full_disk)
-    code, _, err = bloomperf(capsys, "baseline", "accept", results, "--baselines", folder)
-    assert code == 2
-    one_line_error(err, "cpu.tiny.json", "No space left on device")
+    argv = ["baseline", "accept", str(results), "--baselines", str(folder)]
+    done = subprocess.run(
+        [sys.executable, "-m", "bloomperf", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=fill_the_disk_halfway,
+    )
+    assert done.returncode == 2, done.stderr
+    one_line_error(done.stderr, "cpu.tiny.json", "cannot write")
     assert (folder / "cpu.tiny.json").read_bytes() == before
     assert sorted(p.name for p in folder.iterdir()) == ["cpu.tiny.json"]
 

@@ -37,8 +37,13 @@ def run_group(argv: list[str], extra_env: dict[str, str], env: dict[str, str], o
     started = time.monotonic()
     result = subprocess.run(
         argv,
-        env={**os.environ, **extra_env, **env, "BLOOMPERF_PROBE_DIR": str(out),
-             "CUDA_VISIBLE_DEVICES": ""},
+        env={
+            **os.environ,
+            **extra_env,
+            **env,
+            "BLOOMPERF_PROBE_DIR": str(out),
+            "CUDA_VISIBLE_DEVICES": "",
+        },
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
@@ -79,7 +84,10 @@ def test_single_rank_tp_and_zero_match_plain_model(tiny: Path, tmp_path: Path) -
     for result in results:
         assert_same_tokens(result)
     assert results[0]["details"] == {
-        **results[0]["details"], "kernel_inject": False, "tp": 1, "checkpoint": "hf"
+        **results[0]["details"],
+        "kernel_inject": False,
+        "tp": 1,
+        "checkpoint": "hf",
     }
     assert [r["details"]["offload"] for r in results[1:]] == ["none", "cpu"]
 
@@ -88,10 +96,26 @@ def test_two_ranks_tp_presharded_and_zero_match_plain_model(tiny: Path, tmp_path
     shards = tmp_path / "tp2"
     before = shm_segments()
     shard = subprocess.run(
-        [sys.executable, "-m", "bloomperf", "shard", "--tp", "2", "--model", str(tiny),
-         "--out", str(shards), "--dtype", "fp32", "--device", "cpu"],
+        [
+            sys.executable,
+            "-m",
+            "bloomperf",
+            "shard",
+            "--tp",
+            "2",
+            "--model",
+            str(tiny),
+            "--out",
+            str(shards),
+            "--dtype",
+            "fp32",
+            "--device",
+            "cpu",
+        ],
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        capture_output=True, text=True, timeout=TIMEOUT_S,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
     assert shard.returncode == 0, (shard.stdout + shard.stderr)[-4000:]
     assert json.loads((shards / "bloomperf-shard.json").read_text())["tp"] == 2
@@ -99,8 +123,12 @@ def test_two_ranks_tp_presharded_and_zero_match_plain_model(tiny: Path, tmp_path
     # `bloomperf shard` cleaned up after its ranks: nothing new is left that nobody maps.
     assert (shm_segments() - before) - mapped_paths() == set()
     # TP=2 at batch 1 crashed in BLOOM's alibi before bloomperf's fix (all heads, not 2 of 4).
-    cases = [*TP_CASES, ["ds-autotp", {"sharded": str(shards)}], *ZERO_CASES,
-             ["ds-autotp", {"load": "hf"}]]
+    cases = [
+        *TP_CASES,
+        ["ds-autotp", {"sharded": str(shards)}],
+        *ZERO_CASES,
+        ["ds-autotp", {"load": "hf"}],
+    ]
     argv, extra_env = rank_group_command(2, {}, module="tests.ds_backend_probe")
     run_group(argv, extra_env, probe_env(tiny, cases), tmp_path)
     for results in read_ranks(tmp_path, 2):
@@ -114,4 +142,3 @@ def test_two_ranks_tp_presharded_and_zero_match_plain_model(tiny: Path, tmp_path
         assert [r["details"]["checkpoint"] for r in tp] == ["unsharded", "pre-sharded", "hf"]
         assert [r["details"]["ranks"] for r in zero] == [2, 2]
         assert [r["details"]["aggregate_batch_factor"] for r in zero] == [2, 2]
-

@@ -72,8 +72,12 @@ def test_disjoint_devices_do_not_conflict(holder: subprocess.Popen[str], tmp_pat
 
 
 def test_no_lock_runs_anyway(holder: subprocess.Popen[str], tmp_path: Path) -> None:
+    entered = False
     with hold_device_lock("GPU-aaaa", enabled=False, folder=tmp_path):
-        pass
+        entered = True  # the holder has GPU-aaaa: a lock taken here would have refused
+    assert entered
+    with pytest.raises(BloomperfError), hold_device_lock("GPU-aaaa", folder=tmp_path):
+        pass  # the holder really holds it
 
 
 def test_released_on_normal_exit(holder: subprocess.Popen[str], tmp_path: Path) -> None:

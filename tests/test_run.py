@@ -338,6 +338,7 @@ def test_the_plugin_runs_the_matrix_with_pytest_benchmark(pytester: pytest.Pytes
     for bench_entry in benchmarks.values():
         cell = bench_entry["extra_info"]["bloomperf"]
         assert bench_entry["stats"]["rounds"] == 3
+        assert len(cell["samples_ms_per_token"]) == 3  # the warm-up cycle is not a sample
         # pytest-benchmark's statistics are the worker's own synchronised cycle times.
         per_token = [s / 1000 * cell["batch_size"] * 8 for s in cell["samples_ms_per_token"]]
         assert bench_entry["stats"]["min"] == pytest.approx(min(per_token), rel=1e-9)
@@ -345,6 +346,15 @@ def test_the_plugin_runs_the_matrix_with_pytest_benchmark(pytester: pytest.Pytes
     # One load per (backend, dtype), counted in the worker group.
     loads = {b["extra_info"]["bloomperf"]["details"]["load_count"] for b in benchmarks.values()}
     assert loads == {1}
+    # The file this live run wrote is what `bloomperf diff` gates on: complete, every cell read.
+    diff = subprocess.run(
+        [sys.executable, "-m", "bloomperf", "diff", str(bench)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    assert "4 cells" in diff.stdout and "incomplete" not in diff.stdout, diff.stdout
 
 
 def test_the_gpu_matrix_skips_with_nvmls_reason_without_a_gpu(pytester: pytest.Pytester) -> None:

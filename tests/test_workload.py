@@ -71,3 +71,26 @@ def test_workload_forces_min_new_tokens() -> None:
     kwargs = Workload(new_tokens=100).generate_kwargs()
     assert kwargs["min_new_tokens"] == kwargs["max_new_tokens"] == 100
     assert kwargs["do_sample"] is False
+
+
+def test_the_timed_region_lies_between_two_synchronisations(worker: Worker) -> None:
+    # Spies around the real methods (they still run): the order of calls inside one cycle.
+    calls: list[str] = []
+    backend = worker.backend
+    real_sync, real_generate = backend.synchronize, backend.generate
+
+    def synchronize() -> None:
+        calls.append("synchronize")
+        real_sync()
+
+    def generate(*args: object) -> object:
+        calls.append("generate")
+        return real_generate(*args)  # type: ignore[arg-type]
+
+    worker.begin(1)
+    backend.synchronize, backend.generate = synchronize, generate  # type: ignore[method-assign]
+    try:
+        worker.cycle()
+    finally:
+        del backend.synchronize, backend.generate
+    assert calls == ["synchronize", "generate", "synchronize"]
