@@ -30,7 +30,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.baseline import (
@@ -41,7 +41,7 @@ from bloomperf.baseline import (
     oom_boundary,
 )
 from bloomperf.formatting import format_value
-from bloomperf.results import CellResult, Outcome, RunResult, cell_id
+from bloomperf.results import CellResult, Outcome, RunResult, cell_id, latency_to_dict
 from bloomperf.stats import IMPROVED, REGRESSED, SAME, RatioEstimate, classify_ratio, estimate_ratio
 
 EXPECTED_OOM = "expected-oom"
@@ -111,6 +111,8 @@ class CellVerdict:
     expected_ms_per_token: float | None = None
     strict: bool = False
     message: str = ""  # the incomparable reason, or the cell's own error message
+    # TTFT, TPOT (p50/p90/p99) and tokens/s as measured, shown beside the verdict (not judged)
+    latency: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -280,6 +282,7 @@ def compare_cell(
             expected_ms_per_token=expected.ms_per_token if expected is not None else None,
             strict=strict,
             message=message or cell.message,
+            latency=latency_to_dict(cell),
         )
 
     if incomparable:

@@ -71,6 +71,26 @@ def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+LATENCY_COLUMNS = (
+    ("ttft_ms", "TTFT"),
+    ("tpot_ms", "TPOT p50"),
+    ("tpot_p90_ms", "p90"),
+    ("tpot_p99_ms", "p99"),
+)
+
+
+def latency_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Per cell with step times: prefill and decode latency, and throughput."""
+    header = ["Cell", *(name for _, name in LATENCY_COLUMNS), "tokens/s"]
+    body = []
+    for v in comparison.cells:
+        if v.latency.get("tpot_ms") is None:
+            continue
+        figures = [format_ms(v.latency[key] or 0.0) for key, _ in LATENCY_COLUMNS]
+        body.append([v.id, *figures, f"{v.latency.get('tokens_per_s') or 0.0:.1f}"])
+    return header, body
+
+
 def notable(comparison: Comparison) -> list[str]:
     """A line for every cell worth reading about: failures first, then the rest that moved."""
     quiet = (SAME, EXPECTED_OOM, SKIPPED, INCOMPARABLE, NO_BASELINE)
@@ -95,12 +115,17 @@ def render_comparison(comparison: Comparison, fmt: str = "text") -> str:
         lines.append("not in the results: " + ", ".join(comparison.missing))
     # Messages come from workers and files: no escape sequence reaches a terminal or a page.
     lines = [clean(line) for line in lines]
+    latency_header, latency_body = latency_rows(comparison)
     if fmt == "markdown":
         parts = [f"**{clean(title)}**", "", *markdown_table(header, body), ""]
+        if latency_body:
+            parts += [*markdown_table(latency_header, latency_body), ""]
         parts += [f"- {line}" for line in lines]
         parts += ["", comparison.summary]
         return "\n".join(parts) + "\n"
     parts = [clean(title), format_table(header, body) if body else "(no cells)"]
+    if latency_body:
+        parts += ["", format_table(latency_header, latency_body)]
     if lines:
         parts += ["", *lines]
     parts += ["", comparison.summary]
@@ -153,6 +178,7 @@ def comparison_to_dict(c: Comparison) -> dict[str, Any]:
                 "fails": v.fails(),
                 "explain": v.explain(),
                 "metrics": [metric_to_dict(m) for m in v.metrics],
+                "latency": {k: finite(x) for k, x in v.latency.items()},
             }
             for v in c.cells
         ],

@@ -23,6 +23,7 @@ from bloomperf.jsonfile import (
     read_json,
     write_json_atomic,
 )
+from bloomperf.latency import StepSummary, summarize_steps, tokens_per_s
 from bloomperf.names import check_model_name, check_topology_id
 
 RESULTS_KIND = "bloomperf-results"
@@ -72,6 +73,8 @@ class CellResult:
     message: str = ""
     # What actually ran: e.g. {"kernel_inject": false, "tp": 2, "ranks": 2, "device_map": ...}
     details: dict[str, Any] = field(default_factory=dict)
+    # Per timed cycle, the ms of each generate step: prefill first, then each decode step.
+    samples_step_ms: tuple[tuple[float, ...], ...] = ()
 
     @property
     def id(self) -> str:
@@ -83,6 +86,22 @@ class CellResult:
         if not self.samples_ms_per_token:
             return None
         return statistics.median(self.samples_ms_per_token)
+
+    @property
+    def steps(self) -> StepSummary | None:
+        return summarize_steps(self.samples_step_ms)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return tokens_per_s(self.ms_per_token)
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs the cell ran on (NVML's per-device readings); 0 on CPU."""
+        memory = self.generate_memory or self.load_memory
+        if memory is None or memory.source != "nvml":
+            return 0
+        return len(memory.per_device_bytes)
 
     @property
     def peak_memory_bytes(self) -> int | None:
@@ -144,6 +163,21 @@ def memory_to_dict(m: MemoryReading | None) -> dict[str, Any] | None:
     }
 
 
+def latency_to_dict(c: CellResult) -> dict[str, float | None]:
+    """The derived latency and throughput figures, stored for readers (never read back)."""
+    steps = c.steps
+    rate = c.tokens_per_s
+    gpus = c.gpu_count
+    return {
+        "ttft_ms": steps.ttft_ms if steps else None,
+        "tpot_ms": steps.tpot_ms if steps else None,
+        "tpot_p90_ms": steps.tpot_p90_ms if steps else None,
+        "tpot_p99_ms": steps.tpot_p99_ms if steps else None,
+        "tokens_per_s": rate,
+        "tokens_per_s_per_gpu": rate / gpus if rate is not None and gpus else None,
+    }
+
+
 def cell_to_dict(c: CellResult) -> dict[str, Any]:
     return {
         "id": c.id,
@@ -153,6 +187,8 @@ def cell_to_dict(c: CellResult) -> dict[str, Any]:
         "outcome": c.outcome.value,
         "ms_per_token": c.ms_per_token,
         "samples_ms_per_token": list(c.samples_ms_per_token),
+        **latency_to_dict(c),
+        "samples_step_ms": [list(steps) for steps in c.samples_step_ms],
         "load_time_s": c.load_time_s,
         "peak_memory_bytes": c.peak_memory_bytes,
         "load_memory": memory_to_dict(c.load_memory),
@@ -244,7 +280,23 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         generate_memory=memory_from_dict(data.get("generate_memory"), where),
         message=get_str(data, "message", where, default=""),
         details=get_dict(data, "details", where, default={}),
+        samples_step_ms=steps_from_list(
+            get_list(data, "samples_step_ms", where, default=[]), where
+        ),
     )
+
+
+def steps_from_list(cycles: list[Any], where: str) -> tuple[tuple[float, ...], ...]:
+    """Per-cycle step times; absent in files written before per-step timing (read as none)."""
+    what = f"{where} samples_step_ms"
+    read: list[tuple[float, ...]] = []
+    for steps in cycles:
+        if not isinstance(steps, list):
+            raise BloomperfError(f"{what}: each cycle must be a list of milliseconds")
+        read.append(
+            tuple(float(get_float({"v": ms}, "v", what, positive=True) or 0.0) for ms in steps)
+        )
+    return tuple(read)
 
 
 def run_from_dict(data: dict[str, Any], where: str) -> RunResult:

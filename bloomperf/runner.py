@@ -34,6 +34,9 @@ class GroupRunner:
         self.loaded: LoadReport | None = None
         self.load_count = 0
         self.load_failure: WorkerFailure | None = None
+        # The step times of every cycle the worker ran for the current cell, warm-up included:
+        # the timed cycles are the last ones (``measure`` returns only theirs).
+        self._cycle_steps: list[tuple[float, ...]] = []
 
     def run_cell(self, batch_size: int, measure: Measure = measure_plainly) -> CellResult:
         base = CellResult(
@@ -66,6 +69,7 @@ class GroupRunner:
         group.mark_memory()  # drop what happened between cells from this cell's peak
         try:
             group.request({"op": "begin", "batch_size": batch_size}, "ready")
+            self._cycle_steps = []
             seconds = measure(lambda: self._cycle(group), self.warmup, self.cycles)
             peaks = group.request({"op": "end"}, "ended")
         except WorkerFailure as failure:
@@ -85,10 +89,15 @@ class GroupRunner:
                 torch_reserved_bytes=peaks.get("torch_reserved_bytes"),
             )
         samples = tuple(ms_per_token(s, batch_size, self.spec.new_tokens) for s in seconds)
-        return replace(base, samples_ms_per_token=samples, generate_memory=memory)
+        steps = tuple(self._cycle_steps[len(self._cycle_steps) - len(seconds) :])
+        return replace(
+            base, samples_ms_per_token=samples, samples_step_ms=steps, generate_memory=memory
+        )
 
     def _cycle(self, group: WorkerGroup) -> float:
-        return float(group.request({"op": "cycle"}, "sample")["seconds"])
+        reply = group.request({"op": "cycle"}, "sample")
+        self._cycle_steps.append(tuple(float(ms) for ms in reply.get("step_ms", [])))
+        return float(reply["seconds"])
 
     def _ensure_loaded(self) -> tuple[WorkerGroup, LoadReport]:
         if self.group is None or self.loaded is None:

@@ -107,19 +107,25 @@ class Worker:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.reset_peak_memory_stats()
 
-    def cycle(self) -> float:
-        """One synchronised ``generate``; checks that exactly N tokens were produced."""
-        self.backend.synchronize()
-        start = time.perf_counter()
+    def cycle(self) -> dict[str, Any]:
+        """One synchronised ``generate`` with a mark at every step boundary (the step timer
+        takes the cycle's start mark too, so the steps add up to the cycle); checks that
+        exactly N tokens were produced."""
+        from bloomperf.steptimer import StepTimer
+
+        timer = StepTimer(self.backend.synchronize)
+        start = timer.start()
         output = self.backend.generate(
-            self.inputs["input_ids"], self.inputs["attention_mask"], self.generate_kwargs
+            self.inputs["input_ids"],
+            self.inputs["attention_mask"],
+            {**self.generate_kwargs, "stopping_criteria": timer.criteria()},
         )
         self.backend.synchronize()
         seconds = time.perf_counter() - start
         produced = output.shape[-1] - self.inputs["input_ids"].shape[-1]
         if produced != self.new_tokens:
             raise RuntimeError(f"generate produced {produced} tokens instead of {self.new_tokens}")
-        return seconds
+        return {"seconds": seconds, "step_ms": timer.step_ms()}
 
     def torch_peaks(self) -> dict[str, int | None]:
         import torch
@@ -136,7 +142,7 @@ class Worker:
             self.begin(batch_size)
             return {"event": "ready"}
         if op == OP_CYCLE:
-            return {"event": "sample", "seconds": self.cycle()}
+            return {"event": "sample", **self.cycle()}
         if op == OP_END:
             return {"event": "ended", **self.torch_peaks()}
         raise ValueError(f"unknown op {op}")

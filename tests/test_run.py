@@ -343,6 +343,9 @@ def test_the_plugin_runs_the_matrix_with_pytest_benchmark(pytester: pytest.Pytes
         per_token = [s / 1000 * cell["batch_size"] * 8 for s in cell["samples_ms_per_token"]]
         assert bench_entry["stats"]["min"] == pytest.approx(min(per_token), rel=1e-9)
         assert bench_entry["extra_info"]["bloomperf_run"]["model"]["name"] == "tiny"
+        # Per-step latency travels in extra_info too: 8 steps per timed cycle, prefill first.
+        assert [len(s) for s in cell["samples_step_ms"]] == [8, 8, 8]
+        assert 0 < cell["tpot_ms"] <= cell["tpot_p99_ms"] and cell["ttft_ms"] > 0
     # One load per (backend, dtype), counted in the worker group.
     loads = {b["extra_info"]["bloomperf"]["details"]["load_count"] for b in benchmarks.values()}
     assert loads == {1}
