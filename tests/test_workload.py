@@ -41,7 +41,7 @@ def test_the_batch_is_in_the_inputs(worker: Worker) -> None:
     for batch in (1, 3):
         worker.begin(batch)
         assert worker.inputs["input_ids"].shape[0] == batch
-        assert worker.cycle() > 0
+        assert worker.cycle()["seconds"] > 0
 
 
 def test_exactly_n_tokens_even_when_the_model_meets_eos_at_once(worker: Worker) -> None:
@@ -49,7 +49,7 @@ def test_exactly_n_tokens_even_when_the_model_meets_eos_at_once(worker: Worker) 
     try:
         # Without min_new_tokens, generate would stop after 1 token; the cycle would then
         # either fail or cost 1 token while ms/token counts N.
-        assert worker.cycle() > 0
+        assert worker.cycle()["seconds"] > 0
     finally:
         worker.backend.model.generation_config.eos_token_id = old
 
