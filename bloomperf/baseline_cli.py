@@ -18,7 +18,7 @@ from bloomperf.baseline import (
 )
 from bloomperf.compare import incompleteness
 from bloomperf.errors import BloomperfError
-from bloomperf.resultfiles import read_results
+from bloomperf.resultfiles import read_results, refuse_synthetic
 from bloomperf.results import Outcome
 
 
@@ -48,6 +48,11 @@ def add_command(subparsers: Any) -> None:
         action="store_true",
         help="accept results that measured nothing or come from a run that did not finish",
     )
+    accept.add_argument(
+        "--allow-synthetic",
+        action="store_true",
+        help="accept results of an injected slowdown (--slowdown-percent) into the baseline",
+    )
     accept.set_defaults(func=run_accept)
 
 
@@ -69,7 +74,7 @@ def run_accept(args: argparse.Namespace) -> int:
             f"--baselines {folder}: cannot create: {exc.strerror or exc}"
         ) from None
     for text in args.results:
-        run = read_results(Path(text))
+        run = refuse_synthetic(read_results(Path(text)), text, args.allow_synthetic)
         gap = incompleteness(run)
         if gap and not args.allow_incomplete:
             raise BloomperfError(f"{text}: {gap}")

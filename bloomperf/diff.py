@@ -29,7 +29,7 @@ from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.history import add_detection_options, detection_settings, history_section
 from bloomperf.provenance import what_changed
-from bloomperf.resultfiles import read_many, read_results
+from bloomperf.resultfiles import read_many, read_results, refuse_synthetic
 from bloomperf.results import RunResult
 
 # ---- comparing ---------------------------------------------------------------------------------
@@ -55,17 +55,18 @@ def diff(
     strict: bool = False,
     tolerance: float | None = None,
     allow_incomplete: bool = False,
+    allow_synthetic: bool = False,
 ) -> Comparison:
     if baseline_arg is None and len(results) == 2:
-        before = read_results(Path(results[0]))
-        after = read_results(Path(results[1]))
+        before = refuse_synthetic(read_results(Path(results[0])), results[0], allow_synthetic)
+        after = refuse_synthetic(read_results(Path(results[1])), results[1], allow_synthetic)
         expected = baseline_of_run(before, results[0], tolerance)
         return judge(after, expected, strict=strict, allow_incomplete=allow_incomplete)
     if baseline_arg is None and len(results) > 2:
         raise BloomperfError(
             "diff: give --baseline to compare several result files, or exactly two to diff them"
         )
-    run = read_many(results)
+    run = refuse_synthetic(read_many(results), ", ".join(results), allow_synthetic)
     why = ""
     baseline: Baseline | None
     if baseline_arg is not None:
@@ -105,6 +106,11 @@ def add_command(subparsers: Any) -> None:
         help="pass results that measured nothing or come from a run that did not finish",
     )
     parser.add_argument(
+        "--allow-synthetic",
+        action="store_true",
+        help="compare results of an injected slowdown (--slowdown-percent) too",
+    )
+    parser.add_argument(
         "--tolerance",
         type=_fraction,
         help="ms/token tolerance when diffing two results (default: 0.05 on GPUs, "
@@ -140,6 +146,7 @@ def run_diff(args: argparse.Namespace) -> int:
         strict=args.strict,
         tolerance=args.tolerance,
         allow_incomplete=args.allow_incomplete,
+        allow_synthetic=args.allow_synthetic,
     )
     failed = comparison.failed
     history = ""

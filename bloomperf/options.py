@@ -299,8 +299,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("no_lock", parse_flag, "run even if another bloomperf run holds the devices", flag=True),
     Option(
-        "slowdown_percent", parse_percent, argparse.SUPPRESS, "PCT"
-    ),  # test-only: injected slowdown
+        "slowdown_percent",
+        parse_percent,
+        "inject a synthetic slowdown of PCT %% into every generate (for testing the gate "
+        "itself); the results are marked synthetic, and diff and accept refuse them",
+        "PCT",
+    ),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -366,6 +370,9 @@ def resolve_options(
             (env.get(option.env_var), f"environment variable {option.env_var}"),
             (ini.get(option.name), f"ini option {option.ini_key}"),
         ):
+            if raw == "" and where == flag:
+                # --batch-sizes "" must not silently run the whole default matrix.
+                raise BloomperfError(f"{flag}: is empty (give a value, or leave the option out)")
             if raw is not None and raw != "":
                 try:
                     resolved[option.name] = option.parse(str(raw))

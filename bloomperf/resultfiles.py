@@ -95,6 +95,15 @@ def run_from_benchmark_json(data: dict[str, Any], where: str) -> RunResult:
     return run
 
 
+def refuse_synthetic(run: RunResult, where: str, allowed: bool) -> RunResult:
+    """Results of an injected slowdown gate nothing and set no baseline, unless asked for."""
+    if run.synthetic and not allowed:
+        raise BloomperfError(
+            f"{where}: synthetic results ({run.synthetic}); --allow-synthetic uses them anyway"
+        )
+    return run
+
+
 def read_many(paths: list[str]) -> RunResult:
     """Several result files of one topology and model as one run (later files win per cell)."""
     return merge_runs([read_results(Path(p)) for p in paths], paths)

@@ -140,6 +140,8 @@ class RunResult:
     started_at: str = ""
     finished_at: str = ""
     complete: bool = False
+    # Why the figures are not real measurements (an injected slowdown), or "".
+    synthetic: str = ""
 
     def with_cell(self, cell: CellResult) -> RunResult:
         kept = tuple(c for c in self.cells if c.id != cell.id)
@@ -203,6 +205,7 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
         "kind": RESULTS_KIND,
         "schema_version": RESULTS_SCHEMA_VERSION,
         "complete": run.complete,
+        "synthetic": run.synthetic or None,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
         "topology": run.topology,
@@ -325,6 +328,7 @@ def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
         started_at=get_str(data, "started_at", where, default=""),
         finished_at=get_str(data, "finished_at", where, default=""),
         complete=bool(data.get("complete", False)),
+        synthetic=get_str(data, "synthetic", where, default="") if data.get("synthetic") else "",
     )
 
 

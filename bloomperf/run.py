@@ -124,6 +124,7 @@ class Session:
             topology=topology.id,
             environment=environment_fingerprint(topology),
             started_at=utc_now(),
+            synthetic=synthetic_reason(options),
         )
         groups = plan_groups(options, device)
         baseline = find_baseline(topology.id, model.name, options.get("baselines"))
@@ -283,6 +284,12 @@ def group_gpus(
     spans = backend_class(backend_name).spans_visible_gpus
     chosen = group_indices([d.index for d in visible], world_size, spans)
     return tuple(d for d in visible if d.index in chosen)
+
+
+def synthetic_reason(options: dict[str, Any]) -> str:
+    """Why this run's figures are not real measurements, recorded in its results."""
+    percent = options.get("slowdown_percent")
+    return f"a {percent:g} % slowdown injected (--slowdown-percent)" if percent else ""
 
 
 def lock_key(topology: Topology, options: dict[str, Any] | None = None) -> str:

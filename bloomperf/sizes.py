@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
+# An exbibyte: far above any machine's memory or disk; a larger size is a typo, not a plan.
+MAX_BYTES = 2**60
+
 
 def parse_size(text: str, allow_zero: bool = False) -> int:
     """``"3GiB"``, ``"512MiB"``, ``"2000000000"`` → bytes (``0GiB`` only with ``allow_zero``)."""
@@ -22,6 +27,10 @@ def parse_size(text: str, allow_zero: bool = False) -> int:
         value = float(number) * factor
     except ValueError:
         raise ValueError(f"{text!r} is not a size such as 3GiB or 512MiB") from None
-    if value < 0 or (value == 0 and not allow_zero) or value != value:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"must be positive, got {text}")
+    if value > MAX_BYTES:
+        raise ValueError(f"{text!r} is more than {MAX_BYTES} bytes")
+    if 0 < value < 1:  # "0.5b" is not "no limit"
+        raise ValueError(f"{text!r} is less than one byte")
     return int(value)

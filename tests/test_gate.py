@@ -298,3 +298,51 @@ def test_a_report_never_overwrites_its_own_input(
     one_line(err, "--out:", "report.md is also an input", "refusing to overwrite it")
     assert source.read_text() == BLOG_RESULTS.read_text()
     assert [p.name for p in out.iterdir()] == ["report.md"]
+
+
+# ---- options: empty values, sizes, synthetic slowdowns ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--batch-sizes", ""], "--batch-sizes: is empty"),
+        (["--backends="], "--backends: is empty"),
+        (["--memory-limit", "0.5b"], "'0.5b' is less than one byte"),
+        (["--memory-limit", "1e999GiB"], "--memory-limit: must be positive, got 1e999GiB"),
+        (["--memory-limit", "2000000TiB"], "is more than 1152921504606846976 bytes"),
+    ],
+)
+def test_careless_option_values_are_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = bloomperf(capsys, "run", "--dry-run", "--no-lock", *argv)
+    assert code == 2
+    one_line(err, message)
+
+
+def test_synthetic_results_are_marked_and_refused_unless_allowed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from bloomperf.options import resolve_options
+    from bloomperf.results import load_run
+    from bloomperf.run import Session
+
+    options = resolve_options(
+        {"slowdown_percent": "10", "output": str(tmp_path / "r.json")}, env={}
+    )
+    Session.prepare(options)  # writes the (empty) results file at once
+    assert (
+        load_run(tmp_path / "r.json").synthetic == "a 10 % slowdown injected (--slowdown-percent)"
+    )
+
+    synthetic = write(tmp_path / "s.json", {**blog(), "synthetic": "a 10 % slowdown injected"})
+    code, _, err = bloomperf(capsys, "diff", synthetic)
+    assert code == 2
+    one_line(err, "s.json: synthetic results (a 10 % slowdown injected); --allow-synthetic")
+    assert bloomperf(capsys, "diff", synthetic, "--allow-synthetic")[0] == 0
+    assert bloomperf(capsys, "diff", BLOG_RESULTS, synthetic)[0] == 2  # before/after too
+    code, _, err = bloomperf(capsys, "baseline", "accept", synthetic, "--baselines", tmp_path / "b")
+    assert code == 2
+    one_line(err, "synthetic results")
+    assert list((tmp_path / "b").iterdir()) == []
