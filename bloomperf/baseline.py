@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.baseline_folders import describe_search, search_folders, writable_baselines_dir
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import (
     GIB,
@@ -406,11 +407,8 @@ def save_baseline(baseline: Baseline, path: Path) -> None:
 
 
 def default_baselines_dir() -> Path:
-    """``./baselines`` when there is one, else the ``baselines/`` of the repo this package is in."""
-    here = Path.cwd() / "baselines"
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parent.parent / "baselines"
+    """Where ``baseline accept`` writes without ``--baselines`` (see ``baseline_folders``)."""
+    return writable_baselines_dir()
 
 
 def baseline_file_name(topology: str, model: str) -> str:
@@ -419,21 +417,23 @@ def baseline_file_name(topology: str, model: str) -> str:
 
 
 def find_baseline(topology: str, model: str, folder: Path | None = None) -> Baseline | None:
-    """The baseline in ``folder`` whose topology (id or alias) and model (name or alias) match."""
-    if folder is None:
-        folder = default_baselines_dir()
-        if not folder.is_dir():
-            return None  # an installed package without the repository's baselines
-    folder = checked_folder(folder)
-    found = [
-        b
-        for b in (load_baseline(p) for p in sorted(folder.glob("*.json")))
-        if b.matches_topology(topology) and b.matches_model(model)
-    ]
-    if len(found) > 1:
-        names = ", ".join(b.path for b in found)
-        raise BloomperfError(f"{folder}: several baselines match {topology} and {model}: {names}")
-    return found[0] if found else None
+    """The baseline whose topology (id or alias) and model (name or alias) match: in ``folder``,
+    or else the first found along the search order of ``baseline_folders``."""
+    for where in search_folders(folder):
+        where = checked_folder(where)
+        found = [
+            b
+            for b in (load_baseline(p) for p in sorted(where.glob("*.json")))
+            if b.matches_topology(topology) and b.matches_model(model)
+        ]
+        if len(found) > 1:
+            names = ", ".join(b.path for b in found)
+            raise BloomperfError(
+                f"{where}: several baselines match {topology} and {model}: {names}"
+            )
+        if found:
+            return found[0]
+    return None
 
 
 def resolve_baseline(text: str, model: str | None, folder: Path | None) -> Baseline:
@@ -448,7 +448,7 @@ def resolve_baseline(text: str, model: str | None, folder: Path | None) -> Basel
     candidates = same_model or candidates
     if len(candidates) == 1:
         return candidates[0]
-    where = folder if folder is not None else default_baselines_dir()
+    where = folder if folder is not None else describe_search()
     if not candidates:
         raise BloomperfError(f"--baseline: no baseline for topology {text!r} in {where}")
     models = ", ".join(b.model for b in candidates)
@@ -458,8 +458,14 @@ def resolve_baseline(text: str, model: str | None, folder: Path | None) -> Basel
 
 
 def all_baselines(folder: Path | None) -> list[Baseline]:
-    folder = checked_folder(folder if folder is not None else default_baselines_dir())
-    return [load_baseline(p) for p in sorted(folder.glob("*.json"))]
+    """Every baseline along the search order; an earlier one hides a later one for the same
+    topology and model."""
+    found: list[Baseline] = []
+    for where in search_folders(folder):
+        for b in (load_baseline(p) for p in sorted(checked_folder(where).glob("*.json"))):
+            if not any(b.matches_topology(f.topology) and b.matches_model(f.model) for f in found):
+                found.append(b)
+    return found
 
 
 def checked_folder(folder: Path) -> Path:
@@ -479,14 +485,14 @@ def baseline_path_in(folder: Path, topology: str, model: str) -> Path:
 
 
 def refuse_output_among_baselines(output: Path, folder: Path | None) -> None:
-    """A results file written into the baselines folder would replace a baseline, or break
+    """A results file written into a baselines folder would replace a baseline, or break
     every later lookup there (each *.json in it is read as a baseline)."""
-    folder = Path(folder) if folder is not None else default_baselines_dir()
-    if folder.is_dir() and Path(output).resolve().parent == folder.resolve():
-        raise BloomperfError(
-            f"--output {output}: is inside the baselines folder {folder}; refusing to write "
-            "results among the baselines"
-        )
+    for where in search_folders(folder):
+        if where.is_dir() and Path(output).resolve().parent == where.resolve():
+            raise BloomperfError(
+                f"--output {output}: is inside the baselines folder {where}; refusing to write "
+                "results among the baselines"
+            )
 
 
 # ---- accepting results ----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from bloomperf.baseline import (
     resolve_baseline,
     save_baseline,
 )
+from bloomperf.baseline_folders import describe_search
 from bloomperf.compare import incompleteness
 from bloomperf.errors import BloomperfError
 from bloomperf.resultfiles import read_results, refuse_synthetic
@@ -33,11 +34,17 @@ def add_command(subparsers: Any) -> None:
     )
     show.add_argument("--model", help="model name when the topology has baselines for several")
     show.add_argument("--format", choices=("text", "json"), default="text")
-    show.add_argument("--baselines", type=Path, help="baselines folder (default: ./baselines)")
+    show.add_argument(
+        "--baselines", type=Path, help="baselines folder (default: ./baselines, user, shipped)"
+    )
     show.set_defaults(func=run_show)
     accept = actions.add_parser("accept", help="write results into the baseline of their topology")
     accept.add_argument("results", nargs="+", help="bloomperf results or pytest-benchmark files")
-    accept.add_argument("--baselines", type=Path, help="baselines folder (default: ./baselines)")
+    accept.add_argument(
+        "--baselines",
+        type=Path,
+        help="baselines folder (default: ./baselines, else $XDG_DATA_HOME/bloomperf/baselines)",
+    )
     accept.add_argument(
         "--force",
         action="store_true",
@@ -62,13 +69,16 @@ def run_show(args: argparse.Namespace) -> int:
         render_baseline_json(baseline) if args.format == "json" else render_baseline_text(baseline)
     )
     print(text, end="")
+    if args.format == "text":
+        print(f"\n{describe_search(args.baselines)}\nshown: {baseline.path}")
     return 0
 
 
 def run_accept(args: argparse.Namespace) -> int:
     folder = args.baselines if args.baselines is not None else default_baselines_dir()
     try:
-        folder.mkdir(exist_ok=True)  # a new baselines folder, but not a whole new tree
+        # A new baselines folder, but not a whole new tree (the user folder's parents excepted).
+        folder.mkdir(exist_ok=True, parents=args.baselines is None)
     except OSError as exc:
         raise BloomperfError(
             f"--baselines {folder}: cannot create: {exc.strerror or exc}"

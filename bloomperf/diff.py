@@ -20,10 +20,10 @@ from typing import Any
 from bloomperf.baseline import (
     Baseline,
     accept_run,
-    default_baselines_dir,
     find_baseline,
     resolve_baseline,
 )
+from bloomperf.baseline_folders import describe_search
 from bloomperf.compare import Comparison, judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
@@ -72,9 +72,9 @@ def diff(
     if baseline_arg is not None:
         baseline = resolve_baseline(baseline_arg, run.model.name, baselines_dir)
     else:
-        folder = baselines_dir if baselines_dir is not None else default_baselines_dir()
-        baseline = find_baseline(run.topology, run.model.name, folder)
-        why = f"no baseline for {run.topology} / {run.model.name} in {folder}"
+        baseline = find_baseline(run.topology, run.model.name, baselines_dir)
+        where = baselines_dir if baselines_dir is not None else describe_search()
+        why = f"no baseline for {run.topology} / {run.model.name}; {where}"
     return judge(run, baseline, strict=strict, allow_incomplete=allow_incomplete, no_baseline=why)
 
 
@@ -95,7 +95,11 @@ def add_command(subparsers: Any) -> None:
     parser.add_argument(
         "--baseline", metavar="FILE|TOPOLOGY", help="a baseline file or a topology id or alias"
     )
-    parser.add_argument("--baselines", type=Path, help="baselines folder (default: ./baselines)")
+    parser.add_argument(
+        "--baselines",
+        type=Path,
+        help="baselines folder (default: the search order of `baseline show`)",
+    )
     parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     parser.add_argument(
         "--strict", action="store_true", help="fail when a cell ran where an OOM was expected"

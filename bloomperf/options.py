@@ -288,7 +288,7 @@ OPTIONS: tuple[Option, ...] = (
         "address rank 0 reaches bloomperf at [the local end of the route to the first host]",
         "HOST",
     ),
-    Option("baselines", parse_path, "baselines folder [the repository's baselines/]", "DIR"),
+    Option("baselines", parse_path, "baselines folder [./baselines, user folder, shipped]", "DIR"),
     Option("probe", parse_flag, "run cells beyond a known OOM boundary too", flag=True),
     Option("strict", parse_flag, "fail when a cell runs where an OOM was expected", flag=True),
     Option(

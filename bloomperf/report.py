@@ -34,7 +34,6 @@ from typing import Any
 from bloomperf.baseline import (
     EXPECT_OOM,
     Baseline,
-    default_baselines_dir,
     find_baseline,
     matching_load_time,
     resolve_baseline,
@@ -653,8 +652,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.baseline is not None:
         baseline: Baseline | None = resolve_baseline(args.baseline, run.model.name, args.baselines)
     else:
-        folder = args.baselines if args.baselines is not None else default_baselines_dir()
-        baseline = find_baseline(run.topology, run.model.name, folder)
+        baseline = find_baseline(run.topology, run.model.name, args.baselines)
     inputs = [Path(r) for r in args.results] + ([Path(baseline.path)] if baseline else [])
     outputs = [args.out / name for name in REPORT_FILES]
     refuse_overwriting_inputs(outputs, inputs, "--out")
