@@ -85,7 +85,9 @@ def test_the_timed_region_lies_between_two_synchronisations(worker: Worker) -> N
 
     def generate(*args: object) -> object:
         calls.append("generate")
-        return real_generate(*args)  # type: ignore[arg-type]
+        output = real_generate(*args)  # type: ignore[arg-type]
+        calls.append("generated")
+        return output
 
     worker.begin(1)
     backend.synchronize, backend.generate = synchronize, generate  # type: ignore[method-assign]
@@ -93,4 +95,6 @@ def test_the_timed_region_lies_between_two_synchronisations(worker: Worker) -> N
         worker.cycle()
     finally:
         del backend.synchronize, backend.generate
-    assert calls == ["synchronize", "generate", "synchronize"]
+    # The step timer synchronises at each step boundary inside generate, before its clock read.
+    steps = ["synchronize"] * NEW_TOKENS
+    assert calls == ["synchronize", "generate", *steps, "generated", "synchronize"]

@@ -187,10 +187,26 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "synchronize-after-generate-removed",
         "bloomperf/worker.py",
-        "self.generate_kwargs\n        )\n        self.backend.synchronize()\n",
-        "self.generate_kwargs\n        )\n",
+        "timer.criteria()},\n        )\n        self.backend.synchronize()\n",
+        "timer.criteria()},\n        )\n",
         ("tests/test_workload.py::test_the_timed_region_lies_between_two_synchronisations",),
         "on a GPU the timer would stop before queued kernels finish: ms/token far too low",
+    ),
+    Mutation(
+        "step-mark-unsynchronised",
+        "bloomperf/steptimer.py",
+        "        self.sync()\n        self.marks.append(time.perf_counter())",
+        "        self.marks.append(time.perf_counter())",
+        ("tests/test_workload.py::test_the_timed_region_lies_between_two_synchronisations",),
+        "on a GPU each step mark would be read while kernels are queued: TTFT/TPOT meaningless",
+    ),
+    Mutation(
+        "prefill-step-dropped",
+        "bloomperf/steptimer.py",
+        "zip(self.marks, self.marks[1:], strict=False)",
+        "zip(self.marks[1:], self.marks[2:], strict=False)",
+        ("tests/test_latency.py::test_step_times_add_up_to_the_cycle_through_the_real_generate",),
+        "TTFT would be a decode step and the cycle would lose its prefill",
     ),
     Mutation(
         "warm-up-timed",
