@@ -27,6 +27,7 @@ from bloomperf.baseline_folders import describe_search
 from bloomperf.compare import Comparison, judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
+from bloomperf.github_output import job_outputs, render_github, write_job_outputs
 from bloomperf.history import add_detection_options, detection_settings, history_section
 from bloomperf.provenance import what_changed
 from bloomperf.resultfiles import read_many, read_results, refuse_synthetic
@@ -100,7 +101,13 @@ def add_command(subparsers: Any) -> None:
         type=Path,
         help="baselines folder (default: the search order of `baseline show`)",
     )
-    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    parser.add_argument(
+        "--format",
+        choices=("text", "markdown", "json", "github"),
+        default="text",
+        help="github: the text, then an ::error per failing cell and a ::warning per doubtful "
+        "one, and the verdict and counts in $GITHUB_OUTPUT",
+    )
     parser.add_argument(
         "--strict", action="store_true", help="fail when a cell ran where an OOM was expected"
     )
@@ -164,6 +171,9 @@ def run_diff(args: argparse.Namespace) -> int:
         print(render_comparison(comparison, args.format) + "\n" + history, end="")
     if args.format != "json" and args.baseline is None and len(args.results) == 2:
         print(render_what_changed(args.results, args.format), end="")
+    if args.format == "github":
+        print(render_github(comparison, args.results[-1]), end="")
+        write_job_outputs(job_outputs(comparison, failed))
     return EXIT_REGRESSION if failed else 0
 
 
