@@ -224,4 +224,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_run.py::test_after_an_oom_the_worker_is_restarted_before_the_next_cell",),
         "a CUDA OOM can poison a process: the next cells would run on a broken worker",
     ),
+    Mutation(
+        "unexpected-oom-passes",
+        "bloomperf/compare.py",
+        "    if cell.outcome == Outcome.OOM:\n        return verdict(UNEXPECTED_OOM)",
+        "    if cell.outcome == Outcome.OOM:\n        return verdict(EXPECTED_OOM)",
+        ("tests/test_compare.py::test_an_oom_where_a_number_was_expected_fails",),
+        "a change that makes a cell the baseline ran run out of memory would pass",
+    ),
+    Mutation(
+        "errors-pass-the-gate",
+        "bloomperf/compare.py",
+        "    if cell.outcome == Outcome.ERROR:\n        return verdict(ERROR)",
+        "    if cell.outcome == Outcome.ERROR:\n        return verdict(SKIPPED)",
+        ("tests/test_compare.py::test_errors_and_timeouts_fail_skips_do_not",),
+        "a backend that crashes on every cell would pass as skipped",
+    ),
+    Mutation(
+        "plugin-run-never-complete",
+        "bloomperf/plugin.py",
+        "                context.update(finished)  # before pytest-benchmark writes it out",
+        "                pass",
+        ("tests/test_run.py::test_the_plugin_runs_the_matrix_with_pytest_benchmark",),
+        "every pytest-benchmark JSON would read as an interrupted run and fail bloomperf diff",
+    ),
 )
