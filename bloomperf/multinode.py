@@ -196,7 +196,10 @@ class NodeWatch:
         return None
 
     def ssh_hosts(self) -> set[str] | None:
-        """Hosts with a live pdsh ssh connection of this group (None when it cannot be read)."""
+        """Hosts with a live pdsh ssh connection of this group (None when it cannot be read).
+
+        Only pdsh's own ssh children count: DeepSpeed's runner first runs a short ``ssh HOST
+        hostname`` check of its own, which ends by design."""
         try:
             children = psutil.Process(self.runner.pid).children(recursive=True)
         except psutil.NoSuchProcess:
@@ -206,7 +209,9 @@ class NodeWatch:
             try:
                 if child.name() != "ssh" or child.status() == psutil.STATUS_ZOMBIE:
                     continue
-                hosts |= set(child.cmdline()) & set(self.hosts)
+                parent = child.parent()
+                if parent is not None and parent.name().startswith("pdsh"):  # Debian: pdsh.bin
+                    hosts |= set(child.cmdline()) & set(self.hosts)
             except psutil.Error:
                 continue
         return hosts

@@ -1,8 +1,8 @@
 """Two-node groups over a real sshd and pdsh, through DeepSpeed's own PDSH runner, on this machine:
 127.0.0.1 and 127.0.0.2 are the two hosts. Tokens equal the plain model's for ds-zero (2 ranks)
 and ds-autotp (TP=2) across the nodes, each rank says which host it was started for, and a rank
-killed on the second node or its ssh connection dropped fails the cell, leaving no process and
-no /dev/shm segment behind on any host.
+killed, frozen or its ssh connection dropped on the second node fails the cell, leaving no process
+and no /dev/shm segment behind on any host.
 
 The same group also runs through DeepSpeed's Slurm runner on a two-node Slurm cluster (munged,
 slurmctld, two slurmd) started here. Skipped only where sshd, ssh-keygen, pdsh or the Slurm
@@ -216,7 +216,7 @@ def test_bloomperf_run_on_two_nodes_then_faults_on_the_second(
     controller_env: SshNodes, tmp_path: Path
 ) -> None:
     nodes = controller_env
-    sess = two_node_session(nodes, tmp_path, cell_timeout="60")
+    sess = two_node_session(nodes, tmp_path, cell_timeout="20")
     assert (sess.topology.id, sess.topology.nodes) == ("2xcpu", 2)  # read on both nodes
     try:
         ok = sess.measure_cell(Cell("ds-autotp", "fp32", 2))
@@ -243,11 +243,22 @@ def test_bloomperf_run_on_two_nodes_then_faults_on_the_second(
             Cell("ds-autotp", "fp32", 4),
             fault_then_cycle(lambda: drop_and_wait(nodes, HOSTS[1])),
         )
-        assert dropped.outcome in (Outcome.ERROR, Outcome.TIMEOUT), dropped.message
+        assert dropped.outcome is Outcome.ERROR, dropped.message
+        assert dropped.message.startswith("lost node 127.0.0.2: its ssh connection closed")
+        assert_nothing_left(nodes, second_group)
+
+        # 3. a fresh group; a rank frozen on the second node (it ignores SIGHUP and SIGTERM)
+        ok = sess.measure_cell(Cell("ds-autotp", "fp32", 2))
+        assert ok.outcome is Outcome.OK, ok.message
+        third_group = group_marks(sess)
+        frozen = sess.measure_cell(
+            Cell("ds-autotp", "fp32", 4),
+            fault_then_cycle(lambda: remote_worker(nodes, HOSTS[1]).suspend()),
+        )
+        assert frozen.outcome is Outcome.TIMEOUT, frozen.message
+        assert_nothing_left(nodes, third_group)  # the frozen rank too: killed on its node
     finally:
         sess.stop()
-    assert "lost node 127.0.0.2" in dropped.message or dropped.outcome is Outcome.TIMEOUT
-    assert_nothing_left(nodes, second_group)
     assert nodes.leftovers() == []
 
 
