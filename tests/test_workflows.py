@@ -149,9 +149,18 @@ def test_nightly_structure() -> None:
         "batch_sizes",
         "profile",
     }
-    assert nightly["concurrency"]["group"] and nightly["concurrency"]["cancel-in-progress"] is False
     (job,) = nightly["jobs"].values()
-    assert job["runs-on"] == GPU_LABELS
+    # One job per topology of the blog's tables, each on its own runner, one run at a time there.
+    matrix = job["strategy"]["matrix"]["include"]
+    assert {m["topology"] for m in matrix} == {"8xA100-80GB", "4xA100-80GB"}
+    assert GPU_LABELS in [m["runner"] for m in matrix]
+    for m in matrix:
+        assert set(m["runner"]) <= declared_runner_labels() | {"self-hosted", "linux", "x64"}
+    assert job["runs-on"] == "${{ matrix.runner }}" and job["strategy"]["fail-fast"] is False
+    assert "matrix.topology" in job["concurrency"]["group"]
+    assert job["concurrency"]["cancel-in-progress"] is False
+    assert job["env"]["HISTORY_DIR"].endswith("/${{ matrix.topology }}")
+    assert job["outputs"]["verdict"] == "${{ steps.diff.outputs.verdict }}"
     assert 60 <= job["timeout-minutes"] <= 24 * 60
     steps = job["steps"]
     text = NIGHTLY.read_text(encoding="utf-8")
@@ -165,6 +174,14 @@ def test_nightly_structure() -> None:
     assert 'exit "$status"' in diff["run"] and "$GITHUB_STEP_SUMMARY" in diff["run"]
     # Diff and report still run after a failing benchmark step, as long as results exist.
     assert "!cancelled()" in diff["if"]
+    assert "--format github" in diff["run"]
+    # JUnit XML, and pytest-benchmark's storage in the persistent history (checkout wipes
+    # the workspace, so --benchmark-compare would never see an earlier night).
+    bench = next(s for s in steps if "pytest -m gpu" in s.get("run", ""))
+    assert "--junitxml=results/" in bench["run"]
+    assert '--benchmark-storage="file://$HISTORY_DIR/benchmarks"' in bench["run"]
+    link = next(s for s in steps if "steps.upload.outputs.artifact-url" in str(s.get("env")))
+    assert upload["id"] == "upload" and "$GITHUB_STEP_SUMMARY" in link["run"]
 
 
 def bloomperf_commands(path: Path) -> list[list[str]]:
