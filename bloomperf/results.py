@@ -61,6 +61,28 @@ class MemoryReading:
 
 
 @dataclass(frozen=True)
+class EnergyReading:
+    """Energy over the timed cycles (``bloomperf.measure.energy``): ``source`` is ``nvml`` (summed
+    over the group's GPUs), ``rapl`` (CPU packages) or ``unavailable``; ``energy_j`` is None when
+    the counters could not be read or went backwards, and ``reason`` says which."""
+
+    source: str
+    energy_j: float | None
+    seconds: float  # wall time the counters covered
+    tokens: int  # tokens generated in that time (batch x new tokens x cycles)
+    reason: str = ""
+
+    @property
+    def j_per_token(self) -> float | None:
+        return self.energy_j / self.tokens if self.energy_j is not None and self.tokens else None
+
+    @property
+    def avg_power_w(self) -> float | None:
+        ok = self.energy_j is not None and self.seconds > 0
+        return self.energy_j / self.seconds if ok and self.energy_j is not None else None
+
+
+@dataclass(frozen=True)
 class CellResult:
     backend: str
     dtype: str
@@ -75,6 +97,7 @@ class CellResult:
     details: dict[str, Any] = field(default_factory=dict)
     # Per timed cycle, the ms of each generate step: prefill first, then each decode step.
     samples_step_ms: tuple[tuple[float, ...], ...] = ()
+    energy: EnergyReading | None = None
 
     @property
     def id(self) -> str:
@@ -180,6 +203,32 @@ def latency_to_dict(c: CellResult) -> dict[str, float | None]:
     }
 
 
+def energy_to_dict(e: EnergyReading | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {
+        "source": e.source,
+        "energy_j": e.energy_j,
+        "seconds": e.seconds,
+        "tokens": e.tokens,
+        "reason": e.reason,
+    }
+
+
+def energy_from_dict(data: Any, where: str) -> EnergyReading | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: energy must be an object")
+    return EnergyReading(
+        source=get_str(data, "source", where),
+        energy_j=get_float(data, "energy_j", where, optional=True),
+        seconds=float(get_float(data, "seconds", where) or 0.0),
+        tokens=int(get_int(data, "tokens", where) or 0),
+        reason=get_str(data, "reason", where, default=""),
+    )
+
+
 def cell_to_dict(c: CellResult) -> dict[str, Any]:
     return {
         "id": c.id,
@@ -191,6 +240,10 @@ def cell_to_dict(c: CellResult) -> dict[str, Any]:
         "samples_ms_per_token": list(c.samples_ms_per_token),
         **latency_to_dict(c),
         "samples_step_ms": [list(steps) for steps in c.samples_step_ms],
+        "energy_j": c.energy.energy_j if c.energy else None,
+        "j_per_token": c.energy.j_per_token if c.energy else None,
+        "avg_power_w": c.energy.avg_power_w if c.energy else None,
+        "energy": energy_to_dict(c.energy),
         "load_time_s": c.load_time_s,
         "peak_memory_bytes": c.peak_memory_bytes,
         "load_memory": memory_to_dict(c.load_memory),
@@ -283,6 +336,7 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         generate_memory=memory_from_dict(data.get("generate_memory"), where),
         message=get_str(data, "message", where, default=""),
         details=get_dict(data, "details", where, default={}),
+        energy=energy_from_dict(data.get("energy"), f"{where} energy"),
         samples_step_ms=steps_from_list(
             get_list(data, "samples_step_ms", where, default=[]), where
         ),

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from bloomperf.launch import GroupSpec, LoadReport, WorkerFailure, WorkerGroup
-from bloomperf.results import CellResult, Outcome
+from bloomperf.measure.energy import EnergyMeter, create_meter, total_energy
+from bloomperf.results import CellResult, EnergyReading, Outcome
 from bloomperf.workload import ms_per_token
 
 # (one_cycle, warmup, cycles) -> seconds of each timed cycle. The default is a plain loop; the
@@ -26,7 +27,14 @@ def measure_plainly(one_cycle: Callable[[], float], warmup: int, cycles: int) ->
 
 
 class GroupRunner:
-    def __init__(self, spec: GroupSpec, *, warmup: int = 1, cycles: int = 5) -> None:
+    def __init__(
+        self,
+        spec: GroupSpec,
+        *,
+        warmup: int = 1,
+        cycles: int = 5,
+        energy_meter: EnergyMeter | None = None,
+    ) -> None:
         self.spec = spec
         self.warmup = warmup
         self.cycles = cycles
@@ -37,6 +45,9 @@ class GroupRunner:
         # The step times of every cycle the worker ran for the current cell, warm-up included:
         # the timed cycles are the last ones (``measure`` returns only theirs).
         self._cycle_steps: list[tuple[float, ...]] = []
+        self._cycle_energy: list[EnergyReading] = []
+        self._batch_size = 0
+        self.energy_meter = energy_meter  # created on the first cell (NVML or RAPL)
 
     def run_cell(self, batch_size: int, measure: Measure = measure_plainly) -> CellResult:
         base = CellResult(
@@ -69,7 +80,8 @@ class GroupRunner:
         group.mark_memory()  # drop what happened between cells from this cell's peak
         try:
             group.request({"op": "begin", "batch_size": batch_size}, "ready")
-            self._cycle_steps = []
+            self._cycle_steps, self._cycle_energy = [], []
+            self._batch_size = batch_size
             seconds = measure(lambda: self._cycle(group), self.warmup, self.cycles)
             peaks = group.request({"op": "end"}, "ended")
         except WorkerFailure as failure:
@@ -89,15 +101,32 @@ class GroupRunner:
                 torch_reserved_bytes=peaks.get("torch_reserved_bytes"),
             )
         samples = tuple(ms_per_token(s, batch_size, self.spec.new_tokens) for s in seconds)
-        steps = tuple(self._cycle_steps[len(self._cycle_steps) - len(seconds) :])
+        timed = len(seconds)
         return replace(
-            base, samples_ms_per_token=samples, samples_step_ms=steps, generate_memory=memory
+            base,
+            samples_ms_per_token=samples,
+            samples_step_ms=tuple(self._cycle_steps[len(self._cycle_steps) - timed :]),
+            energy=total_energy(self._cycle_energy[len(self._cycle_energy) - timed :]),
+            generate_memory=memory,
         )
 
     def _cycle(self, group: WorkerGroup) -> float:
+        # The energy counters are read here, in the controller, around the request: outside
+        # the worker's timed region, so they add nothing to what is timed.
+        meter = self._meter()
+        before = meter.snapshot()
         reply = group.request({"op": "cycle"}, "sample")
+        after = meter.snapshot()
+        tokens = self._batch_size * self.spec.new_tokens
+        self._cycle_energy.append(meter.between(before, after, tokens))
         self._cycle_steps.append(tuple(float(ms) for ms in reply.get("step_ms", [])))
         return float(reply["seconds"])
+
+    def _meter(self) -> EnergyMeter:
+        if self.energy_meter is None:
+            indexes = [d.index for d in self.spec.devices]
+            self.energy_meter = create_meter(self.spec.device, indexes)
+        return self.energy_meter
 
     def _ensure_loaded(self) -> tuple[WorkerGroup, LoadReport]:
         if self.group is None or self.loaded is None:

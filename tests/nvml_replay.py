@@ -53,6 +53,8 @@ class NvmlReplay:
         self._last_used = [int(d["memory_used"]) for d in self.devices]
         self.drained = threading.Event()
         self.drained.set()
+        self._energy: dict[int, deque[Any]] = {}
+        self._last_energy: dict[int, int] = {}
 
     @classmethod
     def load(cls, name: str) -> NvmlReplay:
@@ -64,6 +66,13 @@ class NvmlReplay:
             for index, values in per_device.items():
                 self._used[index].extend(values)
             self.drained.clear()
+
+    def script_energy(self, per_device: dict[int, list[Any]]) -> None:
+        """Queue the next answers of nvmlDeviceGetTotalEnergyConsumption (mJ), by device index:
+        an entry is mJ or an NVMLError; an empty queue repeats its last value."""
+        with self._lock:
+            for index, values in per_device.items():
+                self._energy.setdefault(index, deque()).extend(values)
 
     def set_processes(self, index: int, processes: list[tuple[int, int | None]]) -> None:
         self.devices[index]["processes"] = [{"pid": p, "usedGpuMemory": m} for p, m in processes]
@@ -144,6 +153,18 @@ class NvmlReplay:
         if clock not in key:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return int(self._device(handle)[key[clock]])
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Handle) -> int:
+        with self._lock:
+            queue = self._energy.get(handle.index)
+            if queue is None:  # nothing scripted: a GPU older than Volta
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            if queue:
+                value = queue.popleft()
+                if isinstance(value, BaseException):
+                    raise value
+                self._last_energy[handle.index] = int(value)
+            return self._last_energy[handle.index]
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: Handle) -> int:
         return int(self._device(handle)["power_limit_mw"])

@@ -1,0 +1,112 @@
+"""Energy over the timed cycles: NVML's counters (replayed), RAPL files, and this host's truth."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pynvml
+import pytest
+from nvml_replay import NvmlReplay
+
+from bloomperf.measure.energy import (
+    EnergyMeter,
+    Snapshot,
+    create_meter,
+    create_rapl_meter,
+    total_energy,
+)
+from bloomperf.results import CellResult, EnergyReading, Outcome, cell_from_dict, cell_to_dict
+
+
+def test_nvml_energy_is_summed_over_the_groups_gpus_in_joules() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    # create_meter probes each counter once (a GPU before Volta has none), then one cycle.
+    nvml.script_energy({1: [1_000_000, 2_000_000, 2_450_000], 2: [5_000_000, 6_000_000, 6_050_000]})
+    meter = create_meter("cuda", [1, 2, 2], nvml=nvml)  # two MIG slices of GPU 2: counted once
+    assert meter.source == "nvml"
+    before, after = meter.snapshot(), meter.snapshot()
+    reading = meter.between(before, after, tokens=800)
+    assert reading.energy_j == pytest.approx(450.0 + 50.0)  # mJ -> J, both GPUs
+    assert reading.j_per_token == pytest.approx(500.0 / 800)
+    assert reading.reason == ""
+
+
+def test_an_nvml_counter_that_goes_backwards_invalidates_the_figure_with_the_reason() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    nvml.script_energy({0: [10_000, 20_000, 5_000]})
+    meter = create_meter("cuda", [0], nvml=nvml)
+    reading = meter.between(meter.snapshot(), meter.snapshot(), tokens=100)
+    assert reading.energy_j is None
+    assert "went backwards (20000 -> 5000)" in reading.reason
+    good = EnergyReading("nvml", 3.0, 1.0, 100)
+    total = total_energy([good, reading, good])
+    assert total is not None and total.energy_j is None and "backwards" in total.reason
+    assert total.seconds == reading.seconds + 2.0 and total.tokens == 300
+
+
+def test_a_gpu_without_the_energy_counter_is_null_with_nvmls_reason() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")  # nothing scripted: NOT_SUPPORTED
+    meter = create_meter("cuda", [0], nvml=nvml)
+    reading = meter.between(meter.snapshot(), meter.snapshot(), tokens=1)
+    assert reading.energy_j is None and reading.source == "unavailable"
+    assert str(pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)) in reading.reason
+
+
+def write_zone(root: Path, name: str, energy: int, maximum: int) -> Path:
+    zone = root / name
+    zone.mkdir(parents=True)
+    (zone / "energy_uj").write_text(f"{energy}\n")
+    (zone / "max_energy_range_uj").write_text(f"{maximum}\n")
+    return zone
+
+
+def test_rapl_counts_package_zones_only_and_unwraps_at_the_range(tmp_path: Path) -> None:
+    package = write_zone(tmp_path, "intel-rapl:0", 999_000_000, 1_000_000_000)
+    write_zone(tmp_path, "intel-rapl:0:0", 5, 1_000_000_000)  # a sub-zone: part of package 0
+    meter = create_rapl_meter(tmp_path)
+    assert meter.source == "rapl"
+    before = meter.snapshot()
+    (package / "energy_uj").write_text("2000000\n")  # wrapped past 1e9 µJ
+    after = Snapshot(before.at + 2.0, meter.read())
+    reading = meter.between(before, after, tokens=10)
+    assert reading.energy_j == pytest.approx((1_000_000_000 + 1 - 999_000_000 + 2_000_000) / 1e6)
+    assert reading.avg_power_w == pytest.approx(reading.energy_j / 2.0)
+
+
+def test_unreadable_rapl_is_null_with_the_reason(tmp_path: Path) -> None:
+    assert "no package zones" in create_rapl_meter(tmp_path / "absent").reason
+    zone = write_zone(tmp_path, "intel-rapl:0", 1, 10)
+    (zone / "energy_uj").unlink()
+    (zone / "energy_uj").mkdir()  # unreadable as a file, as a root-only file is for a user
+    assert "cannot read" in create_rapl_meter(tmp_path).reason
+
+
+def test_energy_survives_the_results_file() -> None:
+    energy = EnergyReading("rapl", 12.0, 3.0, 400)
+    cell = CellResult("accelerate", "fp32", 4, Outcome.OK, (1.0,), energy=energy)
+    stored = cell_to_dict(cell)
+    assert (stored["energy_j"], stored["j_per_token"], stored["avg_power_w"]) == (12.0, 0.03, 4.0)
+    assert cell_from_dict(json.loads(json.dumps(stored)), "r.json").energy == energy
+
+
+def test_a_cpu_run_on_this_host_reports_energy_or_says_why_not(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "bloomperf", "run", "--no-lock", "--new-tokens", "4",
+            "--cycles", "2", "--batch-sizes", "1", "--dtypes", "fp32", "--output", str(out),
+        ],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    cell = json.loads(out.read_text())["cells"][0]
+    energy = cell["energy"]
+    expected = create_rapl_meter()
+    if isinstance(expected, EnergyMeter) and expected.source == "unavailable":
+        assert cell["energy_j"] is None and energy["reason"] == expected.reason
+    else:
+        assert cell["energy_j"] > 0 and cell["avg_power_w"] > 0
+    assert energy["tokens"] == 1 * 4 * 2  # the two timed cycles only, not the warm-up
