@@ -22,7 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.run_cli",
     "bloomperf.diff",
     "bloomperf.baseline_cli",
-    "bloomperf.topology",
+    "bloomperf.topology_cli",
     "bloomperf.doctor",
     "bloomperf.history",
     "bloomperf.predict",

@@ -38,9 +38,20 @@ from typing import Any
 from bloomperf.devices import ORDER_ENV, PCI_ORDER, VISIBLE_ENV
 from bloomperf.errors import BloomperfError
 
+# The shared-memory cleanup lives in bloomperf.shm (multinode needs it without this module);
+# its names stay importable from here for the callers that have always found them here.
+from bloomperf.shm import SHM_DIR, SHM_PATTERN, cleanup_shm, mapped_paths, shm_segments
+
+__all__ = [
+    "SHM_DIR",
+    "SHM_PATTERN",
+    "cleanup_shm",
+    "mapped_paths",
+    "rank_group_command",
+    "shm_segments",
+]
+
 WORKER_MODULE = "bloomperf.worker"
-SHM_DIR = Path("/dev/shm")
-SHM_PATTERN = "deepspeed_allreduce_buffer_*"
 
 
 def extensions_dir() -> Path:
@@ -124,48 +135,3 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-# -- cleanup -----------------------------------------------------------------------------------
-
-
-def shm_segments() -> set[str]:
-    return {str(path) for path in SHM_DIR.glob(SHM_PATTERN)}
-
-
-def cleanup_shm(before: set[str] | None = None) -> list[str]:
-    """Remove the all-reduce segments our ranks left; return what was removed.
-
-    ``before``: segments that existed before the group started, kept. Segments a live process
-    still maps belong to a running group (another test, another user's job) and are kept too.
-    """
-    in_use = mapped_paths()
-    removed = []
-    for path in sorted(shm_segments() - (before or set())):
-        if path in in_use:
-            continue
-        try:
-            os.unlink(path)
-            removed.append(path)
-        except FileNotFoundError:
-            pass
-    return removed
-
-
-def mapped_paths() -> set[str]:
-    """Files under /dev/shm that any process we can see has mapped or open."""
-    paths: set[str] = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for line in (proc / "maps").read_text().splitlines():
-                if "/dev/shm/" in line:
-                    paths.add(line[line.index("/dev/shm/") :].removesuffix(" (deleted)"))
-            for fd in (proc / "fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("/dev/shm/"):
-                    paths.add(target)
-        except OSError:  # the process exited meanwhile, or is not ours to read
-            continue
-    return paths

@@ -42,6 +42,7 @@ import psutil
 from bloomperf.errors import BloomperfError
 from bloomperf.hostfile import active_hosts, rank_count, read_hostfile
 from bloomperf.jsonfile import write_text_atomic
+from bloomperf.shm import cleanup_shm
 
 LAUNCHERS = ("pdsh", "openmpi", "mvapich", "slurm")
 DS_ENV_FILE = "DS_ENV_FILE"  # deepspeed.launcher.runner.DEEPSPEED_ENVIRONMENT_NAME's variable
@@ -285,8 +286,6 @@ def kill_marked(group_id: str) -> list[int]:
 
 
 def run_cleanup(group_id: str) -> int:
-    from bloomperf.dslaunch import cleanup_shm
-
     killed = kill_marked(group_id)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(running(pid) for pid in killed):

@@ -1,0 +1,62 @@
+"""`bloomperf topology`: this machine's topology id, GPUs and software, or every node's.
+
+The command line only: detection is ``bloomperf.topology``'s, the multi-node read
+``bloomperf.nodes``'s (which builds on topology, hence this module above both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from bloomperf.multinode import LAUNCHERS
+from bloomperf.nodes import run_nodes_command
+from bloomperf.topology import (
+    describe,
+    detect_topology,
+    environment_fingerprint,
+    topology_to_dict,
+)
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "topology",
+        help="show this machine's GPUs, interconnect and software (the topology id baselines use)",
+        description="Show the topology id, GPUs, NVLinks, driver and software versions.",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="number of nodes (default: WORLD_SIZE / LOCAL_WORLD_SIZE, else 1)",
+    )
+    add_node_arguments(parser)
+    parser.set_defaults(func=run_topology_command)
+
+
+def add_node_arguments(parser: Any) -> None:
+    """Multi-node: read every node of a DeepSpeed hostfile, through the launcher's transport."""
+    parser.add_argument("--hostfile", help="list every node of this DeepSpeed hostfile")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="pdsh", help="[pdsh]")
+    parser.add_argument("--ssh-port", type=int, default=None, help="ssh port of the nodes")
+    parser.add_argument("--include", default=None, help="DeepSpeed's --include")
+    parser.add_argument("--exclude", default=None, help="DeepSpeed's --exclude")
+
+
+def run_topology_command(args: argparse.Namespace) -> int:
+    if args.hostfile:
+        return run_nodes_command(args)
+    topology = detect_topology(nodes=args.nodes)
+    environment = environment_fingerprint(topology)
+    if args.json:
+        print(
+            json.dumps(
+                {"topology": topology_to_dict(topology), "environment": environment}, indent=2
+            )
+        )
+    else:
+        print(describe(topology, environment))
+    return 0
