@@ -10,7 +10,7 @@ Controller → worker (rank 0):  {"op": "begin", "batch_size": B}   build inputs
                                 {"op": "close"}                    exit cleanly
 Worker → controller:            {"event": "hello", "pid": P, "world_size": W, "token": T}
                                 {"event": "loaded", "load_time_s": S, "details": {...}}
-                                {"event": "ready"}
+                                {"event": "ready", "backend_loads": N}
                                 {"event": "sample", "seconds": S, "step_ms": [MS, ...]}
                                 {"event": "ended", "torch_allocated_bytes": N, ...}
                                 {"event": "failed", "outcome": "oom"|"error", "message": M,

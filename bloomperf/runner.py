@@ -79,7 +79,10 @@ class GroupRunner:
         )
         group.mark_memory()  # drop what happened between cells from this cell's peak
         try:
-            group.request({"op": "begin", "batch_size": batch_size}, "ready")
+            ready = group.request({"op": "begin", "batch_size": batch_size}, "ready")
+            base = replace(
+                base, details={**base.details, "backend_loads": ready.get("backend_loads")}
+            )
             self._cycle_steps, self._cycle_energy = [], []
             self._batch_size = batch_size
             seconds = measure(lambda: self._cycle(group), self.warmup, self.cycles)

@@ -72,6 +72,7 @@ class Worker:
         self.new_tokens = int(spec["new_tokens"])
         self.inputs: dict[str, Any] = {}
         self.tokenizer: Any = None
+        self.loads = 0
 
     # -- load ------------------------------------------------------------------------------
 
@@ -79,6 +80,9 @@ class Worker:
         """Load the model; the returned seconds cover only the backend's load, not imports."""
         from transformers import AutoTokenizer
 
+        self.loads += (
+            1  # reported with each cell: "loaded once" is counted here, not by group starts
+        )
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.request.checkpoint))
         self.backend.prepare(self.request)
         self.backend.synchronize()
@@ -140,7 +144,7 @@ class Worker:
     def act(self, op: int, batch_size: int) -> dict[str, Any]:
         if op == OP_BEGIN:
             self.begin(batch_size)
-            return {"event": "ready"}
+            return {"event": "ready", "backend_loads": self.loads}
         if op == OP_CYCLE:
             return {"event": "sample", **self.cycle()}
         if op == OP_END:

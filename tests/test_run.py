@@ -77,6 +77,8 @@ def test_run_measures_the_tiny_model_and_loads_once_per_group(tmp_path: Path) ->
         assert cell["load_memory"]["source"] == "rss"
     # Loaded once, counted by the controller: the same load serves every batch size.
     assert {c["details"]["load_count"] for c in cells} == {1}
+    # ... and counted in the worker: backend.load ran once in it, whatever the controller did.
+    assert {c["details"]["backend_loads"] for c in cells} == {1}
     assert len({c["load_time_s"] for c in cells}) == 1
     # Per-token cost falls with the batch: the batch really is in the inputs.
     assert cells[2]["ms_per_token"] < cells[0]["ms_per_token"]

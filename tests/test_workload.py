@@ -98,3 +98,11 @@ def test_the_timed_region_lies_between_two_synchronisations(worker: Worker) -> N
     # The step timer synchronises at each step boundary inside generate, before its clock read.
     steps = ["synchronize"] * NEW_TOKENS
     assert calls == ["synchronize", "generate", *steps, "generated", "synchronize"]
+
+
+def test_ms_per_token_divides_by_every_token_of_the_batch() -> None:
+    from bloomperf.workload import ms_per_token
+
+    # The blog's metric: 8 rows x 100 new tokens in 2 s is 2.5 ms per token.
+    assert ms_per_token(2.0, 8, 100) == pytest.approx(2.5)
+    assert ms_per_token(2.0, 1, 100) == pytest.approx(20.0)

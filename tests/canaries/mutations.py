@@ -141,7 +141,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "bloomperf/workload.py",
         "return seconds * 1000.0 / (batch_size * new_tokens)",
         "return seconds * 1000.0 / new_tokens",
-        ("tests/test_run.py::test_run_measures_the_tiny_model_and_loads_once_per_group",),
+        (
+            "tests/test_workload.py::test_ms_per_token_divides_by_every_token_of_the_batch",
+            "tests/test_run.py::test_the_plugin_runs_the_matrix_with_pytest_benchmark",
+        ),
         "every batched figure would be off by the batch size against the blog's metric",
     ),
     Mutation(
@@ -247,5 +250,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                pass",
         ("tests/test_run.py::test_the_plugin_runs_the_matrix_with_pytest_benchmark",),
         "every pytest-benchmark JSON would read as an interrupted run and fail bloomperf diff",
+    ),
+    Mutation(
+        "model-reloaded-per-cell",
+        "bloomperf/worker.py",
+        "        self.inputs = build_inputs(",
+        "        self.load()\n        self.inputs = build_inputs(",
+        ("tests/test_run.py::test_run_measures_the_tiny_model_and_loads_once_per_group",),
+        "a reload per cell would make load time and memory figures wrong and runs hours longer",
     ),
 )
