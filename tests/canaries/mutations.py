@@ -24,7 +24,7 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "cleanup-shm-no-op",
-        "bloomperf/dslaunch.py",
+        "bloomperf/shm.py",
         "            os.unlink(path)\n            removed.append(path)",
         "            removed.append(path)",
         ("tests/test_ds_launch.py::test_cleanup_shm_removes_only_unused_new_segments",),
