@@ -52,6 +52,9 @@ INCOMPARABLE = "incomparable"
 ERROR = "error"
 TIMEOUT = "timeout"
 SKIPPED = "skipped"
+# Measured while the GPU throttled or its clocks moved (telemetry flags): neither same nor
+# regressed, because the figure reflects the GPU's cooling or power budget, not the software.
+UNTRUSTWORTHY = "untrustworthy"
 # Metric-only states: a figure the run did not measure, or one the baseline keeps unjudged.
 NOT_MEASURED = "not-measured"
 NOT_JUDGED = "not-judged"
@@ -68,6 +71,7 @@ CELL_STATUSES = (
     ERROR,
     TIMEOUT,
     SKIPPED,
+    UNTRUSTWORTHY,
 )
 
 METRICS = {"ms_per_token": "ms/token", "peak_memory": "peak memory", "load_time": "load time"}
@@ -154,6 +158,9 @@ class CellVerdict:
             return f"no baseline cell; measured {self.measured_outcome}{figure}{self._detail()}"
         if self.status == INCOMPARABLE:
             return f"incomparable: {self.message}"
+        if self.status == UNTRUSTWORTHY:
+            parts = [f"{METRICS[m.metric]} {m.status}: {m.describe()}" for m in self.metrics]
+            return f"untrustworthy ({self.message}); " + "; ".join(parts)
         return (self.fails() or self.status).removeprefix(f"{self.id}: ")
 
     def _detail(self) -> str:
@@ -300,6 +307,8 @@ def compare_cell(
     if cell.outcome == Outcome.OOM:
         return verdict(UNEXPECTED_OOM)
     metrics = compare_metrics(cell, expected)
+    if cell.telemetry is not None and cell.telemetry.flags:
+        return verdict(UNTRUSTWORTHY, metrics, "; ".join(cell.telemetry.flags))
     return verdict(status_of_metrics(metrics), metrics)
 
 

@@ -22,6 +22,7 @@ from bloomperf.compare import (
     SKIPPED,
     TIMEOUT,
     UNEXPECTED_OOM,
+    UNTRUSTWORTHY,
     CellVerdict,
     Comparison,
     MetricVerdict,
@@ -54,6 +55,7 @@ def cell_text(v: CellVerdict | None) -> str:
         BOUNDARY_MOVED_UP: " (OOM expected)",
         NO_BASELINE: " (no baseline)",
         INCOMPARABLE: " (incomparable)",
+        UNTRUSTWORTHY: " UNTRUSTWORTHY",
     }
     if v.measured_outcome == Outcome.OOM.value:
         oom = {EXPECTED_OOM: "OOM (expected)", UNEXPECTED_OOM: "OOM UNEXPECTED"}

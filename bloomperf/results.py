@@ -25,6 +25,7 @@ from bloomperf.jsonfile import (
 )
 from bloomperf.latency import StepSummary, summarize_steps, tokens_per_s
 from bloomperf.names import check_model_name, check_topology_id
+from bloomperf.telemetry import Telemetry, telemetry_from_dict, telemetry_to_dict
 
 RESULTS_KIND = "bloomperf-results"
 RESULTS_SCHEMA_VERSION = 1
@@ -98,6 +99,7 @@ class CellResult:
     # Per timed cycle, the ms of each generate step: prefill first, then each decode step.
     samples_step_ms: tuple[tuple[float, ...], ...] = ()
     energy: EnergyReading | None = None
+    telemetry: Telemetry | None = None  # GPU clocks/power/temperature; flags if not steady
 
     @property
     def id(self) -> str:
@@ -244,6 +246,8 @@ def cell_to_dict(c: CellResult) -> dict[str, Any]:
         "j_per_token": c.energy.j_per_token if c.energy else None,
         "avg_power_w": c.energy.avg_power_w if c.energy else None,
         "energy": energy_to_dict(c.energy),
+        "flags": list(c.telemetry.flags) if c.telemetry else [],
+        "telemetry": telemetry_to_dict(c.telemetry),
         "load_time_s": c.load_time_s,
         "peak_memory_bytes": c.peak_memory_bytes,
         "load_memory": memory_to_dict(c.load_memory),
@@ -337,6 +341,7 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         message=get_str(data, "message", where, default=""),
         details=get_dict(data, "details", where, default={}),
         energy=energy_from_dict(data.get("energy"), f"{where} energy"),
+        telemetry=telemetry_from_dict(data.get("telemetry"), f"{where} telemetry"),
         samples_step_ms=steps_from_list(
             get_list(data, "samples_step_ms", where, default=[]), where
         ),

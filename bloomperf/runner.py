@@ -12,7 +12,9 @@ from dataclasses import replace
 
 from bloomperf.launch import GroupSpec, LoadReport, WorkerFailure, WorkerGroup
 from bloomperf.measure.energy import EnergyMeter, create_meter, total_energy
+from bloomperf.measure.telemetry import TelemetrySampler, create_sampler
 from bloomperf.results import CellResult, EnergyReading, Outcome
+from bloomperf.telemetry import Telemetry, TelemetrySample, summarize
 from bloomperf.workload import ms_per_token
 
 # (one_cycle, warmup, cycles) -> seconds of each timed cycle. The default is a plain loop; the
@@ -34,6 +36,7 @@ class GroupRunner:
         warmup: int = 1,
         cycles: int = 5,
         energy_meter: EnergyMeter | None = None,
+        telemetry: TelemetrySampler | str | None = None,
     ) -> None:
         self.spec = spec
         self.warmup = warmup
@@ -48,6 +51,8 @@ class GroupRunner:
         self._cycle_energy: list[EnergyReading] = []
         self._batch_size = 0
         self.energy_meter = energy_meter  # created on the first cell (NVML or RAPL)
+        self.telemetry = telemetry  # a sampler, or why there is none; created on the first cell
+        self._cycle_telemetry: list[list[TelemetrySample]] = []
 
     def run_cell(self, batch_size: int, measure: Measure = measure_plainly) -> CellResult:
         base = CellResult(
@@ -83,7 +88,7 @@ class GroupRunner:
             base = replace(
                 base, details={**base.details, "backend_loads": ready.get("backend_loads")}
             )
-            self._cycle_steps, self._cycle_energy = [], []
+            self._cycle_steps, self._cycle_energy, self._cycle_telemetry = [], [], []
             self._batch_size = batch_size
             seconds = measure(lambda: self._cycle(group), self.warmup, self.cycles)
             peaks = group.request({"op": "end"}, "ended")
@@ -110,20 +115,42 @@ class GroupRunner:
             samples_ms_per_token=samples,
             samples_step_ms=tuple(self._cycle_steps[len(self._cycle_steps) - timed :]),
             energy=total_energy(self._cycle_energy[len(self._cycle_energy) - timed :]),
+            telemetry=self._telemetry_of(timed),
             generate_memory=memory,
         )
 
     def _cycle(self, group: WorkerGroup) -> float:
         # The energy counters are read here, in the controller, around the request: outside
         # the worker's timed region, so they add nothing to what is timed.
-        meter = self._meter()
+        meter, sampler = self._meter(), self._sampler()
+        if isinstance(sampler, TelemetrySampler):
+            sampler.samples = []
+            sampler.start()
         before = meter.snapshot()
-        reply = group.request({"op": "cycle"}, "sample")
+        try:
+            reply = group.request({"op": "cycle"}, "sample")
+        finally:
+            if isinstance(sampler, TelemetrySampler):
+                sampler.stop()
         after = meter.snapshot()
+        if isinstance(sampler, TelemetrySampler):
+            self._cycle_telemetry.append(sampler.samples)
         tokens = self._batch_size * self.spec.new_tokens
         self._cycle_energy.append(meter.between(before, after, tokens))
         self._cycle_steps.append(tuple(float(ms) for ms in reply.get("step_ms", [])))
         return float(reply["seconds"])
+
+    def _sampler(self) -> TelemetrySampler | str:
+        if self.telemetry is None:
+            self.telemetry = create_sampler(self.spec.device, [d.index for d in self.spec.devices])
+        return self.telemetry
+
+    def _telemetry_of(self, timed: int) -> Telemetry:
+        sampler = self._sampler()
+        if isinstance(sampler, str):
+            return summarize([], sampler)
+        cycles = self._cycle_telemetry[len(self._cycle_telemetry) - timed :]
+        return summarize([s for cycle in cycles for s in cycle], sampler.error)
 
     def _meter(self) -> EnergyMeter:
         if self.energy_meter is None:

@@ -35,6 +35,7 @@ class NvmlReplay:
     NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
     NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
     NVML_CLOCK_MEM = pynvml.NVML_CLOCK_MEM
+    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
     NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
     NVML_ERROR_NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
     NVML_MEMORY_ERROR_TYPE_UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
@@ -55,6 +56,8 @@ class NvmlReplay:
         self.drained.set()
         self._energy: dict[int, deque[Any]] = {}
         self._last_energy: dict[int, int] = {}
+        self._telemetry: dict[int, deque[dict[str, int]]] = {}
+        self._last_telemetry: dict[int, dict[str, int]] = {}
 
     @classmethod
     def load(cls, name: str) -> NvmlReplay:
@@ -73,6 +76,37 @@ class NvmlReplay:
         with self._lock:
             for index, values in per_device.items():
                 self._energy.setdefault(index, deque()).extend(values)
+
+    def script_telemetry(self, per_device: dict[int, list[dict[str, int]]]) -> None:
+        """Queue the next telemetry readings by device index, each a dict of ``sm_mhz``,
+        ``mem_mhz``, ``power_mw``, ``temp_c``, ``reasons``; one entry is taken per
+        SM-clock query (the first of a sampler's reads); an
+        empty queue repeats its last entry; a device never scripted answers NOT_SUPPORTED."""
+        with self._lock:
+            for index, values in per_device.items():
+                self._telemetry.setdefault(index, deque()).extend(values)
+                self._last_telemetry.setdefault(index, values[0])
+
+    def _reading(self, handle: Handle, key: str, advance: bool = False) -> int:
+        with self._lock:
+            queue = self._telemetry.get(handle.index)
+            if queue is None:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            if queue and key == "sm_mhz":  # a sampler's reading starts with the SM clock
+                self._last_telemetry[handle.index] = queue.popleft()
+            return int(self._last_telemetry[handle.index][key])
+
+    def nvmlDeviceGetClockInfo(self, handle: Handle, clock: int) -> int:
+        return self._reading(handle, "sm_mhz" if clock == pynvml.NVML_CLOCK_SM else "mem_mhz")
+
+    def nvmlDeviceGetPowerUsage(self, handle: Handle) -> int:
+        return self._reading(handle, "power_mw")
+
+    def nvmlDeviceGetTemperature(self, handle: Handle, sensor: int) -> int:
+        return self._reading(handle, "temp_c")
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Handle) -> int:
+        return self._reading(handle, "reasons")
 
     def set_processes(self, index: int, processes: list[tuple[int, int | None]]) -> None:
         self.devices[index]["processes"] = [{"pid": p, "usedGpuMemory": m} for p, m in processes]

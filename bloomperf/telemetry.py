@@ -1,0 +1,120 @@
+"""GPU telemetry of one cell (clocks, power, temperature, NVML's clock-event reasons) and the
+rule that flags a cell measured on a GPU that was not running at steady clocks.
+
+A flagged cell's figures say more about the GPU's cooling or power budget than about the
+software: ``bloomperf diff`` reports it as *untrustworthy* rather than regressed or same.
+Pure data and arithmetic: the sampler is ``bloomperf.measure.telemetry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# NVML's clocks-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
+SW_POWER_CAP = 0x4
+HW_SLOWDOWN = 0x8
+SW_THERMAL_SLOWDOWN = 0x20
+HW_THERMAL_SLOWDOWN = 0x40
+HW_POWER_BRAKE_SLOWDOWN = 0x80
+THERMAL = SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN
+POWER = SW_POWER_CAP | HW_POWER_BRAKE_SLOWDOWN
+# SM clock spread (max - min) / max over a cell's samples beyond which its clocks "moved": a
+# boosting GPU settles within a few percent; unlocked clocks wander by far more.
+CLOCK_MOVE_LIMIT = 0.10
+
+
+@dataclass(frozen=True)
+class TelemetrySample:
+    """One reading of one GPU."""
+
+    sm_clock_mhz: int
+    mem_clock_mhz: int
+    power_w: float
+    temperature_c: int
+    reasons: int  # NVML's clocks-event reason bitmask
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    samples: int
+    sm_clock_mhz: tuple[int, int] | None = None  # (min, max) over every GPU and sample
+    mem_clock_mhz: tuple[int, int] | None = None
+    max_power_w: float | None = None
+    max_temperature_c: int | None = None
+    reasons: int = 0  # every reason bit seen during the cell
+    flags: tuple[str, ...] = ()
+    reason: str = ""  # why there is no telemetry (CPU, NVML error)
+
+
+def summarize(samples: Sequence[TelemetrySample], reason: str = "") -> Telemetry:
+    if not samples:
+        return Telemetry(0, reason=reason or "no telemetry samples")
+    sm = [s.sm_clock_mhz for s in samples]
+    mem = [s.mem_clock_mhz for s in samples]
+    reasons = 0
+    for s in samples:
+        reasons |= s.reasons
+    return Telemetry(
+        samples=len(samples),
+        sm_clock_mhz=(min(sm), max(sm)),
+        mem_clock_mhz=(min(mem), max(mem)),
+        max_power_w=max(s.power_w for s in samples),
+        max_temperature_c=max(s.temperature_c for s in samples),
+        reasons=reasons,
+        flags=flags_for(reasons, min(sm), max(sm)),
+        reason=reason,
+    )
+
+
+def flags_for(reasons: int, sm_min: int, sm_max: int) -> tuple[str, ...]:
+    flags = []
+    if reasons & THERMAL:
+        flags.append("thermal-throttled")
+    if reasons & POWER:
+        flags.append("power-throttled")
+    if reasons & HW_SLOWDOWN:
+        flags.append("hw-slowdown")
+    if sm_max > 0 and (sm_max - sm_min) / sm_max > CLOCK_MOVE_LIMIT:
+        flags.append(f"sm-clock-moved {sm_min}-{sm_max} MHz")
+    return tuple(flags)
+
+
+def telemetry_to_dict(t: Telemetry | None) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {
+        "samples": t.samples,
+        "sm_clock_mhz": list(t.sm_clock_mhz) if t.sm_clock_mhz else None,
+        "mem_clock_mhz": list(t.mem_clock_mhz) if t.mem_clock_mhz else None,
+        "max_power_w": t.max_power_w,
+        "max_temperature_c": t.max_temperature_c,
+        "reasons": t.reasons,
+        "flags": list(t.flags),
+        "reason": t.reason,
+    }
+
+
+def telemetry_from_dict(data: Any, where: str) -> Telemetry | None:
+    """Lenient on purpose: telemetry only informs; a malformed entry reads as no telemetry."""
+    if not isinstance(data, dict):
+        return None
+
+    def pair(key: str) -> tuple[int, int] | None:
+        value = data.get(key)
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+            return (value[0], value[1])
+        return None
+
+    flags = data.get("flags")
+    return Telemetry(
+        samples=int(data.get("samples") or 0),
+        sm_clock_mhz=pair("sm_clock_mhz"),
+        mem_clock_mhz=pair("mem_clock_mhz"),
+        max_power_w=data.get("max_power_w"),
+        max_temperature_c=data.get("max_temperature_c"),
+        reasons=int(data.get("reasons") or 0),
+        flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
+        reason=str(data.get("reason") or ""),
+    )

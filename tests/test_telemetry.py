@@ -1,0 +1,95 @@
+"""GPU telemetry per cell and the trust flags: NVML replayed, verdicts through the real compare."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from nvml_replay import NvmlReplay
+
+from bloomperf.compare import UNTRUSTWORTHY, judge
+from bloomperf.comparison_text import render_comparison
+from bloomperf.diff import baseline_of_run
+from bloomperf.measure.telemetry import TelemetrySampler, create_sampler
+from bloomperf.results import (
+    CellResult,
+    ModelInfo,
+    Outcome,
+    RunResult,
+    WorkloadInfo,
+    cell_from_dict,
+    cell_to_dict,
+)
+from bloomperf.telemetry import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, summarize
+
+STEADY = {"sm_mhz": 1410, "mem_mhz": 1593, "power_mw": 300_000, "temp_c": 60, "reasons": 0}
+HOT = {**STEADY, "sm_mhz": 1395, "temp_c": 88, "reasons": HW_THERMAL_SLOWDOWN}
+
+
+def sample_cycle(nvml: NvmlReplay, indexes: list[int]) -> TelemetrySampler:
+    sampler = create_sampler("cuda", indexes, nvml=nvml)
+    assert isinstance(sampler, TelemetrySampler), sampler
+    sampler.interval_s = 0.001
+    sampler.start()
+    time.sleep(0.05)
+    sampler.stop()
+    return sampler
+
+
+def test_a_thermally_throttled_gpu_flags_the_cell() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    nvml.script_telemetry({0: [STEADY], 1: [STEADY, STEADY, HOT, STEADY]})
+    sampler = sample_cycle(nvml, [0, 1])
+    telemetry = summarize(sampler.samples)
+    assert telemetry.flags == ("thermal-throttled",)
+    assert telemetry.max_temperature_c == 88 and telemetry.max_power_w == 300.0
+    assert telemetry.sm_clock_mhz == (1395, 1410)  # 1 % apart: clocks did not "move"
+
+
+def test_steady_clocks_give_no_flag_and_moving_clocks_do() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    nvml.script_telemetry({0: [STEADY]})
+    assert summarize(sample_cycle(nvml, [0]).samples).flags == ()
+    # create_sampler's probe takes the first entry; the cycle then sees 1410, then 1100 MHz.
+    nvml.script_telemetry({2: [STEADY, STEADY, {**STEADY, "sm_mhz": 1100}]})
+    flags = summarize(sample_cycle(nvml, [2]).samples).flags
+    assert flags == ("sm-clock-moved 1100-1410 MHz",)
+    nvml.script_telemetry({3: [{**STEADY, "reasons": SW_POWER_CAP}]})
+    assert summarize(sample_cycle(nvml, [3]).samples).flags == ("power-throttled",)
+
+
+def test_no_gpu_or_no_nvml_counter_is_the_reason_not_a_flag() -> None:
+    assert create_sampler("cpu", []) == "cpu: no GPU telemetry"
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")  # nothing scripted: NOT_SUPPORTED
+    reason = create_sampler("cuda", [0], nvml=nvml)
+    assert isinstance(reason, str) and "Not Supported" in reason
+    assert summarize([], reason).flags == ()
+
+
+def run_of(cell: CellResult) -> RunResult:
+    model = ModelInfo("bloom-176b", "", 70, 1)
+    return RunResult(
+        model, WorkloadInfo(100, 3, 1, ()), "8xA100-SXM4-80GB", {}, (cell,), complete=True
+    )
+
+
+def test_diff_reports_a_flagged_cell_as_untrustworthy_not_regressed() -> None:
+    nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+    nvml.script_telemetry({0: [STEADY, HOT]})
+    telemetry = summarize(sample_cycle(nvml, [0]).samples)
+    before = CellResult("accelerate", "bf16", 1, Outcome.OK, (100.0, 101.0, 99.0))
+    # 50 % slower while throttled: a regression by the figures, untrustworthy by the telemetry.
+    after = CellResult("accelerate", "bf16", 1, Outcome.OK, (150.0, 151.0, 149.0))
+    baseline = baseline_of_run(run_of(before), "before.json", 0.05)
+    assert judge(run_of(after), baseline).cells[0].status == "regressed"
+    flagged = CellResult(
+        "accelerate", "bf16", 1, Outcome.OK, (150.0, 151.0, 149.0), telemetry=telemetry
+    )
+    comparison = judge(run_of(flagged), baseline)
+    verdict = comparison.cells[0]
+    assert verdict.status == UNTRUSTWORTHY and verdict.fails() is None
+    text = render_comparison(comparison, "text")
+    assert "UNTRUSTWORTHY" in text and "thermal-throttled" in text
+    stored = json.loads(json.dumps(cell_to_dict(flagged)))
+    assert stored["flags"] == ["thermal-throttled"]
+    assert cell_from_dict(stored, "r.json").telemetry == telemetry
