@@ -29,7 +29,6 @@ SHELL_CALLS = {
 # Keyword arguments that, written as a constant, switch a safe default off.
 UNSAFE_CONSTANT_KEYWORDS = {
     "shell": True,
-    "trust_remote_code": True,
     "safe_serialization": False,
     "use_safetensors": False,
     "weights_only": False,
@@ -75,6 +74,10 @@ def call_violations(node: ast.Call, line: str) -> list[str]:
     if name in ("eval", "exec"):
         found.append(f"{line}: calls {name}")
     keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
+    remote = keywords.get("trust_remote_code")
+    if remote is not None and not (isinstance(remote, ast.Constant) and remote.value is False):
+        # Only a literal False: a value computed from options or the environment could be True.
+        found.append(f"{line}: {name}(... trust_remote_code=<not literal False> ...)")
     for key, unsafe in UNSAFE_CONSTANT_KEYWORDS.items():
         value = keywords.get(key)
         if isinstance(value, ast.Constant) and value.value is unsafe:
@@ -99,16 +102,17 @@ def test_the_checker_catches_each_breach() -> None:
             "AutoModel.from_pretrained(name, trust_remote_code=True)",
             "model.save_pretrained(folder, safe_serialization=False)",
             "eval(text)",
+            "AutoModel.from_pretrained(name, trust_remote_code=options.get('trust_remote_code'))",
         ]
     )
     found = violations(bad, "bad.py")
-    assert len(found) == 10, found
+    assert len(found) == 11, found
     good = "\n".join(
         [
             "import subprocess, torch",
             "subprocess.run(['deepspeed', '--num_gpus', str(n)], check=True)",
             "torch.load(path, map_location='cpu', weights_only=True)",
-            "AutoModel.from_pretrained(name, trust_remote_code=options.get('trust_remote_code'))",
+            "AutoModel.from_pretrained(name, trust_remote_code=False)",
             "# pickle, shell=True and os.system in a comment are fine",
         ]
     )
