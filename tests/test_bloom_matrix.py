@@ -10,7 +10,10 @@ import pytest
 
 
 @pytest.mark.cpu
-def test_cpu(bloomperf_cell: Any, bloomperf: Any, benchmark: Any) -> None:
+def test_cpu_smoke(bloomperf_cell: Any, bloomperf: Any, benchmark: Any) -> None:
+    """A smoke test, not a performance check: the cell runs through the real worker and its
+    outcome and memory are judged against ``baselines/cpu.tiny.json``, but that baseline sets
+    no ms/token tolerance (CPU timings on a shared machine say nothing), so a slowdown passes."""
     bloomperf.check(bloomperf_cell, benchmark)
 
 
