@@ -44,7 +44,11 @@ ONE_STEP_OFF = {("8xA100-SXM4-80GB", "ds-zero", "bf16"): 1}
 
 
 @pytest.mark.parametrize("topology", ["8xA100-SXM4-80GB", "4xA100-SXM4-80GB"])
-def test_predicted_boundaries_match_the_blog(topology: str) -> None:
+def test_predicted_boundaries_reproduce_the_blog_rows_they_were_fitted_on(topology: str) -> None:
+    """Not a validation: KV_HEADROOM was chosen on these very rows (every Accelerate and
+    DeepSpeed-Inference boundary of both tables, see predict.py), and ONE_STEP_OFF records the
+    ZeRO-3 row the model misses. It keeps the model from drifting off its fit; rows held out
+    of the fit (other GPUs, other shapes) are what would validate it, and CI has none."""
     baseline = find_baseline(topology, "bloom-176b", BASELINES)
     assert baseline is not None, f"no baseline for {topology} in {BASELINES}"
     _, n_gpus, gpus = parse_topology_id(topology)
