@@ -488,16 +488,29 @@ def roofline_ms_per_token(
     real limit, are not in this bound.)
     """
     n_layer = check_layers(layers, shape.n_layer, shape.name)
-    parallel = n_gpus if backend in ("ds-inference", "ds-autotp") else 1
-    weights = n_layer * layer_bytes(shape, dtype) + embedding_bytes(shape, dtype)
-    mean_tokens = prompt_tokens + new_tokens // 2
-    cache = kv_bytes(shape, n_layer, dtype, batch, mean_tokens)
-    memory_s = (weights + cache) / (gpus.bandwidth_bytes_per_s * parallel)
+    parallel = parallel_gpus(backend, n_gpus)
+    step_bytes = decode_step_bytes(shape, n_layer, dtype, batch, prompt_tokens, new_tokens)
+    memory_s = step_bytes / (gpus.bandwidth_bytes_per_s * parallel)
     flops = 2 * shape.parameters(n_layer) * batch
     compute_s = flops / (gpus.peak_rate(dtype) * parallel)
     if streams is None:
         streams = n_gpus if backend == "ds-zero" else 1
     return max(memory_s, compute_s) * 1000.0 / (batch * streams)
+
+
+def parallel_gpus(backend: str, n_gpus: int) -> int:
+    """GPUs whose bandwidth and FLOPs one step uses at once: every GPU under tensor
+    parallelism; one under Accelerate's pipeline (one stage at a time) and per ZeRO rank."""
+    return n_gpus if backend in ("ds-inference", "ds-autotp") else 1
+
+
+def decode_step_bytes(
+    shape: ModelShape, n_layer: int, dtype: str, batch: int, prompt_tokens: int, new_tokens: int
+) -> int:
+    """Bytes one decode step reads: every weight once, and the KV cache at its mean length."""
+    weights = n_layer * layer_bytes(shape, dtype) + embedding_bytes(shape, dtype)
+    mean_tokens = prompt_tokens + new_tokens // 2
+    return weights + kv_bytes(shape, n_layer, dtype, batch, mean_tokens)
 
 
 def efficiency(measured_ms_per_token: float, bound_ms_per_token: float) -> float:

@@ -35,6 +35,7 @@ from bloomperf.results import (
 )
 from bloomperf.runner import GroupRunner, Measure, measure_plainly
 from bloomperf.topology import Topology, detect_topology, environment_fingerprint
+from bloomperf.utilisation import cell_utilisation
 from bloomperf.workload import PROMPTS
 
 DEFAULT_MODEL = {"cpu": "tiny", "cuda": "bloom-176b"}
@@ -265,6 +266,19 @@ def with_prediction(result: CellResult, session: Session) -> CellResult:
     bound = predicted.get("roofline_ms_per_token")
     if bound and result.ms_per_token:
         predicted["efficiency_percent"] = efficiency(result.ms_per_token, bound)
+    if result.outcome is Outcome.OK:
+        steps = result.steps
+        predicted |= cell_utilisation(
+            session.model.shape,
+            session.model.layers,
+            session.topology.id,
+            result.backend,
+            result.dtype,
+            result.batch_size,
+            session.run.workload.new_tokens,
+            steps.ttft_ms if steps else None,
+            steps.tpot_ms if steps else None,
+        )
     factor = result.details.get("aggregate_batch_factor")
     if isinstance(factor, int) and factor > 1 and result.ms_per_token:
         # ZeRO ranks all ran the same batch in lock-step; given independent inputs each would

@@ -111,3 +111,5 @@ def test_a_cpu_run_on_this_host_reports_energy_or_says_why_not(tmp_path: Path) -
         assert cell["energy_j"] > 0 and cell["avg_power_w"] > 0
     assert energy["tokens"] == 1 * 4 * 2  # the two timed cycles only, not the warm-up
     assert cell["flags"] == [] and cell["telemetry"]["reason"] == "cpu: no GPU telemetry"
+    assert cell["details"]["mbu_percent"] is None
+    assert cell["details"]["utilisation_reason"] == "cpu: no peak bandwidth or FLOP figures"
