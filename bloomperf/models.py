@@ -29,6 +29,7 @@ from typing import IO, Any
 from bloomperf.errors import BloomperfError
 from bloomperf.jsonfile import parse_json_text
 from bloomperf.names import MODEL_NAME, check_model_name
+from bloomperf.progress import ByteProgress
 from bloomperf.workload import PROMPTS
 
 # Bump when the bytes a build writes change (init scheme, tokenizer corpus, file layout): the
@@ -114,8 +115,12 @@ class PreparedModel:
 
 
 def default_cache_dir() -> Path:
+    """``$BLOOMPERF_CACHE``, else ``$XDG_CACHE_HOME/bloomperf``, else ``~/.cache/bloomperf``."""
     env = os.environ.get("BLOOMPERF_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "bloomperf"
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "bloomperf"
 
 
 def resolve_model(
@@ -323,11 +328,15 @@ def write_weights(shape: ModelShape, layers: int, folder: Path, seed: int) -> No
         names = ["model.safetensors"]
     else:
         names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-    for file_name, specs in zip(names, shards, strict=True):
-        write_shard(folder / file_name, specs, dtype, shape.initializer_range, seed)
+    total = sum(s.numel for specs in shards for s in specs) * item
+    progress = ByteProgress(f"building {shape.name} ({layers} layers)", total)
+    try:
+        for file_name, specs in zip(names, shards, strict=True):
+            write_shard(folder / file_name, specs, dtype, shape.initializer_range, seed, progress)
+    finally:
+        progress.close()
     if len(shards) > 1:
         weight_map = {s.name: f for f, specs in zip(names, shards, strict=True) for s in specs}
-        total = sum(s.numel for specs in shards for s in specs) * item
         write_json(
             folder / "model.safetensors.index.json",
             {"metadata": {"total_size": total}, "weight_map": weight_map},
@@ -347,7 +356,14 @@ def split_shards(specs: list[TensorSpec], item: int) -> list[list[TensorSpec]]:
     return shards
 
 
-def write_shard(path: Path, specs: list[TensorSpec], dtype: str, std: float, seed: int) -> None:
+def write_shard(
+    path: Path,
+    specs: list[TensorSpec],
+    dtype: str,
+    std: float,
+    seed: int,
+    progress: ByteProgress | None = None,
+) -> None:
     """One safetensors file: 8-byte header length, JSON header, then the raw tensors."""
     code, item = _DTYPE_CODES[dtype]
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
@@ -365,7 +381,7 @@ def write_shard(path: Path, specs: list[TensorSpec], dtype: str, std: float, see
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(encoded)))
         f.write(encoded)
-        write_values(f, specs, dtype, std, seed)
+        write_values(f, specs, dtype, std, seed, progress)
 
 
 @dataclass(frozen=True)
@@ -375,7 +391,14 @@ class Chunk:
     count: int
 
 
-def write_values(f: IO[bytes], specs: list[TensorSpec], dtype: str, std: float, seed: int) -> None:
+def write_values(
+    f: IO[bytes],
+    specs: list[TensorSpec],
+    dtype: str,
+    std: float,
+    seed: int,
+    progress: ByteProgress | None = None,
+) -> None:
     """Generate chunks on a few threads (torch releases the GIL), write them in order.
 
     Random generation runs at ~100-200 M values/s per core, so one thread would spend a minute
@@ -392,9 +415,16 @@ def write_values(f: IO[bytes], specs: list[TensorSpec], dtype: str, std: float, 
         for chunk in chunks:
             pending.append(pool.submit(chunk_values, chunk, dtype, std, seed))
             if len(pending) > 2 * workers:
-                f.write(as_bytes(pending.popleft().result()))
+                write_chunk(f, pending.popleft().result(), progress)
         while pending:
-            f.write(as_bytes(pending.popleft().result()))
+            write_chunk(f, pending.popleft().result(), progress)
+
+
+def write_chunk(f: IO[bytes], values: Any, progress: ByteProgress | None) -> None:
+    data = as_bytes(values)
+    f.write(data)
+    if progress is not None:
+        progress.advance(data.nbytes)
 
 
 def chunk_values(chunk: Chunk, dtype: str, std: float, seed: int) -> Any:

@@ -22,6 +22,7 @@ from bloomperf.errors import BloomperfError
 from bloomperf.formatting import clean
 from bloomperf.matrix import Cell, plan_groups
 from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
+from bloomperf.progress import emit, set_sink
 from bloomperf.results import CellResult, Outcome, RunResult, cell_to_dict, run_to_dict
 from bloomperf.run import Session, lock_key
 from bloomperf.table import render_run_table
@@ -128,6 +129,8 @@ class BloomperfController:
         self.sessions: dict[str, Session] = {}
         self.topology: Topology | None = None
         self._locks: list[Any] = []
+        self._started = 0  # matrix cells started (of _total collected), for the progress lines
+        self._total = 0
         # The run context stored in each benchmark's extra_info, marked complete at the end.
         self._contexts: dict[str, list[dict[str, Any]]] = {}
 
@@ -145,6 +148,10 @@ class BloomperfController:
             lock.__enter__()
             self._locks.append(lock)
             options = {**self.options, "device": device}
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                # Build and load progress live, past pytest's capture (dots otherwise).
+                set_sink(reporter.write_line)
             if options.get("output") is None:
                 # Always keep a complete results file: pytest-benchmark's JSON leaves out cells
                 # that timed nothing (OOM, error, timeout).
@@ -161,6 +168,8 @@ class BloomperfController:
             session = self.session(device)
         except BloomperfError as exc:
             pytest.fail(str(exc), pytrace=False)
+        self._started += 1
+        emit(f"cell {self._started}/{self._total}: {cell.id}")
         result = session.measure_cell(cell, pedantic_measure(benchmark))
         benchmark.extra_info["bloomperf"] = cell_to_dict(result)
         # pytest-benchmark drops benchmarks that timed nothing (OOM, error, timeout): keep those
@@ -185,6 +194,7 @@ class BloomperfController:
 
         # A stable sort: parametrisation order is already group-major, batch sizes ascending.
         items.sort(key=lambda item: cell_of(item) is not None)
+        self._total = sum(cell_of(item) is not None for item in items)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -224,6 +234,8 @@ class BloomperfController:
         for lock in reversed(self._locks):
             lock.__exit__(None, None, None)
         self._locks.clear()
+        if self.sessions:
+            set_sink(None)
         # Cells fail their own tests; a run that measured nothing fails the session itself.
         nothing = any(self.verdict(s).incomplete for s in self.sessions.values())
         if nothing and session.exitstatus == pytest.ExitCode.OK:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,6 +20,7 @@ from bloomperf.formatting import clean
 from bloomperf.lock import hold_device_lock
 from bloomperf.options import add_cli_options, resolve_options
 from bloomperf.plan import add_plan_arguments, run_dry
+from bloomperf.progress import emit, time_left
 from bloomperf.results import CellResult, Outcome, RunResult
 from bloomperf.run import Session, all_cells, lock_key
 from bloomperf.table import render_run_table
@@ -49,11 +51,16 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
             file=err,
         )
         done = 0
+        started = time.monotonic()
         try:
             for cell in all_cells(session):
+                emit(f"cell {done + 1}/{total}: {cell.id}")
                 result = session.measure_cell(cell)
                 done += 1
-                print(f"  [{done}/{total}] {cell.id:<28} {describe(result)}", file=err, flush=True)
+                left = time_left(done, total, time.monotonic() - started)
+                eta = f"  (about {left} left)" if left else ""
+                line = f"  [{done}/{total}] {cell.id:<28} {describe(result)}{eta}"
+                print(line, file=err, flush=True)
         except KeyboardInterrupt:
             session.stop()
             print(f"bloomperf: interrupted; {done} cells saved in {session.output}", file=err)

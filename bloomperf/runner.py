@@ -13,6 +13,7 @@ from dataclasses import replace
 from bloomperf.launch import GroupSpec, LoadReport, WorkerFailure, WorkerGroup
 from bloomperf.measure.energy import EnergyMeter, create_meter, total_energy
 from bloomperf.measure.telemetry import TelemetrySampler, create_sampler
+from bloomperf.progress import heartbeat, last_line
 from bloomperf.results import CellResult, EnergyReading, Outcome
 from bloomperf.telemetry import Telemetry, TelemetrySample, summarize
 from bloomperf.workload import ms_per_token
@@ -163,8 +164,10 @@ class GroupRunner:
             group = WorkerGroup(self.spec)
             self.group = group
             self.load_count += 1
+            what = f"loading {self.spec.backend} {self.spec.dtype}"
             try:
-                self.loaded = group.start()
+                with heartbeat(what, lambda: last_line(group.log_path)):
+                    self.loaded = group.start()
             except WorkerFailure:
                 self.stop()
                 raise

@@ -1,0 +1,89 @@
+"""Progress on slow work: heartbeat lines off a terminal for building, loading and cells."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bloomperf import progress
+
+
+def test_bloomperf_run_prints_build_and_load_progress_before_the_first_cell(
+    tmp_path: Path,
+) -> None:
+    env = {
+        **os.environ,
+        "BLOOMPERF_CACHE": str(tmp_path / "cache"),
+        "BLOOMPERF_HEARTBEAT_S": "0.1",
+    }
+    command = [sys.executable, "-m", "bloomperf", "run", "--no-lock", "--model", "tiny"]
+    command += ["--backends", "accelerate", "--dtypes", "fp32", "--batch-sizes", "1,2"]
+    command += ["--new-tokens", "5", "--cycles", "1", "--output", str(tmp_path / "r.json")]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    stamp = r"^\d\d:\d\d:\d\dZ bloomperf: "
+
+    def first(pattern: str) -> int:
+        return next(i for i, line in enumerate(lines) if re.search(pattern, line))
+
+    build = first(stamp + r"building tiny \(2 layers\): [\d.]+ MB to write$")
+    cell = first(stamp + r"cell 1/2: accelerate-fp32-bs1$")
+    loading = first(stamp + r"loading accelerate fp32 \.\.\.$")
+    beat = first(stamp + r"loading accelerate fp32: \d+ s")  # a load takes over 0.1 s
+    measured = first(r"^  \[1/2\] accelerate-fp32-bs1 +[\d.]+ ms/token  \(about \d+ s left\)$")
+    assert build < cell < loading < beat < measured
+    assert re.search(r"^  \[2/2\] accelerate-fp32-bs2 +[\d.]+ ms/token$", done.stderr, re.M)
+
+
+def test_byte_progress_reports_rate_and_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines: list[str] = []
+    monkeypatch.setenv("BLOOMPERF_HEARTBEAT_S", "0.1")
+    progress.set_sink(lines.append)
+    try:
+        bar = progress.ByteProgress("building x", 4_000_000)
+        time.sleep(0.15)
+        bar.advance(1_000_000)
+        bar.advance(1_000_000)  # within the interval: no line
+        bar.close()
+    finally:
+        progress.set_sink(None)
+    assert lines[0].endswith("bloomperf: building x: 4.0 MB to write")
+    assert len(lines) == 2
+    assert re.search(
+        r"building x: 1.0 MB of 4.0 MB \(25 %\), [\d.]+ MB/s, about \d+ s left$", lines[1]
+    )
+
+
+def test_heartbeat_quotes_the_latest_state_of_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "worker.log"
+    log.write_text("starting\nLoading weights:  10%|#\rLoading weights:  90%|#########\r")
+    lines: list[str] = []
+    monkeypatch.setenv("BLOOMPERF_HEARTBEAT_S", "0.1")
+    progress.set_sink(lines.append)
+    try:
+        with progress.heartbeat("loading a b", lambda: progress.last_line(log)):
+            time.sleep(0.35)
+    finally:
+        progress.set_sink(None)
+    assert lines[0].endswith("bloomperf: loading a b ...")
+    assert len(lines) >= 3
+    assert lines[1].endswith("loading a b: 0 s; last log line: Loading weights:  90%|#########")
+    count = len(lines)
+    time.sleep(0.25)
+    assert len(lines) == count  # the thread stopped with the block
