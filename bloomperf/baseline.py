@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from bloomperf.jsonfile import (
     read_json,
     write_json_atomic,
 )
+from bloomperf.latency import JUDGED_LATENCY, per_cycle
 from bloomperf.names import check_model_name, check_topology_id
 from bloomperf.results import CellResult, Outcome, RunResult, cell_id, check_backend_and_dtype
 
@@ -91,6 +92,10 @@ class BaselineCell:
     load_time_s: float | None = None
     load_time_tolerance: float | None = None
     provenance: str = ""
+    # Per-cycle TTFT / TPOT / TPOT p99 of a recorded run (bloomperf.latency.per_cycle) and
+    # their tolerances: only baselines accepted from real runs have them.
+    latency_samples: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    latency_tolerances: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -238,7 +243,18 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
         load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
         load_time_tolerance=_tolerance(data, "load_time_tolerance", where),
         provenance=get_str(data, "provenance", where, default=""),
+        **latency_from_dict(get_dict(data, "latency", where, default={}), f"{where} latency"),
     )
+
+
+def latency_from_dict(data: dict[str, Any], where: str) -> dict[str, Any]:
+    samples, tolerances = {}, {}
+    for metric, entry in data.items():
+        if metric not in JUDGED_LATENCY or not isinstance(entry, dict):
+            raise BloomperfError(f"{where}: unknown latency metric {metric!r}")
+        samples[metric] = _floats(get_list(entry, "samples", where), where)
+        tolerances[metric] = _tolerance(entry, "tolerance", where)
+    return {"latency_samples": samples, "latency_tolerances": tolerances}
 
 
 def cell_to_dict(c: BaselineCell) -> dict[str, Any]:
@@ -259,6 +275,11 @@ def cell_to_dict(c: BaselineCell) -> dict[str, Any]:
         "load_time_tolerance": c.load_time_tolerance,
     }
     data.update({k: v for k, v in optional.items() if v is not None})
+    if c.latency_samples:
+        data["latency"] = {
+            metric: {"samples": list(values), "tolerance": c.latency_tolerances.get(metric)}
+            for metric, values in c.latency_samples.items()
+        }
     data["provenance"] = c.provenance
     return data
 
@@ -588,7 +609,18 @@ def baseline_cell_of(
         load_time_s=load,
         load_time_tolerance=tol["load_time"] if load is not None else None,
         provenance=provenance,
+        latency_samples=per_cycle(cell.samples_step_ms) if ok else {},
+        latency_tolerances=latency_tolerances(topology, old),
     )
+
+
+def latency_tolerances(topology: str, old: BaselineCell | None) -> dict[str, float | None]:
+    """Per-metric defaults (None on CPU: recorded, not judged); an existing cell's are kept."""
+    cpu = topology.lower().startswith("cpu")
+    tol: dict[str, float | None] = {m: None if cpu else t for m, t in JUDGED_LATENCY.items()}
+    if old is not None:
+        tol |= {m: t for m, t in old.latency_tolerances.items() if t is not None}
+    return tol
 
 
 def provenance_of_run(run: RunResult, source: str, now: str | None) -> Provenance:

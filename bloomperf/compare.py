@@ -41,6 +41,7 @@ from bloomperf.baseline import (
     oom_boundary,
 )
 from bloomperf.formatting import format_value
+from bloomperf.latency import per_cycle
 from bloomperf.results import CellResult, Outcome, RunResult, cell_id, latency_to_dict
 from bloomperf.stats import IMPROVED, REGRESSED, SAME, RatioEstimate, classify_ratio, estimate_ratio
 
@@ -74,7 +75,14 @@ CELL_STATUSES = (
     UNTRUSTWORTHY,
 )
 
-METRICS = {"ms_per_token": "ms/token", "peak_memory": "peak memory", "load_time": "load time"}
+METRICS = {
+    "ms_per_token": "ms/token",
+    "peak_memory": "peak memory",
+    "load_time": "load time",
+    "ttft_ms": "TTFT",
+    "tpot_ms": "TPOT p50",
+    "tpot_p99_ms": "TPOT p99",
+}
 
 
 @dataclass(frozen=True)
@@ -252,6 +260,18 @@ def compare_metrics(cell: CellResult, expected: BaselineCell) -> tuple[MetricVer
             expected.load_time_tolerance,
         ),
     ]
+    # Latency only against baselines recorded from runs (the reference tables have none).
+    measured_latency = per_cycle(cell.samples_step_ms)
+    for metric, samples in expected.latency_samples.items():
+        verdicts.append(
+            compare_metric(
+                metric,
+                measured_latency.get(metric, ()),
+                statistics.median(samples) if samples else None,
+                expected.latency_tolerances.get(metric),
+                samples,
+            )
+        )
     # A figure neither side has is noise in a report; one side having it is worth saying.
     return tuple(v for v in verdicts if v.measured is not None or v.expected is not None)
 

@@ -59,7 +59,7 @@ def format_value(metric: str, value: float | str | None) -> str:
         return "nothing"
     if isinstance(value, str):
         return value
-    if metric == "ms_per_token":
+    if metric == "ms_per_token" or metric.endswith("_ms"):  # also TTFT and TPOT
         return format_ms(value)
     if metric == "peak_memory":
         return format_gib(value)

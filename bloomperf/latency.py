@@ -47,6 +47,23 @@ def summarize_steps(cycles: Sequence[Sequence[float]]) -> StepSummary | None:
     )
 
 
+# The latency metrics judged against recorded baselines, and their default tolerances on GPUs:
+# a tail is noisier than a median, so the p99 gets a wider one. On CPU they are recorded only.
+JUDGED_LATENCY: dict[str, float] = {"ttft_ms": 0.10, "tpot_ms": 0.05, "tpot_p99_ms": 0.15}
+
+
+def per_cycle(cycles: Sequence[Sequence[float]]) -> dict[str, tuple[float, ...]]:
+    """One figure per cycle for each judged metric: the statistics compare cycles, as they do
+    for ms/token. Empty when the cycles have no decode step."""
+    if not cycles or any(len(steps) < 2 for steps in cycles):
+        return {}
+    return {
+        "ttft_ms": tuple(steps[0] for steps in cycles),
+        "tpot_ms": tuple(statistics.median(steps[1:]) for steps in cycles),
+        "tpot_p99_ms": tuple(percentile(steps[1:], 99.0) for steps in cycles),
+    }
+
+
 def tokens_per_s(ms_per_token: float | None) -> float | None:
     """Throughput: batch × new tokens ÷ cycle time, which is 1000 ÷ the blog's ms/token."""
     if not ms_per_token:
