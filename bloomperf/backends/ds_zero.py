@@ -84,11 +84,24 @@ class DeepSpeedZeroBackend(Backend):
             "kernel_inject": False,
             # Each rank could serve its own batch; the measured cycle runs the same one on all.
             "aggregate_batch_factor": self._world_size,
+            "partition": zero_partition(self.model),
             "deepspeed": installed_version("deepspeed"),
         }
 
     def close(self) -> None:
         del self.model, self.engine
+
+
+def zero_partition(model: Any) -> dict[str, int] | None:
+    """ZeRO-3's own record for the first query_key_value weight: its full size (ds_numel) and
+    the part this rank holds (ds_tensor), which proves the parameters really are partitioned."""
+    for name, parameter in model.named_parameters():
+        if name.endswith("query_key_value.weight") and hasattr(parameter, "ds_tensor"):
+            return {
+                "ds_numel": int(parameter.ds_numel),
+                "rank_numel": int(parameter.ds_tensor.numel()),
+            }
+    return None
 
 
 def zero3_config(request: LoadRequest, hidden_size: int) -> dict[str, Any]:

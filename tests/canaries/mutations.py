@@ -259,4 +259,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_run.py::test_run_measures_the_tiny_model_and_loads_once_per_group",),
         "a reload per cell would make load time and memory figures wrong and runs hours longer",
     ),
+    Mutation(
+        "zero-not-partitioned",
+        "bloomperf/backends/ds_zero.py",
+        '        "stage": 3,',
+        '        "stage": 2,',
+        ("tests/test_tp_shards.py::test_each_zero_rank_holds_half_of_each_parameter",),
+        "every ZeRO rank would hold the whole model: the ZeRO rows would measure something else",
+    ),
 )
