@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -87,6 +88,7 @@ class WorkerGroup:
         self.watch: Any = None
         self.group_id = ""  # a multi-node group's id, in every rank's environment
         self._workdir = Path(tempfile.mkdtemp(prefix="bloomperf-worker-"))
+        self.failed = False
         self.log_path = (spec.log_dir or self._workdir) / (
             f"worker-{spec.backend}-{spec.dtype}-{os.getpid()}-{time.monotonic_ns()}.log"
         )
@@ -238,6 +240,7 @@ class WorkerGroup:
 
     def _raise_died(self) -> NoReturn:
         if self.lost:
+            self.failed = True
             self.kill()
             raise WorkerFailure("error", f"{self.lost}; log tail:\n{self.log_tail()}")
         code = self.process.wait(timeout=30) if self.process is not None else None
@@ -250,6 +253,7 @@ class WorkerGroup:
         """The group's failure, told by the rank that caused it: rank 0's report, or a report
         another rank left in the group's folder before it exited (an OOM on rank 1 ends with
         rank 0 killed or failing in a collective: the cause is rank 1's)."""
+        self.failed = True  # keep its folder: the cell's message names the log in it
         report = root_cause([*([rank0] if rank0 else []), *read_rank_reports(self._workdir)])
         if report is None:
             return WorkerFailure(outcome, message)
@@ -280,6 +284,8 @@ class WorkerGroup:
             except (ConnectionClosed, subprocess.TimeoutExpired):
                 pass
         self.kill()
+        if not self.failed:
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
     def kill(self) -> None:
         """Kill every process of the group (idempotent) and release what it held."""

@@ -170,6 +170,7 @@ class Session:
             load_timeout_s=self.options.get("load_timeout") or 1800.0,
             cell_timeout_s=self.options.get("cell_timeout") or 1800.0,
             devices=group_gpus(self.topology, self.device, self.options, cell.backend, world_size),
+            log_dir=logs_dir(self.output) if self.output is not None else None,
         )
 
     def world_size(self, backend: type[Backend]) -> int:
@@ -250,6 +251,11 @@ class Session:
         if self.output is not None:
             save_run(self.run, self.output)
         return self.run
+
+
+def logs_dir(output: Path) -> Path:
+    """Every worker log of a run, in one folder beside its results (the nightly uploads it)."""
+    return Path(f"{output}.logs")
 
 
 def with_prediction(result: CellResult, session: Session) -> CellResult:

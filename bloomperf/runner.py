@@ -18,6 +18,8 @@ from bloomperf.results import CellResult, EnergyReading, Outcome
 from bloomperf.telemetry import Telemetry, TelemetrySample, summarize
 from bloomperf.workload import ms_per_token
 
+LOG_TAIL_LINES = 15  # of a failed group's log, quoted in the cell's message
+
 # (one_cycle, warmup, cycles) -> seconds of each timed cycle. The default is a plain loop; the
 # pytest plugin passes one that runs the cycles inside pytest-benchmark's pedantic().
 Measure = Callable[[Callable[[], float], int, int], list[float]]
@@ -99,7 +101,7 @@ class GroupRunner:
             return replace(
                 base,
                 outcome=Outcome(failure.outcome),
-                message=failure.message,
+                message=with_log(failure, group).message,
                 generate_memory=memory,
             )
         memory = group.mark_memory()
@@ -168,9 +170,9 @@ class GroupRunner:
             try:
                 with heartbeat(what, lambda: last_line(group.log_path)):
                     self.loaded = group.start()
-            except WorkerFailure:
+            except WorkerFailure as failure:
                 self.stop()
-                raise
+                raise with_log(failure, group) from None
         return self.group, self.loaded
 
     def stop(self) -> None:
@@ -178,3 +180,16 @@ class GroupRunner:
             self.group.close()
         self.group = None
         self.loaded = None
+
+
+def with_log(failure: WorkerFailure, group: WorkerGroup) -> WorkerFailure:
+    """An error or timeout names the group's log and quotes its last lines (an OOM's message
+    is the library's own and says enough)."""
+    if failure.outcome not in (Outcome.ERROR.value, Outcome.TIMEOUT.value):
+        return failure
+    message = f"{failure.message}\nworker log: {group.log_path}"
+    if "log tail:" not in failure.message:
+        tail = group.log_tail().strip().splitlines()[-LOG_TAIL_LINES:]
+        if tail:
+            message += "\nlog tail:\n" + "\n".join(tail)
+    return WorkerFailure(failure.outcome, message)

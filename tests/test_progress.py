@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bloomperf import progress
+from bloomperf.results import Outcome, load_run
 
 
 def test_bloomperf_run_prints_build_and_load_progress_before_the_first_cell(
@@ -87,3 +89,44 @@ def test_heartbeat_quotes_the_latest_state_of_the_log(
     count = len(lines)
     time.sleep(0.25)
     assert len(lines) == count  # the thread stopped with the block
+
+
+# ---- worker logs --------------------------------------------------------------------------------
+
+
+def run_tiny(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "BLOOMPERF_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    command = [sys.executable, "-m", "bloomperf", "run", "--no-lock", "--backends", "accelerate"]
+    command += ["--dtypes", "fp32", "--batch-sizes", "1", "--new-tokens", "3", "--cycles", "1"]
+    command += ["--output", str(tmp_path / "r.json"), *extra]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_clean_run_keeps_its_logs_beside_the_results_and_no_temporary_folder(
+    tmp_path: Path,
+) -> None:
+    done = run_tiny(tmp_path, "--model", "tiny")
+    assert done.returncode == 0, done.stderr
+    logs = list((tmp_path / "r.json.logs").glob("worker-accelerate-fp32-*.log"))
+    assert len(logs) == 1 and logs[0].stat().st_size > 0
+    assert list(tmp_path.glob("bloomperf-worker-*")) == []
+
+
+def test_a_failing_cell_names_its_log_and_quotes_the_tail(tmp_path: Path) -> None:
+    from bloomperf.models import resolve_model
+
+    built = resolve_model("tiny", None, tmp_path / "cache").path
+    broken = tmp_path / "broken-tiny"
+    shutil.copytree(built, broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    done = run_tiny(tmp_path, "--model", str(broken))
+    assert done.returncode == 1, done.stderr
+    (cell,) = load_run(tmp_path / "r.json").cells
+    assert cell.outcome is Outcome.ERROR
+    assert "SafetensorError" in cell.message  # the worker's own report first
+    match = re.search(r"\nworker log: (\S+)$", cell.message, re.M)
+    assert match is not None, cell.message
+    log = Path(match[1])
+    assert log.parent == tmp_path / "r.json.logs" and log.is_file()
+    quoted = cell.message[match.end() :].removeprefix("\nlog tail:\n")
+    assert quoted.strip() == log.read_text().strip()[-len(quoted.strip()) :]
