@@ -12,15 +12,13 @@ import pytest
 
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
-from bloomperf.history import (
+from bloomperf.history import detect_changes, history_section, new_changes
+from bloomperf.nights import (
     METRIC_MEMORY,
     METRIC_MS,
     METRIC_OUTCOME,
     add_to_history,
-    detect_changes,
-    history_section,
     load_history,
-    new_changes,
 )
 from bloomperf.results import (
     CellResult,

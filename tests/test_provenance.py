@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bloomperf import cli, provenance
-from bloomperf.history import add_to_history
+from bloomperf.nights import add_to_history
 from bloomperf.results import CellResult, load_run, save_run
 from bloomperf.topology import detect_topology, environment_fingerprint
 from tests.test_history import night_run, ok_cell
