@@ -9,6 +9,7 @@ is parsed and validated here, and an error names where the bad value came from.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -113,6 +114,20 @@ def parse_text(text: str) -> str:
 
 def parse_path(text: str) -> Path:
     return Path(parse_text(text))
+
+
+def parse_ds_config(text: str) -> dict[str, Any]:
+    """A DeepSpeed config JSON file, read now: a missing or malformed file is a usage error."""
+    path = parse_path(text)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
+    return data
 
 
 def parse_max_memory(text: str) -> str:
@@ -265,6 +280,12 @@ OPTIONS: tuple[Option, ...] = (
         "HOW",
     ),
     Option("nvme_path", parse_path, "folder on NVMe for ds-zero's nvme offload", "DIR"),
+    Option(
+        "ds_config",
+        parse_ds_config,
+        "DeepSpeed config JSON merged over ds-zero's defaults (kept in each cell's details)",
+        "FILE",
+    ),
     Option("hostfile", parse_path, "DeepSpeed hostfile for multi-node launches", "FILE"),
     Option("num_nodes", parse_positive_int, "nodes for multi-node launches", "N"),
     Option(

@@ -50,6 +50,7 @@ WORKER_OPTIONS = (
     "sharded",
     "load",
     "nvme_path",
+    "ds_config",
     "hostfile",
     "num_nodes",
     "launcher",

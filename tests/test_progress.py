@@ -94,11 +94,11 @@ def test_heartbeat_quotes_the_latest_state_of_the_log(
 # ---- worker logs --------------------------------------------------------------------------------
 
 
-def run_tiny(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def run_tiny(tmp_path: Path, *extra: str | Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BLOOMPERF_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
     command = [sys.executable, "-m", "bloomperf", "run", "--no-lock", "--backends", "accelerate"]
     command += ["--dtypes", "fp32", "--batch-sizes", "1", "--new-tokens", "3", "--cycles", "1"]
-    command += ["--output", str(tmp_path / "r.json"), *extra]
+    command += ["--output", str(tmp_path / "r.json"), *map(str, extra)]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -130,3 +130,26 @@ def test_a_failing_cell_names_its_log_and_quotes_the_tail(tmp_path: Path) -> Non
     assert log.parent == tmp_path / "r.json.logs" and log.is_file()
     quoted = cell.message[match.end() :].removeprefix("\nlog tail:\n")
     assert quoted.strip() == log.read_text().strip()[-len(quoted.strip()) :]
+
+
+# ---- --ds-config -------------------------------------------------------------------------------
+
+
+def test_ds_config_is_merged_over_the_zero_defaults_and_recorded(tmp_path: Path) -> None:
+    pytest.importorskip("deepspeed")
+    config = tmp_path / "ds.json"
+    config.write_text(
+        '{"zero_optimization": {"stage3_param_persistence_threshold": 12345}, "steps_per_print": 7}'
+    )
+    done = run_tiny(tmp_path, "--model", "tiny", "--backends", "ds-zero", "--ds-config", config)
+    assert done.returncode == 0, done.stderr
+    (cell,) = load_run(tmp_path / "r.json").cells
+    assert cell.outcome is Outcome.OK, cell.message
+    used = cell.details["ds_config"]
+    assert used["zero_optimization"]["stage"] == 3  # a default kept
+    assert used["zero_optimization"]["stage3_param_persistence_threshold"] == 12345
+    assert used["steps_per_print"] == 7
+    config.write_text("[1, 2]")
+    done = run_tiny(tmp_path, "--model", "tiny", "--backends", "ds-zero", "--ds-config", config)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(f"{config}: a DeepSpeed config must be a JSON object")

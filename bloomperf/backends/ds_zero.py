@@ -58,7 +58,10 @@ class DeepSpeedZeroBackend(Backend):
         self._world_size = request.world_size
         self._offload = str(request.options.get("zero_offload") or "none")
         config = AutoConfig.from_pretrained(str(request.checkpoint))
-        ds_config = zero3_config(request, config.hidden_size)
+        ds_config = merged_config(
+            zero3_config(request, config.hidden_size), request.options.get("ds_config") or {}
+        )
+        self._ds_config = ds_config
         # Must exist (and stay referenced) before from_pretrained: it is what makes transformers
         # load straight into ZeRO-3 partitions.
         self._hf_ds_config = HfDeepSpeedConfig(ds_config)
@@ -86,6 +89,7 @@ class DeepSpeedZeroBackend(Backend):
             "aggregate_batch_factor": self._world_size,
             "partition": zero_partition(self.model),
             "deepspeed": installed_version("deepspeed"),
+            "ds_config": self._ds_config,
         }
 
     def close(self) -> None:
@@ -141,6 +145,18 @@ def zero3_config(request: LoadRequest, hidden_size: int) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": 1,
         "wall_clock_breakdown": False,
     }
+
+
+def merged_config(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``--ds-config`` over bloomperf's defaults: nested objects merge key by key, any other
+    value (lists included) replaces the default."""
+    merged = dict(defaults)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merged_config(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def nvme_folder(options: dict[str, Any]) -> Path:
