@@ -57,6 +57,7 @@ from bloomperf.history import (
     series,
 )
 from bloomperf.jsonfile import refuse_overwriting_inputs, write_bytes_atomic, write_text_atomic
+from bloomperf.report_heatmap import ratio_heatmap
 from bloomperf.resultfiles import read_many
 from bloomperf.results import CellResult, Outcome, RunResult
 
@@ -64,10 +65,18 @@ from bloomperf.results import CellResult, Outcome, RunResult
 REPORT_FILES = (
     "index.html",
     "report.md",
+    "ratio_heatmap.png",
     "ms_per_token.png",
     "memory.png",
     "load_time.png",
     "trend.png",
+)
+# The plots in page order: the ratio heatmap first, where a regression shows at a glance.
+PLOT_HEADINGS = (
+    ("heatmap", "Measured ÷ baseline"),
+    ("ms", "ms per token"),
+    ("memory", "Peak memory"),
+    ("load", "Load time"),
 )
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 OOM_COLOUR = "#b00020"
@@ -543,7 +552,7 @@ def write_pages(
     md += ["## Verdicts", "", *markdown_table(header, body), ""]
     failures = [clean(f) for f in comparison.failures()]
     md += [f"- {f}" for f in failures] + ([""] if failures else [])
-    for key, heading in (("ms", "ms per token"), ("memory", "Peak memory"), ("load", "Load time")):
+    for key, heading in PLOT_HEADINGS:
         md += [f"## {heading}", "", f"![{heading}]({plots[key].name})", ""]
     if "trend" in plots:
         md += ["## Trend over the nights", "", f"![trend]({plots['trend'].name})", ""]
@@ -563,7 +572,7 @@ def write_pages(
     ]
     if failures:
         doc.append("<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in failures) + "</ul>")
-    for key, heading in (("ms", "ms per token"), ("memory", "Peak memory"), ("load", "Load time")):
+    for key, heading in PLOT_HEADINGS:
         doc += [f"<h2>{heading}</h2>", embedded(plots[key])]
     if "trend" in plots:
         doc += ["<h2>Trend over the nights</h2>", embedded(plots["trend"])]
@@ -598,7 +607,10 @@ def write_report(
     if not run.cells:
         raise BloomperfError("report: the results hold no cells")
     comparison = judge(run, baseline, no_baseline="no baseline for this topology and model")
+    heatmap = out / "ratio_heatmap.png"
+    save_figure(ratio_heatmap(comparison), heatmap)
     plots = {
+        "heatmap": heatmap,
         "ms": plot_ms_per_token(run, baseline, out / "ms_per_token.png"),
         "memory": plot_memory(run, out / "memory.png"),
         "load": plot_load_times(run, baseline, out / "load_time.png"),

@@ -92,7 +92,7 @@ def blog() -> Baseline:
 
 
 def check_files(out: Path, with_trend: bool) -> str:
-    names = ["ms_per_token.png", "memory.png", "load_time.png"] + (
+    names = ["ratio_heatmap.png", "ms_per_token.png", "memory.png", "load_time.png"] + (
         ["trend.png"] if with_trend else []
     )
     for name in names:

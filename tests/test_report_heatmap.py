@@ -1,0 +1,38 @@
+"""The report opens with the measured ÷ baseline heatmap, the regressed cell in red."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bloomperf.baseline import load_baseline
+from bloomperf.compare import REGRESSED, SAME, judge
+from bloomperf.report import write_report
+from bloomperf.report_heatmap import COLOURS, cell_text, ratio_heatmap
+from bloomperf.resultfiles import read_results
+
+REPO = Path(__file__).resolve().parent.parent
+REGRESSED_RUN = REPO / "tests/data/results/benchmarks/Linux-CPython-3.11-64bit/0002_slower.json"
+BASELINE = REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json"
+
+
+def test_the_regressed_cell_is_a_red_ratio_and_the_others_plain() -> None:
+    comparison = judge(read_results(REGRESSED_RUN), load_baseline(BASELINE))
+    by_id = {c.id: c for c in comparison.cells}
+    assert cell_text(by_id["accelerate-bf16-bs8"], "ms_per_token") == ("1.10×", COLOURS[REGRESSED])
+    assert cell_text(by_id["accelerate-bf16-bs1"], "ms_per_token") == ("1.00×", COLOURS[SAME])
+    assert cell_text(by_id["accelerate-bf16-bs64"], "ms_per_token")[0] == "expected-oom"
+    fig = ratio_heatmap(comparison)
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["ms/token", "peak memory", "load time"]
+    assert len(ax.get_yticklabels()) == len(comparison.cells)
+
+
+def test_the_report_opens_with_the_heatmap(tmp_path: Path) -> None:
+    report = write_report(read_results(REGRESSED_RUN), load_baseline(BASELINE), tmp_path)
+    assert report.plots[0] == tmp_path / "ratio_heatmap.png"
+    assert report.plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = report.markdown.read_text()
+    images = [line for line in markdown.splitlines() if line.startswith("![")]
+    assert images[0] == "![Measured ÷ baseline](ratio_heatmap.png)"
+    html = report.html.read_text()
+    assert html.index("Measured ÷ baseline") < html.index("ms per token")
