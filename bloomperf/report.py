@@ -38,7 +38,7 @@ from bloomperf.baseline import (
     matching_load_time,
     resolve_baseline,
 )
-from bloomperf.compare import Comparison, judge
+from bloomperf.compare import REGRESSED, Comparison, judge
 from bloomperf.comparison_text import table_rows
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import GIB, clean, markdown_table, row_label, table_layout
@@ -166,7 +166,13 @@ def style_legend(ax: Any, extra: Sequence[Any]) -> None:
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
 
-def plot_ms_per_token(run: RunResult, baseline: Baseline | None, path: Path) -> Path:
+def plot_ms_per_token(
+    run: RunResult,
+    baseline: Baseline | None,
+    path: Path,
+    regressed: frozenset[str] = frozenset(),
+) -> Path:
+    """``regressed``: ids of the cells whose ms/token regressed, ringed in red."""
     from matplotlib.lines import Line2D
 
     fig = new_figure()
@@ -179,11 +185,20 @@ def plot_ms_per_token(run: RunResult, baseline: Baseline | None, path: Path) -> 
         ok = [(c.batch_size, c.ms_per_token) for c in cells if c.ms_per_token is not None]
         if ok:
             ax.plot(*zip(*ok, strict=True), "-o", color=colour, label=row_label(*row))
+        worse = [
+            (c.batch_size, c.ms_per_token)
+            for c in cells
+            if c.id in regressed and c.ms_per_token is not None
+        ]
+        if worse:
+            ax.plot(*zip(*worse, strict=True), "o", ms=16, mfc="none", mec=OOM_COLOUR, mew=2)
+        # Each row's OOM marks on their own height: two rows OOM at the same batch size both show.
+        oom_y = 0.97 - 0.045 * i
         ooms = [c.batch_size for c in cells if c.outcome == Outcome.OOM]
         if ooms:
             ax.plot(
                 ooms,
-                [0.97] * len(ooms),
+                [oom_y] * len(ooms),
                 "X",
                 color=colour,
                 ms=11,
@@ -215,7 +230,7 @@ def plot_ms_per_token(run: RunResult, baseline: Baseline | None, path: Path) -> 
             if expected_oom:
                 ax.plot(
                     expected_oom,
-                    [0.91] * len(expected_oom),
+                    [oom_y] * len(expected_oom),
                     "o",
                     mfc="none",
                     color=colour,
@@ -236,7 +251,12 @@ def plot_ms_per_token(run: RunResult, baseline: Baseline | None, path: Path) -> 
         ),
         Line2D([], [], color="grey", ls="", marker="o", mfc="none", ms=10, label="OOM (baseline)"),
     ]
-    style_legend(ax, extra if baseline is not None else extra[:1] + extra[2:3])
+    extra = extra if baseline is not None else extra[:1] + extra[2:3]
+    if regressed:
+        ring = Line2D([], [], ls="", marker="o", ms=12, mfc="none", mec=OOM_COLOUR, mew=2)
+        extra.append(ring)
+        ring.set_label("regressed")
+    style_legend(ax, extra)
     save_figure(fig, path)
     return path
 
@@ -611,7 +631,17 @@ def write_report(
     save_figure(ratio_heatmap(comparison), heatmap)
     plots = {
         "heatmap": heatmap,
-        "ms": plot_ms_per_token(run, baseline, out / "ms_per_token.png"),
+        "ms": plot_ms_per_token(
+            run,
+            baseline,
+            out / "ms_per_token.png",
+            frozenset(
+                c.id
+                for c in comparison.cells
+                for m in c.metrics
+                if m.metric == "ms_per_token" and m.status == REGRESSED
+            ),
+        ),
         "memory": plot_memory(run, out / "memory.png"),
         "load": plot_load_times(run, baseline, out / "load_time.png"),
     }
