@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import psutil
 
 from bloomperf.devices import VisibleDevice, worker_environment
+from bloomperf.dslaunch import cleanup_shm, shm_segments
 from bloomperf.errors import BloomperfError
 from bloomperf.failures import read_rank_reports, root_cause
 from bloomperf.measure.memory import MemorySampler, create_sampler
@@ -89,6 +90,7 @@ class WorkerGroup:
         self.group_id = ""  # a multi-node group's id, in every rank's environment
         self._workdir = Path(tempfile.mkdtemp(prefix="bloomperf-worker-"))
         self.failed = False
+        self._shm_before: set[str] = set()
         self.log_path = (spec.log_dir or self._workdir) / (
             f"worker-{spec.backend}-{spec.dtype}-{os.getpid()}-{time.monotonic_ns()}.log"
         )
@@ -103,6 +105,7 @@ class WorkerGroup:
 
             host, self.token = control_address(self.spec.options), new_token()
         listener = socket.create_server((host, 0))
+        self._shm_before = shm_segments()
         try:
             control = f"{host}:{listener.getsockname()[1]}"
             self.process = self._launch(control)
@@ -307,10 +310,10 @@ class WorkerGroup:
             self.stream = None
         if self.sampler is not None:
             self.sampler.stop()
-        if self.spec.world_size > 1:
-            from bloomperf.dslaunch import cleanup_shm
-
-            cleanup_shm()
+        # Ranks unlink their DeepSpeed all-reduce segments once every peer mapped them; a rank
+        # killed before that leaves one: remove what appeared since the start and nobody maps.
+        if shm_segments() - self._shm_before:
+            cleanup_shm(self._shm_before)
 
 
 def group_command(

@@ -2,7 +2,8 @@
 tokens with the plain model's (not a test; tests/test_ds_backends.py starts it).
 
 Env: BLOOMPERF_PROBE_MODEL (checkpoint folder), BLOOMPERF_PROBE_CASES (JSON list of
-[backend, options]), BLOOMPERF_PROBE_DIR (where each rank writes rank<N>.json).
+[backend, options]), BLOOMPERF_PROBE_DIR (where each rank writes rank<N>.json: its master port
+and its results).
 """
 
 from __future__ import annotations
@@ -86,7 +87,9 @@ def main() -> None:
     results = [run_case(name, options, model_dir, refs) for name, options in cases]
     rank = int(os.environ.get("RANK", "0"))
     out = Path(os.environ["BLOOMPERF_PROBE_DIR"]) / f"rank{rank}.json"
-    out.write_text(json.dumps(results))
+    # The rendezvous port names this group's shared-memory segments (a 1-rank group picks its
+    # own): the test looks for leftovers of this port only.
+    out.write_text(json.dumps({"master_port": os.environ["MASTER_PORT"], "results": results}))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+from leftovers import leaked_segments, marked_env, marked_processes
 
 from bloomperf.dslaunch import cleanup_shm, mapped_paths, rank_group_command, shm_segments
 from bloomperf.models import resolve_model
@@ -31,33 +31,34 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_group(argv: list[str], extra_env: dict[str, str], env: dict[str, str], out: Path) -> float:
-    """Run a rank group to completion; assert it left no process and no shm segment behind."""
+    """Run a rank group to completion; assert it left no process and no shm segment behind,
+    before anything cleans up after it."""
     before = shm_segments()
-    ports = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--master_port"]
     started = time.monotonic()
-    result = subprocess.run(
-        argv,
-        env={
-            **os.environ,
-            **extra_env,
-            **env,
-            "BLOOMPERF_PROBE_DIR": str(out),
-            "CUDA_VISIBLE_DEVICES": "",
-        },
-        cwd=Path(__file__).resolve().parents[1],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        start_new_session=True,
-    )
-    elapsed = time.monotonic() - started
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    cleanup_shm(before)
-    # Only this group's segments (named after its rendezvous port): another group may be
-    # running beside this test and hold its own.
-    ours = {p for p in shm_segments() - before if any(f"_{port}_" in p for port in ports)}
-    assert ours == set()
-    assert psutil.Process().children(recursive=True) == []
+    try:
+        result = subprocess.run(
+            argv,
+            env={
+                **marked_env(out),
+                **extra_env,
+                **env,
+                "BLOOMPERF_PROBE_DIR": str(out),
+                "CUDA_VISIBLE_DEVICES": "",
+            },
+            cwd=Path(__file__).resolve().parents[1],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            start_new_session=True,
+        )
+        elapsed = time.monotonic() - started
+        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+        assert marked_processes(out) == set()
+        ports = {json.loads(p.read_text())["master_port"] for p in out.glob("rank*.json")}
+        assert ports
+        assert leaked_segments(before, ports) == set()
+    finally:
+        cleanup_shm(before)  # only after the check: a leak must fail the test, not be hidden
     return elapsed
 
 
@@ -66,7 +67,9 @@ def probe_env(model: Path, cases: list[list[Any]]) -> dict[str, str]:
 
 
 def read_ranks(out: Path, world_size: int) -> list[list[dict[str, Any]]]:
-    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(world_size)]
+    return [
+        json.loads((out / f"rank{rank}.json").read_text())["results"] for rank in range(world_size)
+    ]
 
 
 def assert_same_tokens(result: dict[str, Any]) -> None:

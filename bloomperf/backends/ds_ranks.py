@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bloomperf.backends.compat import installed_version
 
 if TYPE_CHECKING:
     import torch
+
+# DeepSpeed's name for its CPU all-reduce segments (SHM_BUFFER_NAME in shm.cpp).
+SHM_SEGMENT_PREFIX = "deepspeed_allreduce_buffer"
 
 
 def deepspeed_missing() -> str | None:
@@ -61,6 +65,7 @@ def join_rank_group(device: str) -> int:
         torch.cuda.set_device(local_rank)
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
+        unlink_allreduce_segment()
     if device == "cpu":
         keep_shm_all_reduce_on_one_node()
     return local_rank
@@ -77,6 +82,32 @@ def keep_shm_all_reduce_on_one_node() -> None:
         backend = getattr(comm, "cdb", None)
         if backend is not None and hasattr(backend, "shm_vector_kernel_level"):
             backend.shm_vector_kernel_level = 0
+
+
+def unlink_allreduce_segment() -> None:
+    """Remove the name of this rank's DeepSpeed all-reduce segment, keeping its memory mapped.
+
+    On CPU, ``init_distributed`` creates ``/dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_
+    <port>_<rank>`` (66 MiB; ops/csrc/cpu/comm/shm.cpp, ``shm_initialize``) and maps every other
+    rank's before it returns, but nothing ever unlinks it: each rank, of any world size, left
+    one behind even after a clean exit. Once every rank is past the barrier, all of them have
+    mapped all segments and no name is needed any more; unlinking now frees the memory when the
+    last rank exits, however it exits (an OOM, a kill).
+    """
+    import torch
+
+    if torch.distributed.get_world_size() > 1:
+        torch.distributed.barrier()
+    name = "_".join(
+        (
+            SHM_SEGMENT_PREFIX,
+            str(os.getuid()),
+            os.environ.get("MASTER_ADDR", ""),
+            os.environ.get("MASTER_PORT", ""),
+            str(torch.distributed.get_rank()),
+        )
+    )
+    (Path("/dev/shm") / name).unlink(missing_ok=True)
 
 
 def free_port() -> int:
