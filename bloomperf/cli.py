@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from bloomperf.errors import EXIT_INTERNAL, EXIT_USAGE, BloomperfError
 from bloomperf.formatting import clean
+from bloomperf.interrupt import interruption, sigterm_as_interrupt
 
 COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.run_cli",
@@ -39,7 +40,8 @@ EXIT_CODES = """exit status:
   1  a judged failure: regression, unexpected OOM, error, timeout, or nothing measured
   2  bad input or usage (one line naming the file or option)
   3  internal error (one line, and the path of the saved traceback)
-  130 interrupted (Ctrl-C)"""
+  130 interrupted (Ctrl-C)
+  143 terminated (SIGTERM: a CI cancel, timeout, kill), cleaned up as for Ctrl-C"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,13 +75,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         refuse_dashes_as_value(argv)
         args = parser.parse_args(argv)
-        code: int = args.func(args)
+        with sigterm_as_interrupt():
+            code: int = args.func(args)
     except BloomperfError as exc:
         print(f"bloomperf: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("bloomperf: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (bloomperf.interrupt)
+        how, code = interruption(stop)
+        print(f"bloomperf: {how}", file=sys.stderr)
+        return code
     except SystemExit as exc:  # argparse: --help, usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except OSError as exc:

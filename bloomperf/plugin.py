@@ -20,6 +20,7 @@ from bloomperf.compare import Comparison, judge, judge_cell
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import clean
+from bloomperf.interrupt import sigterm_as_interrupt
 from bloomperf.matrix import Cell, plan_groups
 from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
 from bloomperf.progress import emit, set_sink
@@ -144,6 +145,11 @@ class BloomperfController:
             from bloomperf.lock import hold_device_lock
 
             topology = self.detected()
+            # From the first measured cell on, SIGTERM (a CI cancel) stops the run as Ctrl-C
+            # does: pytest reports it interrupted, sessionfinish stops the worker groups.
+            sigterm = sigterm_as_interrupt()
+            sigterm.__enter__()
+            self._locks.append(sigterm)
             lock = hold_device_lock(lock_key(topology), enabled=not self.options.get("no_lock"))
             lock.__enter__()
             self._locks.append(lock)

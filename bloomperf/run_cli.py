@@ -17,6 +17,7 @@ from bloomperf.compare import judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION
 from bloomperf.formatting import clean
+from bloomperf.interrupt import interruption
 from bloomperf.lock import hold_device_lock
 from bloomperf.options import add_cli_options, resolve_options
 from bloomperf.plan import add_plan_arguments, run_dry
@@ -61,10 +62,11 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
                 eta = f"  (about {left} left)" if left else ""
                 line = f"  [{done}/{total}] {cell.id:<28} {describe(result)}{eta}"
                 print(line, file=err, flush=True)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (bloomperf.interrupt)
             session.stop()
-            print(f"bloomperf: interrupted; {done} cells saved in {session.output}", file=err)
-            return 130
+            how, code = interruption(stop)
+            print(f"bloomperf: {how}; {done} cells saved in {session.output}", file=err)
+            return code
         run = session.finish()
     print(render_run_table(run), file=out)
     print(f"results: {session.output}", file=out)

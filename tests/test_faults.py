@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
+from leftovers import alive, marked_env, marked_processes
 from nvml_replay import NvmlReplay
 
 import bloomperf.launch
@@ -59,18 +60,6 @@ def session(tmp_path: Path, **extra: str) -> Session:
     return Session.prepare(options)
 
 
-def alive(pids: set[int]) -> set[int]:
-    """Those of ``pids`` still running (a zombie awaiting its parent's wait is gone)."""
-    running = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                running.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return running
-
-
 def group_pids(sess: Session) -> set[int]:
     assert sess.active is not None and sess.active.group is not None
     process = sess.active.group.process
@@ -87,29 +76,6 @@ def one_line_error(stderr: str, *fragments: str) -> None:
     assert "Traceback" not in stderr
     for fragment in fragments:
         assert fragment in errors[0], errors[0]
-
-
-def marked_env(tmp_path: Path) -> dict[str, str]:
-    """The environment of a run whose workers (they inherit it) can be found afterwards."""
-    return {**os.environ, "BLOOMPERF_TEST_MARK": str(tmp_path)}
-
-
-def marked_processes(tmp_path: Path, wait_s: float = 10.0) -> set[int]:
-    """Processes still running with ``marked_env(tmp_path)``, after up to ``wait_s`` for any that
-    are already on their way out."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = set()
-        for proc in psutil.process_iter():
-            try:
-                if proc.environ().get("BLOOMPERF_TEST_MARK") == str(tmp_path):
-                    found.add(proc.pid)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                pass
-        found = alive(found)
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.2)
 
 
 # ---- one rank of two hangs ------------------------------------------------------------------
@@ -460,6 +426,99 @@ def test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells(
     assert [c.batch_size for c in run.cells] == list(range(1, len(run.cells) + 1))
     assert alive(workers) == set()
     assert not list(tmp_path.glob(".first.json.*"))  # no temporary file left behind
+
+
+def test_sigterm_stops_the_run_as_ctrl_c_does_and_exits_143(tmp_path: Path) -> None:
+    out = tmp_path / "terminated.json"
+    run = subprocess.Popen(
+        bloomperf_cmd(
+            "run",
+            "--no-lock",
+            "--new-tokens",
+            "100",
+            "--dtypes",
+            "fp32",
+            "--batch-sizes",
+            ",".join(str(b) for b in range(1, 41)),
+            "--output",
+            str(out),
+        ),
+        env=marked_env(tmp_path),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        # What a CI runner's cancel finds: SIGTERM at its default disposition.
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+    )
+    try:
+        assert run.stderr is not None
+        read_until(run.stderr, "[2/40]", timeout=300)
+        assert len(marked_processes(tmp_path, wait_s=0)) >= 2  # the run and its worker
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 143
+        rest = run.stderr.read()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert "bloomperf: terminated (SIGTERM); " in rest and str(out) in rest, rest
+    saved = load_run(out)  # a valid file, complete or not
+    assert not saved.complete
+    assert len(saved.cells) >= 2 and all(c.outcome is Outcome.OK for c in saved.cells)
+    assert marked_processes(tmp_path) == set()  # the worker too, though not in our group
+    assert not list(tmp_path.glob(".terminated.json.*"))
+
+
+def test_sigterm_under_pytest_stops_the_worker_groups_and_keeps_the_results(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "test_matrix.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.cpu\n"
+        "def test_cpu(bloomperf_cell, bloomperf, benchmark):\n"
+        "    bloomperf.check(bloomperf_cell, benchmark)\n"
+    )
+    out = tmp_path / "r.json"
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "cpu",
+            "-p",
+            "no:cacheprovider",
+            "--bloomperf-new-tokens=100",
+            "--bloomperf-dtypes=fp32",
+            f"--bloomperf-batch-sizes={','.join(str(b) for b in range(1, 41))}",
+            "--bloomperf-no-lock",
+            f"--bloomperf-output={out}",
+            "test_matrix.py",
+        ],
+        cwd=tmp_path,
+        env=marked_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (out.exists() and len(load_run(out).cells) >= 2):
+            assert run.poll() is None and time.monotonic() < deadline, "no two cells measured"
+            time.sleep(0.5)
+        run.send_signal(signal.SIGTERM)
+        output, _ = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]
+    assert "Terminated" in output, output[-3000:]
+    saved = load_run(out)
+    assert not saved.complete and len(saved.cells) >= 2
+    assert all(c.outcome is Outcome.OK for c in saved.cells)
+    assert marked_processes(tmp_path) == set()
 
 
 # ---- unwritable output: read-only folder, full disk ---------------------------------------------
