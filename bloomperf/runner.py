@@ -85,9 +85,12 @@ class GroupRunner:
             load_memory=loaded.memory,
             details={**loaded.details, "load_count": self.load_count},
         )
-        group.mark_memory()  # drop what happened between cells from this cell's peak
         try:
+            # begin frees what the last cell left (gc, empty_cache), resets torch's peaks on
+            # every device and checks the output; the cell's own phase starts after it, so
+            # neither the time between cells nor the check counts in its peak.
             ready = group.request({"op": "begin", "batch_size": batch_size}, "ready")
+            group.mark_memory()
             base = replace(
                 base, details={**base.details, "backend_loads": ready.get("backend_loads")}
             )

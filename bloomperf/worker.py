@@ -73,6 +73,7 @@ class Worker:
         self.inputs: dict[str, Any] = {}
         self.tokenizer: Any = None
         self.loads = 0
+        self.tokens_checked = False
 
     # -- load ------------------------------------------------------------------------------
 
@@ -100,21 +101,35 @@ class Worker:
     # -- cells -----------------------------------------------------------------------------
 
     def begin(self, batch_size: int) -> None:
+        """Prepare a cell: free what the last one left, reset the peaks, check the output."""
+        import gc
+
         import torch
 
+        from bloomperf.output_check import check_logits
         from bloomperf.workload import build_inputs
 
+        self.inputs = {}
+        gc.collect()  # the previous cell's tensors, before the allocator gives their memory back
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+            for index in self.backend.cuda_devices():
+                torch.cuda.reset_peak_memory_stats(index)
         self.inputs = build_inputs(self.tokenizer, batch_size, self.backend.input_device)
         rows = int(self.inputs["input_ids"].shape[0])
         if rows != batch_size:  # ms/token divides by the batch: it must really be in the inputs
             raise RuntimeError(f"the inputs have {rows} rows instead of batch size {batch_size}")
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.reset_peak_memory_stats()
+        # One forward pass, outside any timed cycle (every rank takes part, as in generate).
+        check_logits(
+            self.backend.next_token_logits(self.inputs["input_ids"], self.inputs["attention_mask"])
+        )
+        self.tokens_checked = False
 
     def cycle(self) -> dict[str, Any]:
         """One synchronised ``generate`` with a mark at every step boundary (the step timer
         takes the cycle's start mark too, so the steps add up to the cycle); checks that
-        exactly N tokens were produced."""
+        exactly N tokens were produced, and on the cell's first cycle (its warm-up) that they are
+        not all one id, after the clock stopped."""
         from bloomperf.steptimer import StepTimer
 
         timer = StepTimer(self.backend.synchronize)
@@ -129,15 +144,27 @@ class Worker:
         produced = output.shape[-1] - self.inputs["input_ids"].shape[-1]
         if produced != self.new_tokens:
             raise RuntimeError(f"generate produced {produced} tokens instead of {self.new_tokens}")
+        if not self.tokens_checked:
+            from bloomperf.output_check import check_new_tokens
+
+            check_new_tokens(output[:, -self.new_tokens :])
+            self.tokens_checked = True
         return {"seconds": seconds, "step_ms": timer.step_ms()}
 
     def torch_peaks(self) -> dict[str, int | None]:
+        """torch's peaks since ``begin``, summed over the rank's devices (each device's own
+        peak: an upper bound of what they held at once, as NVML's per-device sum is)."""
         import torch
 
         if torch.cuda.is_available() and torch.cuda.is_initialized():
+            devices = self.backend.cuda_devices()
             return {
-                "torch_allocated_bytes": int(torch.cuda.max_memory_allocated()),
-                "torch_reserved_bytes": int(torch.cuda.max_memory_reserved()),
+                "torch_allocated_bytes": sum(
+                    int(torch.cuda.max_memory_allocated(i)) for i in devices
+                ),
+                "torch_reserved_bytes": sum(
+                    int(torch.cuda.max_memory_reserved(i)) for i in devices
+                ),
             }
         return {"torch_allocated_bytes": None, "torch_reserved_bytes": None}
 

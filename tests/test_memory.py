@@ -1,11 +1,10 @@
-"""Memory samplers (RSS on real processes, NVML on recorded answers and here) and timing."""
+"""Memory samplers (RSS on real processes, NVML on recorded answers and here)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import psutil
@@ -21,7 +20,6 @@ from bloomperf.measure.memory import (
     create_sampler,
     process_tree_pids,
 )
-from bloomperf.measure.timing import Stopwatch, device_sync, no_sync, synchronize, time_call
 
 MB = 1_000_000
 GB = 1_000_000_000
@@ -260,40 +258,9 @@ def test_create_sampler_picks_by_device() -> None:
         create_sampler("tpu", os.getpid())
 
 
-# ---- timing -------------------------------------------------------------------------------------
-
-
-def test_time_call_synchronises_before_start_and_before_stop() -> None:
-    events: list[str] = []
-
-    def work() -> str:
-        events.append("work")
-        time.sleep(0.05)
-        return "done"
-
-    result, seconds = time_call(work, sync=lambda: events.append("sync"))
-    assert result == "done"
-    assert events == ["sync", "work", "sync"]
-    assert 0.05 <= seconds < 1.0
-
-
-def test_stopwatch_does_not_synchronise_after_a_failure() -> None:
-    events: list[str] = []
-    watch = Stopwatch(lambda: events.append("sync"))
-    with pytest.raises(MemoryError), watch:
-        raise MemoryError("out of memory")
-    assert events == ["sync"]
-
-
-def test_synchronize_is_harmless_without_a_gpu() -> None:
-    synchronize("cpu")  # the CUDA path needs a GPU: importing torch here only costs seconds
-    assert device_sync("cpu") is no_sync
-    assert device_sync("cuda:0") is not no_sync
-
-
 def test_controller_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, bloomperf.measure.timing, bloomperf.measure.memory, bloomperf.topology\n"
+        "import sys, bloomperf.measure.memory, bloomperf.topology\n"
         "t = bloomperf.topology.detect_topology()\n"
         "bloomperf.topology.environment_fingerprint(t)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"

@@ -6,7 +6,9 @@ protocol; a backend only knows how to put BLOOM on devices and call ``generate``
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -31,8 +33,9 @@ class Backend(ABC):
     # One process spreading the model over every visible GPU (accelerate's device map), rather
     # than one rank per GPU: decides which GPUs the group is given, sampled and locked.
     spans_visible_gpus: ClassVar[bool] = False
-    model: Any  # the loaded model (or DeepSpeed's module wrapping it), set by ``load``
+    model: Any = None  # the loaded model (or DeepSpeed's module wrapping it), set by ``load``
     _device: torch.device  # where inputs go, set by ``load``
+    _cuda_devices: tuple[int, ...] | None = None  # what ``synchronize`` waits for, once loaded
 
     @classmethod
     def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
@@ -73,9 +76,7 @@ class Backend(ABC):
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generate_kwargs: dict[str, Any]
     ) -> torch.Tensor:
         """The output token ids (prompt + new tokens) for one batch: ``model.generate``."""
-        import torch
-
-        with torch.inference_mode():
+        with self.inference_context():
             output: torch.Tensor = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -83,6 +84,28 @@ class Backend(ABC):
                 **generate_kwargs,
             )
         return output
+
+    def next_token_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """The logits of the token after each prompt: one forward pass, for the output check.
+
+        Only the last position's logits are computed where the model allows it, so the check
+        allocates no more than ``generate``'s own first step.
+        """
+        keep = {"logits_to_keep": 1} if accepts(self.model.forward, "logits_to_keep") else {}
+        with self.inference_context():
+            output = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **keep
+            )
+        logits: torch.Tensor = output.logits[:, -1, :]
+        return logits
+
+    def inference_context(self) -> AbstractContextManager[Any]:
+        """What ``generate`` runs under: no autograd, and no version counters either."""
+        import torch
+
+        return torch.inference_mode()
 
     def generate_options(self) -> dict[str, Any]:
         """Backend-specific ``generate`` arguments (e.g. ZeRO's ``synced_gpus``)."""
@@ -93,12 +116,29 @@ class Backend(ABC):
         """Where input ids must be placed before ``generate`` (set by ``load``)."""
         return self._device
 
+    def cuda_devices(self) -> tuple[int, ...]:
+        """The CUDA devices this rank's model runs on: the input device and every GPU of
+        accelerate's device map (a model spread over 8 GPUs queues work on all 8)."""
+        import torch
+
+        if getattr(self, "model", None) is None:  # not loaded yet: the current device only
+            return (torch.cuda.current_device(),) if torch.cuda.is_initialized() else ()
+        if self._cuda_devices is None:  # the map does not change once loaded
+            places = [
+                self.input_device,
+                *(getattr(self.model, "hf_device_map", None) or {}).values(),
+            ]
+            self._cuda_devices = cuda_indices(places)
+        return self._cuda_devices
+
     def synchronize(self) -> None:
-        """Wait for queued device work, so a timer read after this is honest."""
+        """Wait for queued work on every device of the model, so a timer read after this is
+        honest (``torch.cuda.synchronize()`` alone waits for the current device only)."""
         import torch
 
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
+            for index in self.cuda_devices():
+                torch.cuda.synchronize(index)
 
     def details(self) -> dict[str, Any]:
         """What actually ran (implementation path, TP degree, device map...), for the results."""
@@ -106,3 +146,27 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Release what ``load`` took. The worker process exits afterwards anyway."""
+
+
+def cuda_indices(places: list[Any]) -> tuple[int, ...]:
+    """The CUDA device indices among device-map values and devices (0, "cuda:1", "cpu", "disk",
+    torch.device("cuda", 2)...), sorted, each once."""
+    import torch
+
+    found: set[int] = set()
+    for place in places:
+        if isinstance(place, int) and not isinstance(place, bool):
+            found.add(place)
+        elif isinstance(place, (str, torch.device)) and str(place).startswith("cuda"):
+            index = torch.device(place).index
+            found.add(torch.cuda.current_device() if index is None else index)
+    return tuple(sorted(found))
+
+
+def accepts(function: Any, argument: str) -> bool:
+    """Whether ``function`` takes ``argument`` by name (transformers 5's BLOOM takes
+    ``logits_to_keep``; 4.43's rejects unknown arguments)."""
+    try:
+        return argument in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False

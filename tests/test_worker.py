@@ -1,0 +1,153 @@
+"""The worker's own path, in process on the tiny model: what the timed cycle synchronises, the
+devices it waits for, and the output check that keeps garbage from being timed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from bloomperf.backends.accelerate import AccelerateBackend
+from bloomperf.matrix import Cell
+from bloomperf.models import resolve_model
+from bloomperf.options import resolve_options
+from bloomperf.results import Outcome
+from bloomperf.run import Session
+from bloomperf.worker import Worker
+
+NEW_TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Path:
+    return resolve_model("tiny").path
+
+
+class RecordedAccelerate(AccelerateBackend):
+    """The real accelerate backend, with the moments it synchronises and generates recorded."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, float]] = []
+
+    def synchronize(self) -> None:
+        super().synchronize()
+        self.events.append(("synchronize", time.perf_counter()))
+
+    def generate(self, *args: Any) -> torch.Tensor:
+        self.events.append(("generate", time.perf_counter()))
+        output = super().generate(*args)
+        self.events.append(("generated", time.perf_counter()))
+        return output
+
+    def next_token_logits(self, *args: Any) -> torch.Tensor:
+        self.events.append(("check", time.perf_counter()))
+        return super().next_token_logits(*args)
+
+
+def worker_for(checkpoint: Path) -> tuple[Worker, RecordedAccelerate]:
+    spec = {
+        "backend": "accelerate",
+        "checkpoint": str(checkpoint),
+        "dtype": "fp32",
+        "device": "cpu",
+        "options": {},
+        "new_tokens": NEW_TOKENS,
+    }
+    worker = Worker(spec)
+    backend = RecordedAccelerate()
+    worker.backend = backend
+    return worker, backend
+
+
+def test_a_cycle_synchronises_before_and_after_generate_and_times_only_that(tiny: Path) -> None:
+    worker, backend = worker_for(tiny)
+    worker.load()
+    worker.begin(2)
+    assert [name for name, _ in backend.events][-1] == "check"  # the output check: in begin
+    backend.events.clear()
+    seconds = float(worker.cycle()["seconds"])
+    names = [name for name, _ in backend.events]
+    # Synchronised before generate starts and after it returns (and at every step boundary
+    # in between: the step timer's marks); nothing else runs inside the timed span.
+    assert names[:2] == ["synchronize", "generate"]
+    assert names[-2:] == ["generated", "synchronize"]
+    assert set(names[2:-2]) == {"synchronize"} and len(names[2:-2]) == NEW_TOKENS
+    (_, synced), (_, started) = backend.events[:2]
+    (_, finished), (_, synced_after) = backend.events[-2:]
+    # The timed span runs from the first synchronisation to the last: generate inside it.
+    assert finished - started <= seconds <= synced_after - synced + 0.01
+
+
+def test_the_devices_synchronised_are_every_gpu_of_accelerates_map(tiny: Path) -> None:
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(tiny)))
+    model.tie_weights()
+    # accelerate's own planner, as from_pretrained(device_map=...) runs it: two small "GPUs".
+    device_map = infer_auto_device_map(
+        model,
+        max_memory={0: "600KB", 1: "600KB", "cpu": "1GB"},
+        no_split_module_classes=["BloomBlock"],
+    )
+    assert set(device_map.values()) >= {0, 1}
+    model.hf_device_map = device_map  # what from_pretrained leaves on a dispatched model
+    backend = AccelerateBackend()
+    backend.model = model
+    backend._device = torch.device("cuda:0")
+    assert backend.cuda_devices() == (0, 1)
+    backend = AccelerateBackend()
+    backend.model, backend._device = model, torch.device("cpu")
+    model.hf_device_map = {"transformer": "cpu", "lm_head": "disk"}
+    assert backend.cuda_devices() == ()
+
+
+def degenerate_copy(tiny: Path, folder: Path, spoil: str) -> Path:
+    """The tiny checkpoint with its weights made degenerate, saved as a real checkpoint."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if spoil == "nan" and name.endswith("h.0.mlp.dense_4h_to_h.weight"):
+                parameter.fill_(float("nan"))
+            if spoil == "zero":
+                parameter.zero_()  # every logit equal: greedy decoding emits id 0 forever
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(tiny)).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        ("nan", "garbage output: 2048 of 2048 next-token logits are NaN or infinite"),
+        ("zero", f"garbage output: all {2 * NEW_TOKENS} new tokens are id 0"),
+    ],
+)
+def test_a_degenerate_model_is_an_error_and_never_timed(
+    tiny: Path, tmp_path: Path, spoil: str, message: str
+) -> None:
+    checkpoint = degenerate_copy(tiny, tmp_path / spoil, spoil)
+    options = resolve_options(
+        {
+            "model": str(checkpoint),
+            "new_tokens": str(NEW_TOKENS),
+            "cycles": "2",
+            "dtypes": "fp32",
+            "output": str(tmp_path / "r.json"),
+        },
+        env={},
+    )
+    session = Session.prepare(options)
+    try:
+        cell = session.measure_cell(Cell("accelerate", "fp32", 2))
+    finally:
+        session.stop()
+    assert cell.outcome is Outcome.ERROR
+    assert cell.message.startswith(f"GarbageOutput: {message}"), cell.message
+    assert cell.samples_ms_per_token == ()
