@@ -60,8 +60,28 @@ def run_case(name: str, options: dict[str, Any], model_dir: Path, refs: dict[int
             "equal": bool(output.shape == expected.shape and (output == expected).all()),
             "distinct_new_tokens": len(set(new[0].tolist())),
         }
+    # The output check's forward pass, run between two generates as every cell runs it.
+    logits = backend.next_token_logits(inputs["input_ids"], inputs["attention_mask"])
+    result["check_logits_finite"] = bool(logits.isfinite().all())
+    if name == "ds-zero":
+        result["zero3_after_generate"] = zero3_state(backend.model)
     backend.close()
     return result
+
+
+def zero3_state(model: Any) -> dict[str, int]:
+    """What ZeRO-3 left after generate: parameters still gathered, and parameters whose
+    (released, empty) data is an inference tensor, which autograd refuses afterwards."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    parameters = list(model.parameters())
+    return {
+        "parameters": len(parameters),
+        "gathered": sum(p.ds_status != ZeroParamStatus.NOT_AVAILABLE for p in parameters),
+        "inference_tensors": sum(
+            p.data.is_inference() or p.ds_tensor.is_inference() for p in parameters
+        ),
+    }
 
 
 def read_cases_file() -> str:

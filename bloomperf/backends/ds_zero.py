@@ -14,6 +14,7 @@ times the batch per cycle, reported in ``details()["aggregate_batch_factor"]``.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -76,6 +77,18 @@ class DeepSpeedZeroBackend(Backend):
     def generate_options(self) -> dict[str, Any]:
         # Every ZeRO-3 rank must keep calling forward (to serve all-gathers) until all are done.
         return {"synced_gpus": self._world_size > 1}
+
+    def inference_context(self) -> AbstractContextManager[Any]:
+        """``no_grad``, not ``inference_mode``: ZeRO-3 gathers each parameter for its forward
+        and releases it by pointing its data at a fresh empty tensor; under inference_mode that
+        tensor is an inference tensor, left on every parameter after generate (checked on CPU
+        with 1 and 2 ranks), which autograd refuses afterwards ("Inference tensors cannot be
+        saved for backward", the conflict ArcticTraining met with ZeRO-3). DeepSpeed's own
+        gather and release code runs under no_grad; what inference_mode adds is skipping
+        version counters, nothing next to ZeRO-3's all-gathers."""
+        import torch
+
+        return torch.no_grad()
 
     def details(self) -> dict[str, Any]:
         return {
