@@ -2,8 +2,7 @@
 tokens with the plain model's (not a test; tests/test_ds_backends.py starts it).
 
 Env: BLOOMPERF_PROBE_MODEL (checkpoint folder), BLOOMPERF_PROBE_CASES (JSON list of
-[backend, options]), BLOOMPERF_PROBE_DIR (where each rank writes rank<N>.json: its master port
-and its results).
+[backend, options]), BLOOMPERF_PROBE_DIR (where each rank writes rank<N>.json).
 """
 
 from __future__ import annotations
@@ -52,6 +51,9 @@ def run_case(name: str, options: dict[str, Any], model_dir: Path, refs: dict[int
         "options": options,
         "details": backend.details(),
         **where(),
+        # The rendezvous port names the group's shared-memory segments (a 1-rank group picks
+        # its own, once joined): the test looks for leftovers of this port only.
+        "master_port": os.environ["MASTER_PORT"],
     }
     for batch, (inputs, expected) in refs.items():
         output = backend.generate(inputs["input_ids"], inputs["attention_mask"], generate_kwargs())
@@ -107,9 +109,7 @@ def main() -> None:
     results = [run_case(name, options, model_dir, refs) for name, options in cases]
     rank = int(os.environ.get("RANK", "0"))
     out = Path(os.environ["BLOOMPERF_PROBE_DIR"]) / f"rank{rank}.json"
-    # The rendezvous port names this group's shared-memory segments (a 1-rank group picks its
-    # own): the test looks for leftovers of this port only.
-    out.write_text(json.dumps({"master_port": os.environ["MASTER_PORT"], "results": results}))
+    out.write_text(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -54,7 +54,9 @@ def run_group(argv: list[str], extra_env: dict[str, str], env: dict[str, str], o
         elapsed = time.monotonic() - started
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
         assert marked_processes(out) == set()
-        ports = {json.loads(p.read_text())["master_port"] for p in out.glob("rank*.json")}
+        ports = {
+            r["master_port"] for p in out.glob("rank*.json") for r in json.loads(p.read_text())
+        }
         assert ports
         assert leaked_segments(before, ports) == set()
     finally:
@@ -67,9 +69,7 @@ def probe_env(model: Path, cases: list[list[Any]]) -> dict[str, str]:
 
 
 def read_ranks(out: Path, world_size: int) -> list[list[dict[str, Any]]]:
-    return [
-        json.loads((out / f"rank{rank}.json").read_text())["results"] for rank in range(world_size)
-    ]
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(world_size)]
 
 
 def assert_same_tokens(result: dict[str, Any]) -> None:
