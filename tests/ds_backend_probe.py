@@ -62,11 +62,12 @@ def run_case(name: str, options: dict[str, Any], model_dir: Path, refs: dict[int
             "equal": bool(output.shape == expected.shape and (output == expected).all()),
             "distinct_new_tokens": len(set(new[0].tolist())),
         }
-    # The output check's forward pass, run between two generates as every cell runs it.
-    logits = backend.next_token_logits(inputs["input_ids"], inputs["attention_mask"])
-    result["check_logits_finite"] = bool(logits.isfinite().all())
-    if name == "ds-zero":
-        result["zero3_after_generate"] = zero3_state(backend.model)
+    if os.environ.get("BLOOMPERF_PROBE_CHECKS"):  # test_ds_backends' one-node groups
+        # The output check's forward pass, run after the generates as every cell runs it.
+        logits = backend.next_token_logits(inputs["input_ids"], inputs["attention_mask"])
+        result["check_logits_finite"] = bool(logits.isfinite().all())
+        if name == "ds-zero":
+            result["zero3_after_generate"] = zero3_state(backend.model)
     backend.close()
     return result
 

@@ -65,7 +65,11 @@ def run_group(argv: list[str], extra_env: dict[str, str], env: dict[str, str], o
 
 
 def probe_env(model: Path, cases: list[list[Any]]) -> dict[str, str]:
-    return {"BLOOMPERF_PROBE_MODEL": str(model), "BLOOMPERF_PROBE_CASES": json.dumps(cases)}
+    return {
+        "BLOOMPERF_PROBE_MODEL": str(model),
+        "BLOOMPERF_PROBE_CASES": json.dumps(cases),
+        "BLOOMPERF_PROBE_CHECKS": "1",
+    }
 
 
 def read_ranks(out: Path, world_size: int) -> list[list[dict[str, Any]]]:
