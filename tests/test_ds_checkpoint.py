@@ -181,8 +181,9 @@ def run_clock_probe(tiny: Path, backend: str, dtype: str) -> dict[str, object]:
     return seen
 
 
-def test_load_clock_starts_after_import_rendezvous_and_op_builds(tiny: Path) -> None:
-    seen = run_clock_probe(tiny, "ds-autotp", "fp32")
+@pytest.mark.parametrize("backend", ["ds-autotp", "ds-zero"])
+def test_load_clock_starts_after_import_rendezvous_and_op_builds(tiny: Path, backend: str) -> None:
+    seen = run_clock_probe(tiny, backend, "fp32")
     assert "error" not in seen, seen["error"]
     assert seen["deepspeed_imported"] is True
     # DeepSpeed's CPU accelerator JIT-builds its shared-memory all-reduce while joining the

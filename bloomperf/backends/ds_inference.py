@@ -20,9 +20,7 @@ Checkpoint paths (``details()["checkpoint"]``):
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,7 +31,12 @@ from bloomperf.backends.ds_checkpoint import (
     host_bytes_per_rank,
     host_memory_reason,
 )
-from bloomperf.backends.ds_ranks import deepspeed_missing, join_rank_group, torch_dtype
+from bloomperf.backends.ds_ranks import (
+    deepspeed_missing,
+    join_rank_group,
+    timed_step,
+    torch_dtype,
+)
 from bloomperf.errors import BloomperfError
 
 if TYPE_CHECKING:
@@ -100,11 +103,8 @@ class TensorParallelBackend(Backend):
             with self.timed("checkpoint_copy_s"):
                 self._checkpoints_json, _ = checkpoints_json(request.checkpoint)
 
-    @contextmanager
-    def timed(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        yield
-        self._prepare_s[name] = time.perf_counter() - started
+    def timed(self, name: str) -> AbstractContextManager[None]:
+        return timed_step(self._prepare_s, name)
 
     def load(self, request: LoadRequest) -> None:
         self.model = self.load_weights(request)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +27,14 @@ def deepspeed_missing() -> str | None:
     if installed_version("deepspeed") is None:
         return "deepspeed is not installed (pip install 'bloomperf[gpu]')"
     return None
+
+
+@contextmanager
+def timed_step(record: dict[str, float], name: str) -> Iterator[None]:
+    """Time one preparation step into ``record[name]`` (seconds): kept apart from load time."""
+    started = time.perf_counter()
+    yield
+    record[name] = time.perf_counter() - started
 
 
 def torch_dtype(dtype: str) -> torch.dtype:

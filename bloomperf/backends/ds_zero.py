@@ -20,7 +20,12 @@ from typing import Any, ClassVar
 
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.compat import dtype_argument, installed_version
-from bloomperf.backends.ds_ranks import deepspeed_missing, join_rank_group, torch_dtype
+from bloomperf.backends.ds_ranks import (
+    deepspeed_missing,
+    join_rank_group,
+    timed_step,
+    torch_dtype,
+)
 from bloomperf.errors import BloomperfError
 
 OFFLOAD_CHOICES = ("none", "cpu", "nvme")
@@ -48,13 +53,24 @@ class DeepSpeedZeroBackend(Backend):
             return int(options.get("ranks") or options["tp"])
         return max(1, visible_devices) if device == "cuda" else 1
 
+    def prepare(self, request: LoadRequest) -> None:
+        """Importing DeepSpeed and joining the rank group (on CPU: the shared-memory all-reduce's
+        JIT build) happen before the load clock, each timed on its own, as for ds-inference."""
+        super().prepare(request)
+        self._prepare_s: dict[str, float] = {}
+        with timed_step(self._prepare_s, "import_s"):
+            import deepspeed  # noqa: F401
+            from transformers.integrations import HfDeepSpeedConfig  # noqa: F401
+        with timed_step(self._prepare_s, "rendezvous_s"):
+            self._local_rank = join_rank_group(request.device)
+
     def load(self, request: LoadRequest) -> None:
         import deepspeed
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
         from transformers.integrations import HfDeepSpeedConfig
 
-        local_rank = join_rank_group(request.device)
+        local_rank = self._local_rank
         self._device = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
         self._world_size = request.world_size
         self._offload = str(request.options.get("zero_offload") or "none")
@@ -103,6 +119,7 @@ class DeepSpeedZeroBackend(Backend):
             "partition": zero_partition(self.model),
             "deepspeed": installed_version("deepspeed"),
             "ds_config": self._ds_config,
+            "prepare_s": dict(self._prepare_s),
         }
 
     def close(self) -> None:
