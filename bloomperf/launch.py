@@ -28,7 +28,13 @@ from bloomperf.dslaunch import cleanup_shm, shm_segments
 from bloomperf.errors import BloomperfError
 from bloomperf.failures import read_rank_reports, root_cause
 from bloomperf.measure.memory import MemorySampler, create_sampler
-from bloomperf.protocol import TOKEN_ENV, ConnectionClosed, MessageStream, spec_to_dict
+from bloomperf.protocol import (
+    TOKEN_ENV,
+    ConnectionClosed,
+    MalformedMessage,
+    MessageStream,
+    spec_to_dict,
+)
 from bloomperf.results import MemoryReading
 from bloomperf.worker import SPEC_DATA_ENV, SPEC_ENV
 
@@ -231,6 +237,12 @@ class WorkerGroup:
             ) from None
         except ConnectionClosed:
             self._raise_died()
+        except MalformedMessage as exc:
+            # Nothing after a broken line can be trusted to belong to this cell: end the group.
+            self.kill()
+            raise self._failure(
+                "error", f"protocol: malformed message from the worker: {exc}"
+            ) from None
         if reply.get("event") == "failed":
             raise self._failure("error", "", reply)
         if reply.get("event") != event:

@@ -40,6 +40,10 @@ class ConnectionClosed(Exception):
     """The peer went away (a worker killed, crashed or exited)."""
 
 
+class MalformedMessage(Exception):
+    """The peer sent a line that is not a JSON object: a broken or foreign peer, not a crash."""
+
+
 class MessageStream:
     """Newline-delimited JSON messages over a connected socket."""
 
@@ -70,9 +74,12 @@ class MessageStream:
             if len(self._buffer) > MAX_MESSAGE_BYTES:
                 raise ConnectionClosed("message too large")
         line, _, self._buffer = self._buffer.partition(b"\n")
-        message = json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+            raise MalformedMessage(f"not JSON ({exc}): {line[:80]!r}") from None
         if not isinstance(message, dict):
-            raise ConnectionClosed("malformed message")
+            raise MalformedMessage(f"not a JSON object: {line[:80]!r}")
         return message
 
     def close(self) -> None:
