@@ -167,10 +167,17 @@ def describe_nodes(topology: Topology, nodes: list[NodeFacts], sent: dict[str, s
     return "\n".join(lines)
 
 
+# `bloomperf topology --json` (one node or a hostfile's nodes): versioned like every document.
+TOPOLOGY_KIND = "bloomperf-topology"
+TOPOLOGY_SCHEMA_VERSION = 1
+
+
 def nodes_to_dict(
     topology: Topology, nodes: list[NodeFacts], sent: dict[str, str]
 ) -> dict[str, Any]:
     return {
+        "kind": TOPOLOGY_KIND,
+        "schema_version": TOPOLOGY_SCHEMA_VERSION,
         "topology": topology_to_dict(topology),
         "nodes": [
             {
@@ -209,7 +216,7 @@ def run_nodes_command(args: Any) -> int:
         if k.startswith(("NCCL_", "GLOO_"))
     }
     if args.json:
-        print(json.dumps(nodes_to_dict(topology, nodes, sent), indent=2))
+        print(json.dumps(nodes_to_dict(topology, nodes, sent), indent=2, allow_nan=False))
     else:
         print(describe_nodes(topology, nodes, sent))
     return 0

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from bloomperf.multinode import LAUNCHERS
-from bloomperf.nodes import run_nodes_command
+from bloomperf.nodes import TOPOLOGY_KIND, TOPOLOGY_SCHEMA_VERSION, run_nodes_command
 from bloomperf.topology import (
     describe,
     detect_topology,
@@ -52,11 +52,13 @@ def run_topology_command(args: argparse.Namespace) -> int:
     topology = detect_topology(nodes=args.nodes)
     environment = environment_fingerprint(topology)
     if args.json:
-        print(
-            json.dumps(
-                {"topology": topology_to_dict(topology), "environment": environment}, indent=2
-            )
-        )
+        document = {
+            "kind": TOPOLOGY_KIND,
+            "schema_version": TOPOLOGY_SCHEMA_VERSION,
+            "topology": topology_to_dict(topology),
+            "environment": environment,
+        }
+        print(json.dumps(document, indent=2, allow_nan=False))
     else:
         print(describe(topology, environment))
     return 0

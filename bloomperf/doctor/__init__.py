@@ -101,7 +101,7 @@ def add_command(subparsers: Any) -> None:
 def run_doctor_command(args: argparse.Namespace) -> int:
     checks = run_checks(vars(args))
     if args.format == "json":
-        print(json.dumps(report_to_dict(checks, args.device), indent=2))
+        print(json.dumps(report_to_dict(checks, args.device), indent=2, allow_nan=False))
     else:
         print(render_text(checks))
     return 1 if any(c.status == "fail" for c in checks) else 0
