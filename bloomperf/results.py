@@ -59,6 +59,9 @@ class MemoryReading:
     torch_allocated_bytes: int | None = None
     torch_reserved_bytes: int | None = None
     reason: str = ""
+    # NVML's device total at the phase's start (after the cell's cleanup): what the cell found
+    # already in use, so its own share is peak_bytes - start_bytes. None on CPU and in old files.
+    start_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ def memory_to_dict(m: MemoryReading | None) -> dict[str, Any] | None:
         "torch_allocated_bytes": m.torch_allocated_bytes,
         "torch_reserved_bytes": m.torch_reserved_bytes,
         "reason": m.reason,
+        "start_bytes": m.start_bytes,
     }
 
 
@@ -299,6 +303,7 @@ def memory_from_dict(data: Any, where: str) -> MemoryReading | None:
         torch_allocated_bytes=get_int(data, "torch_allocated_bytes", where, optional=True),
         torch_reserved_bytes=get_int(data, "torch_reserved_bytes", where, optional=True),
         reason=get_str(data, "reason", where, default=""),
+        start_bytes=get_int(data, "start_bytes", where, optional=True),
     )
 
 

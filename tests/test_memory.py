@@ -182,7 +182,28 @@ def test_nvml_peaks_over_time_per_device_and_per_process() -> None:
     sampler.stop()
     assert nvml.shutdown_calls == 1
     after_stop = sampler.mark()  # NVML is shut down: no new sample, no error
-    assert (after_stop.source, after_stop.reason) == ("unavailable", "NVML: no sample taken")
+    # Only the sample taken at the last boundary (the phase's start level) is in it.
+    assert after_stop.peak_bytes == after_stop.start_bytes == 4 * GB
+    assert sampler.mark().source == "unavailable"  # and then nothing at all
+
+
+def test_each_nvml_phase_records_the_level_it_started_from() -> None:
+    # Finding 7: a cell's reading says what was in use when it began (after the cleanup), taken
+    # at the phase boundary, so the cell's own share is peak - start even when the load's
+    # memory stays resident.
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    nvml.script_used({0: [1 * GB, 30 * GB, 20 * GB], 1: [1 * GB, 30 * GB, 20 * GB]})
+    sampler = NvmlSampler(os.getpid(), nvml=nvml, visible="0,1", interval_s=0.001)
+    sampler.start()
+    assert nvml.drained.wait(5)
+    load = sampler.mark()
+    assert (load.start_bytes, load.peak_bytes) == (2 * GB, 60 * GB)
+    nvml.script_used({0: [25 * GB], 1: [25 * GB]})
+    assert nvml.drained.wait(5)
+    cell = sampler.mark()
+    sampler.stop()
+    assert cell.start_bytes == 40 * GB  # the load left 20 GB per GPU behind
+    assert cell.peak_bytes == 50 * GB
 
 
 def test_nvml_respects_cuda_visible_devices() -> None:

@@ -291,6 +291,9 @@ class NvmlSampler(MemorySampler):
         with self._lock:
             reading = self._reading()
             self._reset_peaks()
+        if self._handles and not self._failure and not self._stop.is_set():
+            # The next phase's first sample, taken now: the level it starts from (start_bytes).
+            self._sample_guarded()
         return reading
 
     def stop(self) -> None:
@@ -308,6 +311,7 @@ class NvmlSampler(MemorySampler):
         self._peak_total = 0
         self._peak_devices = [0] * len(self._handles)
         self._peak_process: int | None = None
+        self._start_total: int | None = None
 
     def _reading(self) -> MemoryReading:
         notes = [n for n in (self._failure, self._process_note) if n]
@@ -319,6 +323,7 @@ class NvmlSampler(MemorySampler):
             per_device_bytes=tuple(self._peak_devices),
             process_bytes=self._peak_process,
             reason="; ".join(notes),
+            start_bytes=self._start_total,
         )
 
     def _poll_loop(self) -> None:
@@ -337,6 +342,8 @@ class NvmlSampler(MemorySampler):
         process = self._worker_bytes()
         with self._lock:
             self._samples += 1
+            if self._start_total is None:
+                self._start_total = sum(used)
             self._peak_total = max(self._peak_total, sum(used))
             self._peak_devices = [max(p, u) for p, u in zip(self._peak_devices, used, strict=True)]
             if process is not None:
