@@ -134,6 +134,18 @@ def parse_max_memory(text: str) -> str:
     return accelerate_map.parse_choice(parse_text(text).strip())
 
 
+def parse_work_folder(text: str) -> Path:
+    """A folder bloomperf or a library will write into (offload, NVMe): it must be a folder, or
+    creatable under a writable one; said now, not minutes later when the model stage fails."""
+    folder = parse_path(text)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} exists and is not a folder")
+    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{folder}: {existing} is not a writable folder")
+    return folder
+
+
 def parse_sharded(text: str) -> Path:
     """A folder ``bloomperf shard`` wrote: its marker must be there and readable."""
     folder = parse_path(text)
@@ -243,7 +255,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "offload_folder",
-        parse_path,
+        parse_work_folder,
         "folder for disk offload (accelerate) [a temporary folder]",
         "DIR",
     ),
@@ -279,7 +291,7 @@ OPTIONS: tuple[Option, ...] = (
         "[unsharded where DeepSpeed can read the files, else hf]",
         "HOW",
     ),
-    Option("nvme_path", parse_path, "folder on NVMe for ds-zero's nvme offload", "DIR"),
+    Option("nvme_path", parse_work_folder, "folder on NVMe for ds-zero's nvme offload", "DIR"),
     Option(
         "ds_config",
         parse_ds_config,

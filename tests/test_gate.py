@@ -311,6 +311,9 @@ def test_a_report_never_overwrites_its_own_input(
         (["--memory-limit", "0.5b"], "'0.5b' is less than one byte"),
         (["--memory-limit", "1e999GiB"], "--memory-limit: must be positive, got 1e999GiB"),
         (["--memory-limit", "2000000TiB"], "is more than 1152921504606846976 bytes"),
+        (["--offload-folder", "/etc/passwd"], "--offload-folder: /etc/passwd exists and is not"),
+        (["--offload-folder", "/etc/passwd/x"], "/etc/passwd is not a writable folder"),
+        (["--nvme-path", "/etc/passwd"], "--nvme-path: /etc/passwd exists and is not a folder"),
     ],
 )
 def test_careless_option_values_are_one_line_exit_2(
