@@ -31,27 +31,49 @@ from bloomperf.formatting import (
     clean,
     format_ms,
     format_table,
+    format_value,
     markdown_table,
     row_label,
     table_layout,
 )
 from bloomperf.results import Outcome
 
+# The metrics a table cell names beside ms/token when they moved (load time has its own column:
+# one load serves the whole row).
+SIDE_METRICS = (("peak_memory", "memory"),)
+METRIC_LABELS = {REGRESSED: " REGRESSED", IMPROVED: " improved"}
+
+
+def change_text(m: MetricVerdict | None) -> str:
+    """The change in percent when it is judged or shows at the displayed precision; nothing for
+    noise: "(+0.0%)" on every cell hides the one that moved."""
+    if m is None or m.estimate is None:
+        return ""
+    percent = (m.estimate.ratio - 1) * 100
+    if m.status not in (REGRESSED, IMPROVED) and f"{abs(percent):.1f}" == "0.0":
+        return ""
+    note = ", not judged" if m.status == NOT_JUDGED else ""
+    return f" ({percent:+.1f}%{note})"
+
+
+def metrics_text(v: CellVerdict) -> str:
+    """ms/token with its change and verdict, then peak memory where it moved."""
+    ms = v.metric("ms_per_token")
+    text = format_ms(v.measured_ms_per_token) if v.measured_ms_per_token else v.measured_outcome
+    text += change_text(ms) + (METRIC_LABELS.get(ms.status, "") if ms is not None else "")
+    for metric, name in SIDE_METRICS:
+        m = v.metric(metric)
+        if m is not None and m.status in METRIC_LABELS:
+            figure = format_value(metric, m.measured)
+            text += f"; {name} {figure}{change_text(m)}{METRIC_LABELS[m.status]}"
+    return text
+
 
 def cell_text(v: CellVerdict | None) -> str:
     """A table cell: the measured figure, its change and the verdict when it is not 'same'."""
     if v is None:
         return "–"
-    measured = format_ms(v.measured_ms_per_token) if v.measured_ms_per_token else ""
-    ms = v.metric("ms_per_token")
-    change = ""
-    if ms is not None and ms.estimate is not None:
-        judged = "" if ms.status != NOT_JUDGED else ", not judged"
-        change = f" ({(ms.estimate.ratio - 1) * 100:+.1f}%{judged})"
     label = {
-        SAME: "",
-        REGRESSED: " REGRESSED",
-        IMPROVED: " improved",
         BOUNDARY_MOVED_UP: " (OOM expected)",
         NO_BASELINE: " (no baseline)",
         INCOMPARABLE: " (incomparable)",
@@ -62,15 +84,69 @@ def cell_text(v: CellVerdict | None) -> str:
         return oom.get(v.status, "OOM" + label.get(v.status, f" ({v.status})"))
     if v.status in (ERROR, TIMEOUT, SKIPPED):
         return v.status.upper() if v.status != SKIPPED else "skipped"
-    return (measured or v.measured_outcome) + change + label.get(v.status, f" ({v.status})")
+    if v.status in (SAME, REGRESSED, IMPROVED):
+        return metrics_text(v)
+    return metrics_text(v) + label.get(v.status, f" ({v.status})")
 
 
 def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     rows, sizes = table_layout(comparison.cells)
     by_key = {(v.backend, v.dtype, v.batch_size): v for v in comparison.cells}
-    header = ["Solution (dtype)", *(f"Batch {s}" for s in sizes)]
-    body = [[row_label(*row), *(cell_text(by_key.get((*row, s))) for s in sizes)] for row in rows]
+    header = [
+        "Solution (dtype)",
+        *(f"Batch {s}" for s in sizes),
+        "Load time",
+        "Peak memory (all GPUs)",
+    ]
+    body = []
+    for row in rows:
+        verdicts = [v for v in comparison.cells if (v.backend, v.dtype) == row]
+        body.append(
+            [
+                row_label(*row),
+                *(cell_text(by_key.get((*row, s))) for s in sizes),
+                load_text(verdicts),
+                memory_text(verdicts),
+            ]
+        )
     return header, body
+
+
+STATUS_WORDS = {
+    SAME: "same",
+    REGRESSED: "REGRESSED",
+    IMPROVED: "improved",
+    NO_BASELINE: "no baseline",
+    NOT_JUDGED: "not judged",
+}
+
+
+def load_text(verdicts: list[CellVerdict]) -> str:
+    """One load serves every batch size of a row: its figure and verdict, once per row."""
+    m = next((m for v in verdicts if (m := v.metric("load_time")) and m.measured), None)
+    if m is None:
+        return "–"
+    word = STATUS_WORDS.get(m.status, m.status)
+    return f"{format_value('load_time', m.measured)}{change_text(m)} {word}"
+
+
+def memory_text(verdicts: list[CellVerdict]) -> str:
+    """The row's largest peak and the memory verdict: the batch sizes that moved, if any."""
+    metrics = [(v.batch_size, m) for v in verdicts if (m := v.metric("peak_memory"))]
+    measured = [m.measured for _, m in metrics if m.measured]
+    if not measured:
+        return "–"
+    figure = f"≤ {format_value('peak_memory', max(measured))}"
+    moved = [
+        f"{STATUS_WORDS[m.status]} at bs{b}"
+        for b, m in metrics
+        if m.status in (REGRESSED, IMPROVED)
+    ]
+    if moved:
+        return f"{figure}, " + ", ".join(moved)
+    statuses = {m.status for _, m in metrics if m.measured}
+    words = [STATUS_WORDS.get(s, s) for s in sorted(statuses)]
+    return f"{figure}, " + " / ".join(words)
 
 
 LATENCY_COLUMNS = (

@@ -11,8 +11,11 @@ import pytest
 
 from bloomperf.baseline import EXPECT_OK, EXPECT_OOM, Baseline, load_baseline, matching_load_time
 from bloomperf.cli import main
+from bloomperf.compare import CellVerdict, compare_metric, judge
+from bloomperf.comparison_text import cell_text, table_rows
 from bloomperf.history import add_to_history
 from bloomperf.report import write_report
+from bloomperf.resultfiles import read_results
 from bloomperf.results import (
     CellResult,
     MemoryReading,
@@ -25,6 +28,8 @@ from bloomperf.results import (
 
 REPO = Path(__file__).resolve().parent.parent
 BLOG_BASELINE = REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json"
+# pytest-benchmark storage of the blog's cells with accelerate-bf16-bs8 10 % slower.
+REGRESSED_RUN = REPO / "tests/data/results/benchmarks/Linux-CPython-3.11-64bit/0002_slower.json"
 GiB = 2**30
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -184,3 +189,29 @@ def test_cli_report_reads_results_and_finds_the_baseline(
     assert str(BLOG_BASELINE.name) in (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
     assert main(["report", str(tmp_path / "missing.json"), "--out", str(tmp_path / "x")]) == 2
     assert "missing.json: no such file" in capsys.readouterr().err
+
+
+def test_the_table_names_load_and_memory_and_no_change_that_is_noise(
+    tmp_path: Path, blog: Baseline
+) -> None:
+    run = read_results(REGRESSED_RUN)
+    write_report(run, blog, tmp_path / "out")
+    markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    for text in (markdown, page):
+        # An unchanged cell shows its figure, not "(+0.0%)".
+        assert "+0.0%" not in text and "-0.0%" not in text
+        assert "34.96 ms (+10.0%) REGRESSED" in text
+    header, body = table_rows(judge(run, blog))
+    assert header[-2:] == ["Load time", "Peak memory (all GPUs)"]
+    rows = {row[0]: row for row in body}
+    assert rows["Accelerate bf16"][1] == "230.38 ms"
+    assert rows["Accelerate bf16"][-2:] == ["121 s same", "≤ 376.00 GiB, no baseline"]
+    assert rows["Accelerate int8"][-2] == "118 s no baseline"
+
+
+def test_a_memory_regression_is_named_in_its_cell() -> None:
+    ms = compare_metric("ms_per_token", [10.0, 10.01, 9.99], 10.0, 0.05)
+    memory = compare_metric("peak_memory", [60.0 * GiB], 50.0 * GiB, 0.1)
+    cell = CellVerdict("accelerate", "bf16", 8, "regressed", "ok", "ok", (ms, memory), 10.0)
+    assert cell_text(cell) == "10.00 ms; memory 60.00 GiB (+20.0%) REGRESSED"
