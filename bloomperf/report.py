@@ -23,7 +23,6 @@ import argparse
 import base64
 import html
 import io
-import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -57,6 +56,7 @@ from bloomperf.history import (
     series,
 )
 from bloomperf.jsonfile import refuse_overwriting_inputs, write_bytes_atomic, write_text_atomic
+from bloomperf.report_environment import environment_rows
 from bloomperf.report_heatmap import ratio_heatmap
 from bloomperf.resultfiles import read_many
 from bloomperf.results import CellResult, Outcome, RunResult
@@ -483,20 +483,6 @@ def plot_trend(
 # ---- tables -------------------------------------------------------------------------------------
 
 
-def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """The environment fingerprint as (key, value) rows: nested keys dotted, lists joined."""
-    if isinstance(data, dict):
-        rows: list[tuple[str, str]] = []
-        for key, value in data.items():
-            rows += flatten(value, f"{prefix}.{key}" if prefix else str(key))
-        return rows
-    if isinstance(data, list):
-        if all(not isinstance(v, (dict, list)) for v in data):
-            return [(prefix, ", ".join(str(v) for v in data))]
-        return [(prefix, json.dumps(data, separators=(",", ":")))]
-    return [(prefix, "–" if data is None else str(data))]
-
-
 def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     def cls(text: str) -> str:
         if "REGRESSED" in text or "UNEXPECTED" in text or text in ("ERROR", "TIMEOUT"):
@@ -558,7 +544,7 @@ def write_pages(
     title = f"bloomperf: {run.model.name} on {run.topology}"
     when = run.started_at or "unknown time"
     header, body = table_rows(comparison)
-    environment = flatten(run.environment)
+    environment = environment_rows(run.environment)
     verdict = "FAILED" if comparison.failed else "passed"
 
     md = [
@@ -577,7 +563,7 @@ def write_pages(
     if "trend" in plots:
         md += ["## Trend over the nights", "", f"![trend]({plots['trend'].name})", ""]
         md += [*render_changes(changes, nights, "markdown").splitlines(), ""]
-    md += ["## Environment", "", *markdown_table(["Key", "Value"], environment), ""]
+    md += ["## Environment", "", *markdown_table(["What", "Value"], environment), ""]
 
     doc = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -600,7 +586,7 @@ def write_pages(
             doc.append(html_table(CHANGE_HEADER, change_rows(changes)))
         else:
             doc.append(f"<p>No persistent change in any cell over {len(nights)} nights.</p>")
-    doc += ["<h2>Environment</h2>", html_table(["Key", "Value"], environment), "</body></html>"]
+    doc += ["<h2>Environment</h2>", html_table(["What", "Value"], environment), "</body></html>"]
 
     html_path = out / "index.html"
     md_path = out / "report.md"

@@ -215,3 +215,38 @@ def test_a_memory_regression_is_named_in_its_cell() -> None:
     memory = compare_metric("peak_memory", [60.0 * GiB], 50.0 * GiB, 0.1)
     cell = CellVerdict("accelerate", "bf16", 8, "regressed", "ok", "ok", (ms, memory), 10.0)
     assert cell_text(cell) == "10.00 ms; memory 60.00 GiB (+20.0%) REGRESSED"
+
+
+def test_the_environment_reads_as_sizes_counts_and_provenance_without_paths(
+    tmp_path: Path, blog: Baseline
+) -> None:
+    root = "/home/ci/work/bloomperf"
+    environment = {
+        "topology": "8xA100-SXM4-80GB",
+        "gpus": ["NVIDIA A100-SXM4-80GB"] * 8,
+        "ram_bytes": 549755813888,
+        "gpu_limits": [
+            {"index": i, "sm_clock_max_mhz": 1410, "power_limit_w": 400.0} for i in range(8)
+        ],
+        "packages": {"torch": "2.4.0"},
+        "provenance": {
+            "git": {"commit": "0123456789abcdef", "dirty": True, "branch": "main", "root": root},
+            "ci_run_url": "https://github.com/o/bloomperf/actions/runs/42",
+            "command": f"bloomperf run --out {root}/results/n.json --model /home/ci/.cache/m",
+            "cwd": root,
+        },
+    }
+    run = replace(run_from_blog(blog), environment=environment)
+    write_report(run, blog, tmp_path / "out")
+    markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    section = markdown[markdown.index("## Environment") :]
+    page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    for text in (section, page[page.index("<h2>Environment") :]):
+        assert "549755813888" not in text and "512 GiB" in text
+        assert text.count("A100-SXM4-80GB") == 2  # the topology id, and the GPUs counted once
+        assert "8 × NVIDIA A100-SXM4-80GB" in text
+        assert "/home/" not in text and root not in text
+        assert "0123456789ab (on main; dirty: uncommitted edits)" in text
+        assert "https://github.com/o/bloomperf/actions/runs/42" in text
+    assert "| Command | bloomperf run --out results/n.json --model ~/.cache/m |" in section
+    assert "| GPU limits (all 8) | SM clock ≤ 1410 MHz, power limit 400 W |" in section
