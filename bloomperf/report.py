@@ -58,6 +58,12 @@ from bloomperf.history import (
 from bloomperf.jsonfile import refuse_overwriting_inputs, write_bytes_atomic, write_text_atomic
 from bloomperf.report_environment import environment_rows
 from bloomperf.report_heatmap import ratio_heatmap
+from bloomperf.report_latency import (
+    LATENCY_FILES,
+    LATENCY_HEADINGS,
+    flag_lines,
+    write_latency_plots,
+)
 from bloomperf.resultfiles import read_many
 from bloomperf.results import CellResult, Outcome, RunResult
 
@@ -70,6 +76,7 @@ REPORT_FILES = (
     "memory.png",
     "load_time.png",
     "trend.png",
+    *LATENCY_FILES,
 )
 # The plots in page order: the ratio heatmap first, where a regression shows at a glance.
 PLOT_HEADINGS = (
@@ -540,7 +547,9 @@ def write_pages(
     plots: dict[str, Path],
     nights: Sequence[Night],
     changes: Sequence[Change],
+    notes: dict[str, str] | None = None,
 ) -> tuple[Path, Path]:
+    notes = notes or {}
     title = f"bloomperf: {run.model.name} on {run.topology}"
     when = run.started_at or "unknown time"
     header, body = table_rows(comparison)
@@ -556,10 +565,11 @@ def write_pages(
         "",
     ]
     md += ["## Verdicts", "", *markdown_table(header, body), ""]
-    failures = [clean(f) for f in comparison.failures()]
+    failures = [clean(f) for f in comparison.failures()] + flag_lines(run)
     md += [f"- {f}" for f in failures] + ([""] if failures else [])
-    for key, heading in PLOT_HEADINGS:
-        md += [f"## {heading}", "", f"![{heading}]({plots[key].name})", ""]
+    for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
+        shown = f"![{heading}]({plots[key].name})" if key in plots else notes[key]
+        md += [f"## {heading}", "", shown, ""]
     if "trend" in plots:
         md += ["## Trend over the nights", "", f"![trend]({plots['trend'].name})", ""]
         md += [*render_changes(changes, nights, "markdown").splitlines(), ""]
@@ -578,8 +588,9 @@ def write_pages(
     ]
     if failures:
         doc.append("<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in failures) + "</ul>")
-    for key, heading in PLOT_HEADINGS:
-        doc += [f"<h2>{heading}</h2>", embedded(plots[key])]
+    for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
+        shown = embedded(plots[key]) if key in plots else f"<p>{html.escape(notes[key])}</p>"
+        doc += [f"<h2>{heading}</h2>", shown]
     if "trend" in plots:
         doc += ["<h2>Trend over the nights</h2>", embedded(plots["trend"])]
         if changes:
@@ -631,6 +642,8 @@ def write_report(
         "memory": plot_memory(run, out / "memory.png"),
         "load": plot_load_times(run, baseline, out / "load_time.png"),
     }
+    latency = write_latency_plots(run, baseline, out)
+    plots.update(latency.paths)
     nights: list[Night] = []
     changes: list[Change] = []
     if history is not None:
@@ -640,7 +653,7 @@ def write_report(
         changes = detect_changes(nights, **settings)
         tolerance = settings.get("tolerance", DEFAULT_TOLERANCE)
         plots["trend"] = plot_trend(nights, changes, out / "trend.png", tolerance)
-    html_path, md_path = write_pages(out, run, comparison, plots, nights, changes)
+    html_path, md_path = write_pages(out, run, comparison, plots, nights, changes, latency.notes)
     return Report(html_path, md_path, tuple(plots.values()), tuple(changes))
 
 
