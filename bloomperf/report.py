@@ -56,7 +56,7 @@ from bloomperf.history import (
     series,
 )
 from bloomperf.jsonfile import refuse_overwriting_inputs, write_bytes_atomic, write_text_atomic
-from bloomperf.report_environment import environment_rows
+from bloomperf.report_environment import environment_rows, plots_note, shown_baseline
 from bloomperf.report_heatmap import ratio_heatmap
 from bloomperf.report_latency import (
     LATENCY_FILES,
@@ -555,13 +555,17 @@ def write_pages(
     header, body = table_rows(comparison)
     environment = environment_rows(run.environment)
     verdict = "FAILED" if comparison.failed else "passed"
+    baseline = shown_baseline(comparison.baseline)
+    summary = comparison.summary.removesuffix("; FAILED")  # the verdict says it first
 
     md = [
         f"# {title}",
         "",
         f"Run started {when}; {'complete' if run.complete else 'INCOMPLETE'}.",
         "",
-        f"**{verdict}**: {comparison.summary} (baseline: {comparison.baseline})",
+        f"**{verdict}**: {summary} (baseline: {baseline})",
+        "",
+        plots_note(run.environment),
         "",
     ]
     md += ["## Verdicts", "", *markdown_table(header, body), ""]
@@ -581,8 +585,8 @@ def write_pages(
         f"<h1>{html.escape(title)}</h1>",
         f"<p>Run started {html.escape(when)}; {'complete' if run.complete else 'INCOMPLETE'}.</p>",
         f"<p class='verdict {'failed' if comparison.failed else 'passed'}'>{verdict}: "
-        f"{html.escape(comparison.summary)}<br><small>baseline: "
-        f"{html.escape(comparison.baseline)}</small></p>",
+        f"{html.escape(summary)}<br><small>baseline: "
+        f"{html.escape(baseline)}</small></p>",
         "<h2>Verdicts</h2>",
         html_table(header, body),
     ]

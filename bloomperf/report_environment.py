@@ -13,6 +13,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from bloomperf.formatting import GIB
@@ -66,6 +67,25 @@ def environment_rows(environment: Mapping[str, Any]) -> list[tuple[str, str]]:
         if key not in SHOWN:
             rows.append((key, other_value(key, value)))
     return [(key, shorten(value, paths)) for key, value in rows]
+
+
+def plots_note(environment: Mapping[str, Any]) -> str:
+    """Where the plots of ``report.md`` are: its images are PNG files in its own folder, which a
+    GitHub step summary cannot show (it renders only images at a URL)."""
+    url = (environment.get("provenance") or {}).get("ci_run_url")
+    where = f" of [the CI run]({url})" if url else ""
+    return (
+        "Plots: the PNG files in this report's folder, linked by file name, so they show wherever"
+        f" the folder travels whole (the report artifact{where}, a checkout). A GitHub step"
+        " summary cannot show local images: open the artifact, or its index.html, which embeds"
+        " them."
+    )
+
+
+def shown_baseline(baseline: str) -> str:
+    """A baseline file by its name (baselines are looked up by name); other text as it is."""
+    path = Path(baseline)
+    return path.name if path.is_absolute() else baseline
 
 
 def provenance_rows(prov: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
@@ -250,3 +251,27 @@ def test_the_environment_reads_as_sizes_counts_and_provenance_without_paths(
         assert "https://github.com/o/bloomperf/actions/runs/42" in text
     assert "| Command | bloomperf run --out results/n.json --model ~/.cache/m |" in section
     assert "| GPU limits (all 8) | SM clock ≤ 1410 MHz, power limit 400 W |" in section
+
+
+def test_the_markdown_links_images_beside_it_and_names_no_absolute_path(
+    tmp_path: Path, blog: Baseline
+) -> None:
+    url = "https://github.com/o/bloomperf/actions/runs/42"
+    run = run_from_blog(blog)
+    run = replace(run, environment={**run.environment, "provenance": {"ci_run_url": url}})
+    result = tmp_path / "results.json"
+    save_run(run, result)
+    out = tmp_path / "report"
+    assert (
+        main(["report", str(result), "--out", str(out), "--baselines", str(REPO / "baselines")])
+        == 0
+    )
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
+    assert len(images) == 4
+    assert all("/" not in image and (out / image).is_file() for image in images)
+    assert str(REPO) not in markdown and str(tmp_path) not in markdown
+    assert "(baseline: 8xA100-SXM4-80GB.bloom-176b.json)" in markdown
+    # Why the images do not show in a step summary, and where to get them.
+    assert "step summary cannot show local images" in markdown
+    assert f"[the CI run]({url})" in markdown
