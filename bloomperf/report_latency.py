@@ -99,7 +99,7 @@ def flag_lines(run: RunResult) -> list[str]:
 def missing_note(run: RunResult, key: str) -> str:
     """Why a plot is left out rather than drawn empty."""
     if key != "energy":
-        return "Not drawn: no cell has per-step times (a results file older than per-step timing)."
+        return "Not drawn: no cell has per-step times (none ran, or the file predates them)."
     # The first reason a cell's energy reading gives, else that none was taken.
     reasons = [c.energy.reason for c in run.cells if c.energy is not None and c.energy.reason]
     why = reasons[0] if reasons else "no energy reading in the results"
