@@ -7,8 +7,9 @@ summary, next to the PNG files it links) and the PNGs themselves:
 * ``ms_per_token.png``: ms/token against batch size, one colour per backend and dtype, log axes
   whose ticks are the batch sizes; the baseline dashed beside the measurement; OOM cells crossed
   at the top edge (measured) or ringed (expected by the baseline).
-* ``memory.png``: peak memory of the fullest GPU against batch size, the band down to the
-  emptiest GPU (pipeline parallelism leaves GPUs unevenly filled), the GPU's capacity as a line.
+* ``memory.png``: peak memory per GPU against batch size (the fullest GPU, with the band down to
+  the emptiest: pipeline parallelism leaves GPUs unevenly filled), one GPU's capacity as a line,
+  the baseline dashed; OOMs in a band above, measured crossed, the baseline's ringed.
 * ``load_time.png``: load time per backend and dtype as bars, the baseline's beside them.
 * ``trend.png`` (with ``--history``): ms/token of every cell over the nights, the nights where a
   persistent change started marked (``bloomperf.history`` finds them).
@@ -41,7 +42,6 @@ from bloomperf.compare import REGRESSED, Comparison, judge
 from bloomperf.comparison_text import table_rows
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import GIB, clean, markdown_table, row_label, table_layout
-from bloomperf.hardware import parse_topology_id
 from bloomperf.history import (
     DEFAULT_TOLERANCE,
     METRIC_MS,
@@ -64,6 +64,7 @@ from bloomperf.report_latency import (
     flag_lines,
     write_latency_plots,
 )
+from bloomperf.report_memory import baseline_per_gpu, memory_scale, per_gpu_peak
 from bloomperf.resultfiles import read_many
 from bloomperf.results import CellResult, Outcome, RunResult
 
@@ -104,32 +105,6 @@ class Report:
 
 def row_cells(cells: Sequence[CellResult], row: tuple[str, str]) -> list[CellResult]:
     return sorted((c for c in cells if (c.backend, c.dtype) == row), key=lambda c: c.batch_size)
-
-
-def gpu_capacity(topology: str) -> tuple[str, int] | None:
-    """(GPU name, bytes) for a GPU topology id like ``8xA100-SXM4-80GB``; None on CPU."""
-    try:
-        _, _, gpu = parse_topology_id(topology)
-    except BloomperfError:
-        return None
-    return gpu.name, gpu.memory_bytes
-
-
-def gpu_memory(cell: CellResult) -> tuple[float, float] | None:
-    """(fullest, emptiest) device's peak in bytes; one process figure where there are no GPUs."""
-    devices: list[int] = []
-    for reading in (cell.load_memory, cell.generate_memory):
-        if reading is not None and reading.per_device_bytes:
-            if not devices:
-                devices = list(reading.per_device_bytes)
-            else:
-                devices = [
-                    max(a, b) for a, b in zip(devices, reading.per_device_bytes, strict=False)
-                ]
-    if devices:
-        return float(max(devices)), float(min(devices))
-    peak = cell.peak_memory_bytes
-    return (float(peak), float(peak)) if peak is not None else None
 
 
 # ---- plots --------------------------------------------------------------------------------------
@@ -268,37 +243,48 @@ def plot_ms_per_token(
     return path
 
 
-def plot_memory(run: RunResult, path: Path) -> Path:
+def plot_memory(run: RunResult, baseline: Baseline | None, path: Path) -> Path:
+    """Peak memory per GPU against one GPU's capacity and the baseline; OOMs in a band above."""
     from matplotlib.lines import Line2D
 
     fig = new_figure()
     ax = fig.add_subplot()
     sizes = sorted({c.batch_size for c in run.cells})
-    capacity = gpu_capacity(run.topology)
-    on_gpu = any(
-        r is not None and r.per_device_bytes
-        for c in run.cells
-        for r in (c.load_memory, c.generate_memory)
-    )
-    for i, row in enumerate(table_layout(run.cells)[0]):
+    scale = memory_scale(run.topology, run.cells)
+    rows = table_layout(run.cells)[0]
+    top = float(scale.capacity_bytes or 0)
+    marks = ax.get_xaxis_transform()  # x in data, y in axes fraction: the OOM band at the top
+    per_device = drew_baseline = False
+    for i, row in enumerate(rows):
         colour = COLOURS[i % len(COLOURS)]
-        points = [(c.batch_size, gpu_memory(c)) for c in row_cells(run.cells, row)]
-        kept = [(b, m) for b, m in points if m is not None]
+        cells = row_cells(run.cells, row)
+        kept = [(c.batch_size, m) for c in cells if (m := per_gpu_peak(c, scale)) is not None]
         if kept:
             xs = [b for b, _ in kept]
             ax.plot(xs, [m[0] / GIB for _, m in kept], "-o", color=colour, label=row_label(*row))
-            if on_gpu:
-                ax.fill_between(
-                    xs,
-                    [m[1] / GIB for _, m in kept],
-                    [m[0] / GIB for _, m in kept],
-                    color=colour,
-                    alpha=0.07,
-                )
-        ooms = [c.batch_size for c in row_cells(run.cells, row) if c.outcome == Outcome.OOM]
+            if any(m[2] for _, m in kept):
+                per_device = True
+                lows = [m[1] / GIB for _, m in kept]
+                ax.fill_between(xs, lows, [m[0] / GIB for _, m in kept], color=colour, alpha=0.1)
+            top = max(top, *(m[0] for _, m in kept))
+        expected = baseline_per_gpu(baseline, row, scale)
+        if expected:
+            drew_baseline = True
+            ax.plot(
+                *zip(*[(b, v / GIB) for b, v in expected], strict=True),
+                "--",
+                marker="o",
+                mfc="none",
+                color=colour,
+                alpha=0.7,
+            )
+            top = max(top, *(v for _, v in expected))
+            sizes = sorted(set(sizes) | {b for b, _ in expected})
+        # Each row's OOM marks at their own height in the band, measured ones filled and edged
+        # red, the baseline's hollow rings: neither can be read as a memory figure.
+        y = 0.965 - 0.05 * i
+        ooms = [c.batch_size for c in cells if c.outcome == Outcome.OOM]
         if ooms:
-            y = capacity[1] / GIB if capacity and on_gpu else 0.97
-            transform = ax.transData if capacity and on_gpu else ax.get_xaxis_transform()
             ax.plot(
                 ooms,
                 [y] * len(ooms),
@@ -307,29 +293,73 @@ def plot_memory(run: RunResult, path: Path) -> Path:
                 ms=11,
                 mec=OOM_COLOUR,
                 mew=1.2,
-                transform=transform,
+                transform=marks,
                 clip_on=False,
             )
-    extra = [Line2D([], [], color="grey", ls="", marker="X", ms=10, mec=OOM_COLOUR, label="OOM")]
-    if capacity is not None and on_gpu:
-        name, size = capacity
-        ax.axhline(size / GIB, color="black", lw=1.2, ls=":")
+        expected_oom = [
+            b.batch_size
+            for b in (baseline.cells if baseline is not None else ())
+            if (b.backend, b.dtype) == row and b.outcome == EXPECT_OOM and b.batch_size in sizes
+        ]
+        if expected_oom:
+            ax.plot(
+                expected_oom,
+                [y] * len(expected_oom),
+                "o",
+                mfc="none",
+                color=colour,
+                ms=14,
+                mew=1.5,
+                transform=marks,
+                clip_on=False,
+            )
+    band = 0.03 + 0.05 * len(rows)
+    data_top = top / GIB * 1.05
+    ax.set_ylim(0, data_top / (1 - band))
+    ax.axhspan(data_top, data_top / (1 - band), color="grey", alpha=0.08, lw=0)
+    ax.annotate(
+        "out of memory",
+        (0.005, 1 - band / 2),
+        xycoords="axes fraction",
+        va="center",
+        fontsize=8,
+        color=OOM_COLOUR,
+    )
+    # No memory figure on the band's axis: its marks are outcomes, not amounts.
+    ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= data_top])
+    extra = []
+    if drew_baseline:
+        extra.append(
+            Line2D([], [], color="grey", ls="--", marker="o", mfc="none", label="baseline")
+        )
+    extra += [
+        Line2D(
+            [], [], color="grey", ls="", marker="X", ms=10, mec=OOM_COLOUR, label="OOM (measured)"
+        ),
+        Line2D([], [], color="grey", ls="", marker="o", mfc="none", ms=11, label="OOM (baseline)"),
+    ]
+    if scale.capacity_bytes is not None:
+        capacity = scale.capacity_bytes / GIB
+        ax.axhline(capacity, color="black", lw=1.2, ls=":")
         ax.annotate(
-            f"{name} capacity: {size / GIB:.0f} GiB",
-            (0.01, size / GIB),
+            f"capacity of one {scale.gpu_name}: {capacity:.0f} GiB",
+            (0.01, capacity),
             xycoords=("axes fraction", "data"),
             va="bottom",
             fontsize=8,
         )
-        ax.set_ylim(0, size / GIB * 1.12)
-        extra.append(Line2D([], [], color="grey", lw=6, alpha=0.3, label="emptiest–fullest GPU"))
-        ax.set_ylabel("peak memory of the fullest GPU (GiB)")
+        if per_device:
+            extra.append(
+                Line2D([], [], color="grey", lw=6, alpha=0.3, label="emptiest–fullest GPU")
+            )
+            ax.set_ylabel("peak memory of the fullest GPU (GiB)")
+        else:
+            ax.set_ylabel(f"peak memory per GPU (GiB; the total ÷ {scale.gpus})")
     else:
-        ax.set_ylim(bottom=0)
-        ax.set_ylabel("peak memory (GIB, process RSS without GPUs)")
+        ax.set_ylabel("peak memory of the process (GiB; no GPU)")
     batch_axis(ax, sizes)
     ax.grid(True, alpha=0.3)
-    ax.set_title(f"{run.model.name} on {run.topology}: peak memory by batch size")
+    ax.set_title(f"{run.model.name} on {run.topology}: peak memory per GPU by batch size")
     style_legend(ax, extra)
     save_figure(fig, path)
     return path
@@ -643,7 +673,7 @@ def write_report(
                 if m.metric == "ms_per_token" and m.status == REGRESSED
             ),
         ),
-        "memory": plot_memory(run, out / "memory.png"),
+        "memory": plot_memory(run, baseline, out / "memory.png"),
         "load": plot_load_times(run, baseline, out / "load_time.png"),
     }
     latency = write_latency_plots(run, baseline, out)

@@ -16,6 +16,7 @@ from bloomperf.compare import CellVerdict, compare_metric, judge
 from bloomperf.comparison_text import cell_text, table_rows
 from bloomperf.history import add_to_history
 from bloomperf.report import write_report
+from bloomperf.report_memory import baseline_per_gpu, memory_scale, per_gpu_peak
 from bloomperf.resultfiles import read_results
 from bloomperf.results import (
     CellResult,
@@ -275,3 +276,32 @@ def test_the_markdown_links_images_beside_it_and_names_no_absolute_path(
     # Why the images do not show in a step summary, and where to get them.
     assert "step summary cannot show local images" in markdown
     assert f"[the CI run]({url})" in markdown
+
+
+def test_memory_is_plotted_per_gpu_against_one_gpus_capacity_and_the_baseline(
+    tmp_path: Path, blog: Baseline
+) -> None:
+    # The fixture keeps NVML's total over 8 GPUs only: the plot spreads it, never sums GPUs.
+    summed = read_results(REGRESSED_RUN)
+    scale = memory_scale(summed.topology, summed.cells)
+    assert (scale.gpus, scale.capacity_bytes) == (8, 80 * GiB)
+    (bs1,) = [c for c in summed.cells if c.id == "accelerate-bf16-bs1"]
+    assert bs1.peak_memory_bytes == 360 * GiB
+    assert per_gpu_peak(bs1, scale) == (45 * GiB, 45 * GiB, False)
+    # Per-device readings: the fullest and the emptiest GPU (Accelerate leaves GPU 0 nearly empty).
+    run = run_from_blog(blog)
+    (cell,) = [c for c in run.cells if c.id == "accelerate-bf16-bs1"]
+    fullest, emptiest, per_device = per_gpu_peak(cell, memory_scale(run.topology, run.cells)) or ()
+    assert per_device and emptiest == 3 * GiB and 46 * GiB < fullest < 48 * GiB
+    # The baseline's totals per GPU, for the baseline line.
+    with_memory = replace(
+        blog,
+        cells=tuple(
+            replace(b, peak_memory_bytes=400 * GiB) if b.ms_per_token is not None else b
+            for b in blog.cells
+        ),
+    )
+    expected = baseline_per_gpu(with_memory, ("accelerate", "bf16"), scale)
+    assert expected[:2] == [(1, 50 * GiB), (8, 50 * GiB)]
+    write_report(run, with_memory, tmp_path / "out")
+    assert (tmp_path / "out" / "memory.png").read_bytes().startswith(PNG_MAGIC)
