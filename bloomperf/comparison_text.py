@@ -28,6 +28,7 @@ from bloomperf.compare import (
     MetricVerdict,
 )
 from bloomperf.formatting import (
+    GIB,
     clean,
     format_ms,
     format_table,
@@ -126,8 +127,13 @@ def load_text(verdicts: list[CellVerdict]) -> str:
     m = next((m for v in verdicts if (m := v.metric("load_time")) and m.measured), None)
     if m is None:
         return "–"
-    word = STATUS_WORDS.get(m.status, m.status)
-    return f"{format_value('load_time', m.measured)}{change_text(m)} {word}"
+    return f"{format_value('load_time', m.measured)}{change_text(m)}{verdict_word(m.status)}"
+
+
+def verdict_word(status: str) -> str:
+    """A verdict after a figure: a failure or an improvement loud, the rest in parentheses."""
+    word = STATUS_WORDS.get(status, status)
+    return f" {word}" if status in (REGRESSED, IMPROVED) else f" ({word})"
 
 
 def memory_text(verdicts: list[CellVerdict]) -> str:
@@ -136,7 +142,7 @@ def memory_text(verdicts: list[CellVerdict]) -> str:
     measured = [m.measured for _, m in metrics if m.measured]
     if not measured:
         return "–"
-    figure = f"≤ {format_value('peak_memory', max(measured))}"
+    figure = f"≤ {max(measured) / GIB:.0f} GiB"
     moved = [
         f"{STATUS_WORDS[m.status]} at bs{b}"
         for b, m in metrics
@@ -146,7 +152,7 @@ def memory_text(verdicts: list[CellVerdict]) -> str:
         return f"{figure}, " + ", ".join(moved)
     statuses = {m.status for _, m in metrics if m.measured}
     words = [STATUS_WORDS.get(s, s) for s in sorted(statuses)]
-    return f"{figure}, " + " / ".join(words)
+    return f"{figure} (" + " / ".join(words) + ")"
 
 
 LATENCY_COLUMNS = (
