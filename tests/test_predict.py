@@ -20,6 +20,7 @@ from bloomperf.options import resolve_options
 from bloomperf.predict import (
     CPU_RUNTIME_RSS_BYTES,
     KV_HEADROOM,
+    BoundaryCheck,
     batches_to_run,
     check_boundaries,
     efficiency,
@@ -47,8 +48,8 @@ ONE_STEP_OFF = {("8xA100-SXM4-80GB", "ds-zero", "bf16"): 1}
 def test_predicted_boundaries_reproduce_the_blog_rows_they_were_fitted_on(topology: str) -> None:
     """Not a validation: KV_HEADROOM was chosen on these very rows (every Accelerate and
     DeepSpeed-Inference boundary of both tables, see predict.py), and ONE_STEP_OFF records the
-    ZeRO-3 row the model misses. It keeps the model from drifting off its fit; rows held out
-    of the fit (other GPUs, other shapes) are what would validate it, and CI has none."""
+    ZeRO-3 row the model misses. It keeps the model from drifting off its fit; the held-out
+    validation is the test below (the 4x table against a fit on the 8x table alone)."""
     baseline = find_baseline(topology, "bloom-176b", BASELINES)
     assert baseline is not None, f"no baseline for {topology} in {BASELINES}"
     _, n_gpus, gpus = parse_topology_id(topology)
@@ -57,6 +58,56 @@ def test_predicted_boundaries_reproduce_the_blog_rows_they_were_fitted_on(topolo
     assert len(checks) == expected_rows
     for c in checks:
         assert c.steps_off == ONE_STEP_OFF.get((topology, c.backend, c.dtype), 0), c
+
+
+# Every Accelerate and DeepSpeed-Inference row of the 8 x A100 table: the rows KV_HEADROOM is
+# fitted on. ZeRO-3's row is not (no headroom makes it exact, see ZERO_PINNED_GATHER_BLOCKS).
+FIT_TOPOLOGY, HELD_OUT_TOPOLOGY = "8xA100-SXM4-80GB", "4xA100-SXM4-80GB"
+HEADROOM_GRID = tuple(round(1.0 + 0.1 * i, 1) for i in range(21))  # 1.0 ... 3.0
+
+
+def _blog_checks(topology: str) -> list[BoundaryCheck]:
+    baseline = find_baseline(topology, "bloom-176b", BASELINES)
+    assert baseline is not None, f"no baseline for {topology} in {BASELINES}"
+    _, n_gpus, gpus = parse_topology_id(topology)
+    return check_boundaries(baseline, BLOOM, gpus, n_gpus)
+
+
+def test_kv_headroom_fitted_on_the_8x_table_predicts_the_held_out_4x_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Held-out validation. Fit: the KV_HEADROOM values (grid 1.0-3.0, step 0.1) that make
+    the four Accelerate and DeepSpeed-Inference rows of the blog's 8 x A100-80GB table exact;
+    measured: 1.5 to 2.3. Held out: the blog's 4 x A100-80GB table (accelerate int8, 16 ran,
+    OOM at 32; ds-inference int8, 64 ran, OOM at 128), never looked at by this fit. Expected
+    values are the blog's, read from the baseline files. Measured over the whole fitted range:
+    accelerate int8 equal at every value; ds-inference int8 equal from 1.8 to 2.3 and one step
+    optimistic (128) from 1.5 to 1.7. KV_HEADROOM = 2.0 lies in the fitted range and gets both
+    held-out rows equal; its choice inside the range did see the 4x rows (predict.py), so only
+    the range, not the point, is held out."""
+    fitted = []
+    for headroom in HEADROOM_GRID:
+        monkeypatch.setattr("bloomperf.predict.KV_HEADROOM", headroom)
+        fit_rows = [c for c in _blog_checks(FIT_TOPOLOGY) if c.backend != "ds-zero"]
+        assert len(fit_rows) == 4
+        if all(c.steps_off == 0 for c in fit_rows):
+            fitted.append(headroom)
+    assert fitted, "no KV_HEADROOM makes the 8x rows exact"
+    assert fitted == [h for h in HEADROOM_GRID if fitted[0] <= h <= fitted[-1]], fitted
+    assert fitted[0] <= KV_HEADROOM <= fitted[-1]
+    held_out: dict[float, dict[tuple[str, str], int]] = {}
+    for headroom in fitted:
+        monkeypatch.setattr("bloomperf.predict.KV_HEADROOM", headroom)
+        checks = _blog_checks(HELD_OUT_TOPOLOGY)
+        assert {(c.backend, c.dtype, c.reference, c.reference_oom) for c in checks} == {
+            ("accelerate", "int8", 16, 32),
+            ("ds-inference", "int8", 64, 128),
+        }
+        held_out[headroom] = {(c.backend, c.dtype): c.steps_off for c in checks}
+    # Never more than one step off, and never pessimistic, anywhere the 8x rows allow.
+    assert all(off in (0, 1) for row in held_out.values() for off in row.values()), held_out
+    assert all(row[("accelerate", "int8")] == 0 for row in held_out.values()), held_out
+    assert held_out[KV_HEADROOM] == {("accelerate", "int8"): 0, ("ds-inference", "int8"): 0}
 
 
 def test_zero_without_the_pinned_gather_block_is_two_steps_optimistic(
@@ -195,6 +246,7 @@ def test_predict_command_text_and_json(capsys: pytest.CaptureFixture[str]) -> No
 # Within 20%: the CPU model has one constant (CPU_RUNTIME_RSS_BYTES, measured on this machine)
 # and no headroom; allocator and library differences elsewhere move the runtime part.
 CPU_MARGIN = 0.20
+HELD_OUT_CPU_MARGIN = 0.10
 
 _CHILD = """
 import sys
@@ -218,21 +270,31 @@ print(inputs["input_ids"].shape[1], peak_kb * 1024)
 
 @pytest.mark.cpu
 def test_cpu_peak_rss_matches_prediction() -> None:
-    cases = [("tiny", 32, 100), ("bloom-560m", 4, 4)]
+    """Fitted: CPU_RUNTIME_RSS_BYTES, measured on the tiny shape (the tiny row checks the fit).
+    Held out: bloom-560m, 24 layers at batch 4 and 2 layers at batch 8, whose peak is the 1 GB
+    fp32 embedding and the checkpoint, not the runtime. Measured here (2 busy cores, torch CPU):
+    tiny bs32 412 MiB vs 354 predicted (-14 %); bloom-560m bs4 3577 MiB vs 3547 (-0.8 %);
+    bloom-560m 2 layers bs8 (20 new tokens) 1995 MiB vs 1962 (-1.7 %)."""
+    cases = [("tiny", None, 32, 100), ("bloom-560m", None, 4, 4), ("bloom-560m", 2, 8, 20)]
+    # The held-out rows are held to 10 %: there the runtime's noise (tiny's 14 %) is a small
+    # part of the peak, and a lost checkpoint or embedding term shows (-15 % or worse).
+    margins = [CPU_MARGIN, HELD_OUT_CPU_MARGIN, HELD_OUT_CPU_MARGIN]
     children = []
-    for name, batch, new_tokens in cases:
-        path = resolve_model(name).path
+    for name, layers, batch, new_tokens in cases:
+        path = resolve_model(name, layers).path
         argv = [sys.executable, "-c", _CHILD, str(path), str(batch), str(new_tokens)]
         children.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
-    for (name, batch, new_tokens), child in zip(cases, children, strict=True):
+    for (name, layers, batch, new_tokens), margin, child in zip(
+        cases, margins, children, strict=True
+    ):
         out, _ = child.communicate(timeout=300)
         assert child.returncode == 0, f"{name}: child failed"
         prompt_tokens, measured = (int(v) for v in out.split()[-2:])
         predicted = predict_cpu_rss(
-            MODEL_SHAPES[name], None, batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens
+            MODEL_SHAPES[name], layers, batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens
         )
-        assert abs(predicted - measured) <= CPU_MARGIN * measured, (
-            f"{name} bs{batch}: predicted {predicted / 2**20:.0f} MiB, "
+        assert abs(predicted - measured) <= margin * measured, (
+            f"{name} L{layers} bs{batch}: predicted {predicted / 2**20:.0f} MiB, "
             f"measured {measured / 2**20:.0f} MiB"
         )
     assert 0 < CPU_RUNTIME_RSS_BYTES < GiB
