@@ -35,7 +35,8 @@ KIT=${KIT:-$ROOT/.gpukit}
 SITE=${SITE:-/tmp/bloomperf-site}
 PHASES=${PHASES:-main ref}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# Worker logs are written under $TMPDIR (bloomperf-worker-*): keep them with the results.
+# Worker logs go beside each results file (<name>.json.logs/); temporary folders (a failed
+# group keeps its own) under $TMPDIR, inside the archive too.
 export TMPDIR=$WORK/tmp
 
 if [ "$DEVICE" = cpu ]; then

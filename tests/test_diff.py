@@ -411,11 +411,13 @@ def test_a_file_the_real_plugin_wrote_diffs_against_the_cpu_baseline(
     Written before the plugin marked a finished session's run context complete: the gate
     refuses it as incomplete unless told otherwise.
     """
+    # Recorded on the machine of 2026-11-29, whose bf16 path used half the memory of the
+    # machine the shipped baseline now comes from: bf16 at batch 32 reads improved (passes).
     code, out, _ = bloomperf(capsys, "diff", PLUGIN_BENCHMARK)
-    assert code == 1 and "9 cells: 9 same; FAILED" in out
+    assert code == 1 and "9 cells: 8 same, 1 improved; FAILED" in out
     assert "incomplete run: the results say the run did not finish (9 cells measured" in out
     code, out, _ = bloomperf(capsys, "diff", PLUGIN_BENCHMARK, "--allow-incomplete")
-    assert code == 0 and "9 cells: 9 same" in out
+    assert code == 0 and "9 cells: 8 same, 1 improved" in out
     cpu = json.loads((REPO / "baselines" / "cpu.tiny.json").read_text())
     for cell in cpu["cells"]:
         if cell["dtype"] == "fp32" and cell["batch_size"] == 8:

@@ -58,6 +58,7 @@ def test_cpu_dry_mode_runs_every_step(tmp_path: Path) -> None:
     assert json.loads((out / "work" / "topology.json").read_text())["topology"]["id"] == "cpu"
     with tarfile.open(out / "gpu-check.tgz") as archive:
         names = archive.getnames()
-    assert any(n.endswith(".log") and "bloomperf-worker-" in n for n in names)  # worker logs
+    # Worker logs: each run's logs folder sits beside its results (<results>.json.logs/).
+    assert any(n.endswith(".log") and ".json.logs/worker-" in n for n in names), names
     assert "work/accelerate.json" in names and "work/predict.json" in names
     assert "=== [+" in log and "done in" in log
