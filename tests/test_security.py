@@ -327,3 +327,25 @@ def test_locks_live_in_a_private_folder_and_never_through_a_link(
             hold_device_lock("cpu"),
         ):
             pass
+
+
+def test_a_hostfile_path_with_shell_syntax_reaches_the_launcher_as_one_argument(
+    tmp_path: Path,
+) -> None:
+    """The hostfile path is the user's text that does reach DeepSpeed's launcher argv. A path
+    full of shell syntax is one argv element, unexpanded, and DeepSpeed's own runner parser
+    reads it back whole; nothing is run while the command is built."""
+    from deepspeed.launcher.runner import parse_args
+
+    from bloomperf.dslaunch import rank_group_command
+
+    folder = tmp_path / "a b;$(touch PWNED)`touch PWNED`|x"
+    folder.mkdir()
+    hostfile = folder / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    argv, _ = rank_group_command(2, {"hostfile": str(hostfile)}, workdir=tmp_path)
+    assert argv[:4] == [sys.executable, "-u", "-m", "deepspeed.launcher.runner"]
+    assert argv.count(str(hostfile)) == 1
+    assert all(isinstance(arg, str) for arg in argv)
+    assert parse_args(argv[4:]).hostfile == str(hostfile)
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()

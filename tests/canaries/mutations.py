@@ -267,4 +267,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_tp_shards.py::test_each_zero_rank_holds_half_of_each_parameter",),
         "every ZeRO rank would hold the whole model: the ZeRO rows would measure something else",
     ),
+    Mutation(
+        "launcher-argv-as-shell-words",
+        "bloomperf/multinode.py",
+        '"--hostfile", str(hostfile)]',
+        '*f"--hostfile {hostfile}".split()]',
+        (
+            "tests/test_security.py::"
+            "test_a_hostfile_path_with_shell_syntax_reaches_the_launcher_as_one_argument",
+        ),
+        "a path joined into a command line is re-split (and, through a shell, run) by the launcher",
+    ),
 )
