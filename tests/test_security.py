@@ -349,3 +349,26 @@ def test_a_hostfile_path_with_shell_syntax_reaches_the_launcher_as_one_argument(
     assert all(isinstance(arg, str) for arg in argv)
     assert parse_args(argv[4:]).hostfile == str(hostfile)
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+def test_a_real_deepspeed_launch_from_a_folder_named_with_shell_syntax(tmp_path: Path) -> None:
+    """A real 1-rank DeepSpeed-AutoTP run (DeepSpeed's runner, the worker, the tiny model)
+    whose model, output and working folder all sit under a name full of shell syntax: it
+    succeeds and nothing in that name is executed (no PWNED file anywhere under it). On one
+    node those paths reach the ranks through the spec file and the environment, not the
+    launcher's argv (the hostfile test above covers the argv); a shell built from them
+    anywhere on the way would run ``touch PWNED`` or break the path, and fail here."""
+    import shutil
+
+    from bloomperf.models import resolve_model
+
+    folder = tmp_path / "a b;$(touch PWNED)`touch PWNED`|x"
+    folder.mkdir()
+    shutil.copytree(resolve_model("tiny").path, folder / "tiny")
+    argv = [sys.executable, "-m", "bloomperf", "run", "--no-lock", "--model", str(folder / "tiny")]
+    argv += ["--backends", "ds-autotp", "--dtypes", "fp32", "--batch-sizes", "1"]
+    argv += ["--new-tokens", "4", "--output", str(folder / "r.json")]
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert (folder / "r.json").is_file()
+    assert not list(tmp_path.rglob("PWNED")) and not (ROOT / "PWNED").exists()
