@@ -33,6 +33,7 @@ from bloomperf.protocol import (
     ConnectionClosed,
     MalformedMessage,
     MessageStream,
+    new_token,
     spec_to_dict,
 )
 from bloomperf.results import MemoryReading
@@ -106,10 +107,13 @@ class WorkerGroup:
     def start(self) -> LoadReport:
         """Launch the group and wait until rank 0 reports the model loaded."""
         host = "127.0.0.1"
+        # Every group, local too: any local process can connect to the listener, and only the
+        # group's rank 0 knows the token (from its environment) to send in its hello.
+        self.token = new_token()
         if self.multinode:
-            from bloomperf.multinode import control_address, new_token
+            from bloomperf.multinode import control_address
 
-            host, self.token = control_address(self.spec.options), new_token()
+            host = control_address(self.spec.options)
         listener = socket.create_server((host, 0))
         self._shm_before = shm_segments()
         try:

@@ -152,10 +152,6 @@ def control_address(options: dict[str, Any]) -> str:
         raise BloomperfError(f"--hostfile: cannot find a route to {first}: {exc}") from None
 
 
-def new_token() -> str:
-    return secrets.token_urlsafe(24)
-
-
 # -- faults ------------------------------------------------------------------------------------
 
 

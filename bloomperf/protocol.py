@@ -20,6 +20,7 @@ Worker → controller:            {"event": "hello", "pid": P, "world_size": W, 
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 from typing import Any
 
@@ -34,6 +35,11 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # A multi-node group's control port listens on a network address, not only on loopback: rank 0
 # proves it belongs to the group with this token (from the group's .deepspeed_env) in "hello".
 TOKEN_ENV = "BLOOMPERF_CONTROL_TOKEN"
+
+
+def new_token() -> str:
+    """A group's secret: its rank 0 proves with it that the control connection is its own."""
+    return secrets.token_urlsafe(24)
 
 
 class ConnectionClosed(Exception):
