@@ -37,6 +37,8 @@ BATCH_SIZES: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 512)
 # Per GPU, outside any tensor: the CUDA context with its kernels, cuBLAS handles, NCCL's buffers
 # and what the driver keeps for itself (torch sees 79.35 of the 80 GiB of an A100-80GB).
 # Physics, order of magnitude: a context is 0.3-0.5 GiB on an A100 with lazy module loading.
+# The blog's prompts are a few words: the memory model and the roofline size them at 10 tokens.
+PROMPT_TOKENS = 10
 CUDA_CONTEXT_BYTES = 1 * GiB
 
 # CALIBRATED. Bytes held per byte of textbook KV cache (2 x layers x hidden x tokens x dtype).
@@ -157,7 +159,7 @@ def predict_cell(
     gpus: GpuSpec,
     n_gpus: int,
     *,
-    prompt_tokens: int = 10,
+    prompt_tokens: int = PROMPT_TOKENS,
     new_tokens: int = 100,
     **layout: Any,
 ) -> MemoryPrediction:
@@ -473,7 +475,7 @@ def roofline_ms_per_token(
     gpus: GpuSpec,
     n_gpus: int,
     *,
-    prompt_tokens: int = 10,
+    prompt_tokens: int = PROMPT_TOKENS,
     new_tokens: int = 100,
     streams: int | None = None,
 ) -> float:
@@ -528,7 +530,7 @@ def predict_cpu_rss(
     layers: int | None,
     batch: int,
     *,
-    prompt_tokens: int = 10,
+    prompt_tokens: int = PROMPT_TOKENS,
     new_tokens: int = 100,
     checkpoint_dtype: str | None = None,
 ) -> int:
@@ -621,7 +623,7 @@ def predict_rows(
     gpus: GpuSpec,
     n_gpus: int,
     batches: tuple[int, ...],
-    prompt_tokens: int = 10,
+    prompt_tokens: int = PROMPT_TOKENS,
     new_tokens: int = 100,
     nodes: int = 1,
 ) -> list[PredictedRow]:

@@ -17,9 +17,7 @@ from typing import Any
 from bloomperf.errors import BloomperfError
 from bloomperf.hardware import known_topology
 from bloomperf.models import ModelShape, check_layers
-from bloomperf.predict import decode_step_bytes, parallel_gpus
-
-PROMPT_TOKENS = 10  # the roofline's prompt length (predict.roofline_ms_per_token's default)
+from bloomperf.predict import PROMPT_TOKENS, decode_step_bytes, parallel_gpus
 
 
 def cell_utilisation(
