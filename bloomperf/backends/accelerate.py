@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from bloomperf.accelerate_map import max_memory_map, weight_caps
 from bloomperf.backends.base import Backend, LoadRequest
-from bloomperf.backends.compat import dtype_argument
+from bloomperf.backends.compat import dtype_argument, int8_on_cpu_reason
 from bloomperf.models import ModelShape
 from bloomperf.weights import model_weight_bytes
 
@@ -85,6 +85,8 @@ class AccelerateBackend(Backend):
 
             if find_spec("bitsandbytes") is None:
                 return "int8 needs bitsandbytes (pip install 'bloomperf[gpu]')"
+            if device == "cpu":
+                return int8_on_cpu_reason()
         return None
 
     def import_dependencies(self) -> None:

@@ -36,3 +36,18 @@ def dtype_argument(dtype: torch.dtype) -> dict[str, torch.dtype]:
     if version_tuple(installed_version("transformers") or "0") >= (4, 56):
         return {"dtype": dtype}
     return {"torch_dtype": dtype}
+
+
+# transformers 4.45 (PR #31098, "Enable BNB multi-backend support") dropped the bitsandbytes
+# quantizers' CUDA-only check; before it, ``from_pretrained`` raises "No GPU found. A GPU is
+# needed for quantization." on a machine without CUDA (read in 4.43.4's quantizer_bnb_8bit.py).
+BNB_CPU_TRANSFORMERS = (4, 45)
+
+
+def int8_on_cpu_reason() -> str | None:
+    """Why bitsandbytes int8 cannot load on CPU with the installed transformers, if it cannot."""
+    version = installed_version("transformers") or "0"
+    if version_tuple(version) >= BNB_CPU_TRANSFORMERS:
+        return None
+    needed = ".".join(map(str, BNB_CPU_TRANSFORMERS))
+    return f"int8 on CPU needs transformers >= {needed} (installed: {version})"
