@@ -22,6 +22,7 @@ from bloomperf.backends.accelerate import gpu_max_memory
 from bloomperf.hardware import GiB, GpuSpec, parse_topology_id
 from bloomperf.launch import group_command
 from bloomperf.matrix import Cell, Group
+from bloomperf.memory_model import CUDA_CONTEXT_BYTES, MemoryPrediction, predict_cell
 from bloomperf.models import (
     MODEL_SHAPES,
     PreparedModel,
@@ -31,8 +32,9 @@ from bloomperf.models import (
     resolve_model,
 )
 from bloomperf.options import resolve_options
-from bloomperf.predict import CUDA_CONTEXT_BYTES, MemoryPrediction, cell_prediction, predict_cell
 from bloomperf.run import DEFAULT_MODEL, Session, resolve_device, worker_options
+from bloomperf.scenario import Scenario
+from bloomperf.suite_prediction import cell_prediction
 from bloomperf.topology import Topology, detect_topology
 from bloomperf.topology import planned_topology as plan_machine
 
@@ -156,19 +158,23 @@ def plan_cell(
 ) -> dict[str, Any]:
     planned: dict[str, Any] = {"batch_size": cell.batch_size, "skip": session.skip_reason(cell)}
     shape, layers = session.model.shape, session.model.layers
-    new_tokens = session.run.workload.new_tokens
     if gpu is None or shape is None:
-        planned["predicted"] = cell_prediction(
-            shape, layers, session.topology.id, cell.backend, cell.dtype, cell.batch_size,
-            new_tokens,
-        )  # fmt: skip
+        suite_cell = session.suite_cell(cell.backend, cell.dtype, cell.batch_size)
+        planned["predicted"] = cell_prediction(suite_cell)
         return planned
     choice = str(session.options.get("max_memory") or "auto")
+    scenario = Scenario(
+        shape,
+        layers,
+        cell.backend,
+        cell.dtype,
+        gpu,
+        n_gpus,
+        session.topology.nodes,
+        new_tokens=session.run.workload.new_tokens,
+    )
     try:
-        memory = predict_cell(
-            shape, layers, cell.backend, cell.dtype, cell.batch_size, gpu, n_gpus,
-            new_tokens=new_tokens, nodes=session.topology.nodes, max_memory=choice, tp=world_size,
-        )  # fmt: skip
+        memory = predict_cell(scenario, cell.batch_size, max_memory=choice, tp=world_size)
     except (ValueError, KeyError) as exc:  # BloomperfError is a ValueError too
         planned["predicted"] = {"error": str(exc)}
         return planned

@@ -24,7 +24,6 @@ from bloomperf.formatting import utc_now
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
 from bloomperf.models import PreparedModel, resolve_model
-from bloomperf.predict import cell_prediction, efficiency, predicted_skip_reason
 from bloomperf.results import (
     CellResult,
     ModelInfo,
@@ -33,7 +32,10 @@ from bloomperf.results import (
     WorkloadInfo,
     save_run,
 )
+from bloomperf.roofline import efficiency
 from bloomperf.runner import GroupRunner, Measure, measure_plainly
+from bloomperf.scenario import SuiteCell
+from bloomperf.suite_prediction import cell_prediction, predicted_skip_reason
 from bloomperf.topology import Topology, detect_topology, environment_fingerprint
 from bloomperf.utilisation import cell_utilisation
 from bloomperf.workload import PROMPTS
@@ -203,17 +205,18 @@ class Session:
             )
         if self.baseline is None:
             return predicted_skip_reason(
-                self.model.shape,
-                self.model.layers,
-                self.topology.id,
-                cell.backend,
-                cell.dtype,
-                cell.batch_size,
+                self.suite_cell(cell.backend, cell.dtype, cell.batch_size),
                 self.batch_sizes(cell.group),
-                self.run.workload.new_tokens,
                 self.ok_at.get(cell.group),
             )
         return None
+
+    def suite_cell(self, backend: str, dtype: str, batch: int) -> SuiteCell:
+        """A cell of this session as the memory model and the roofline see it."""
+        model, new_tokens = self.model, self.run.workload.new_tokens
+        return SuiteCell(
+            model.shape, model.layers, self.topology.id, backend, dtype, batch, new_tokens
+        )
 
     def batch_sizes(self, group: tuple[str, str]) -> tuple[int, ...]:
         for planned in self.groups:
@@ -261,28 +264,15 @@ def logs_dir(output: Path) -> Path:
 
 def with_prediction(result: CellResult, session: Session) -> CellResult:
     """Add the memory model's prediction and the roofline efficiency to a measured cell."""
-    predicted = cell_prediction(
-        session.model.shape,
-        session.model.layers,
-        session.topology.id,
-        result.backend,
-        result.dtype,
-        result.batch_size,
-        session.run.workload.new_tokens,
-    )
+    cell = session.suite_cell(result.backend, result.dtype, result.batch_size)
+    predicted = cell_prediction(cell)
     bound = predicted.get("roofline_ms_per_token")
     if bound and result.ms_per_token:
         predicted["efficiency_percent"] = efficiency(result.ms_per_token, bound)
     if result.outcome is Outcome.OK:
         steps = result.steps
         predicted |= cell_utilisation(
-            session.model.shape,
-            session.model.layers,
-            session.topology.id,
-            result.backend,
-            result.dtype,
-            result.batch_size,
-            session.run.workload.new_tokens,
+            cell,
             steps.ttft_ms if steps else None,
             steps.tpot_ms if steps else None,
         )

@@ -11,33 +11,39 @@ from pathlib import Path
 import pytest
 
 from bloomperf.baseline import find_baseline
+from bloomperf.boundaries import BATCH_SIZES, BoundaryCheck, check_boundaries, predict_boundary
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
-from bloomperf.hardware import GPU_SPECS, GiB, known_topology, parse_topology_id
+from bloomperf.hardware import GPU_SPECS, GiB, GpuSpec, known_topology, parse_topology_id
 from bloomperf.matrix import Cell, Group
-from bloomperf.models import MODEL_SHAPES, resolve_model
-from bloomperf.options import resolve_options
-from bloomperf.predict import (
+from bloomperf.memory_model import (
     CPU_RUNTIME_RSS_BYTES,
     KV_HEADROOM,
-    BoundaryCheck,
-    batches_to_run,
-    check_boundaries,
-    efficiency,
-    embedding_bytes,
     kv_bytes,
-    layer_bytes,
-    predict_boundary,
     predict_cell,
     predict_cpu_rss,
-    roofline_ms_per_token,
     zero_largest_gather,
 )
+from bloomperf.models import MODEL_SHAPES, resolve_model
+from bloomperf.options import resolve_options
+from bloomperf.predict import PREDICT_KIND, PREDICT_SCHEMA_VERSION
+from bloomperf.roofline import efficiency, roofline_ms_per_token
 from bloomperf.run import Session
+from bloomperf.scenario import Scenario
+from bloomperf.suite_prediction import batches_through
+from bloomperf.weights import embedding_bytes, layer_bytes
 
 BLOOM = MODEL_SHAPES["bloom-176b"]
 A100 = GPU_SPECS["A100-80GB"]
 BASELINES = Path(__file__).resolve().parent.parent / "baselines"
+
+
+def bloom(
+    backend: str, dtype: str, gpus: GpuSpec = A100, n_gpus: int = 8, nodes: int = 1
+) -> Scenario:
+    """bloom-176b, all 70 blocks, run by ``backend`` in ``dtype`` on ``n_gpus`` x ``gpus``."""
+    return Scenario(BLOOM, None, backend, dtype, gpus, n_gpus, nodes)
+
 
 # The rows the model predicts one batch step off, and on which side (positive: optimistic).
 # Every other row is exact. ZeRO-3: see ZERO_PINNED_GATHER_BLOCKS.
@@ -47,7 +53,7 @@ ONE_STEP_OFF = {("8xA100-SXM4-80GB", "ds-zero", "bf16"): 1}
 @pytest.mark.parametrize("topology", ["8xA100-SXM4-80GB", "4xA100-SXM4-80GB"])
 def test_predicted_boundaries_reproduce_the_blog_rows_they_were_fitted_on(topology: str) -> None:
     """Not a validation: KV_HEADROOM was chosen on these very rows (every Accelerate and
-    DeepSpeed-Inference boundary of both tables, see predict.py), and ONE_STEP_OFF records the
+    DeepSpeed-Inference boundary of both tables, see memory_model.py), and ONE_STEP_OFF records the
     ZeRO-3 row the model misses. It keeps the model from drifting off its fit; the held-out
     validation is the test below (the 4x table against a fit on the 8x table alone)."""
     baseline = find_baseline(topology, "bloom-176b", BASELINES)
@@ -83,11 +89,11 @@ def test_kv_headroom_fitted_on_the_8x_table_predicts_the_held_out_4x_table(
     values are the blog's, read from the baseline files. Measured over the whole fitted range:
     accelerate int8 equal at every value; ds-inference int8 equal from 1.8 to 2.3 and one step
     optimistic (128) from 1.5 to 1.7. KV_HEADROOM = 2.0 lies in the fitted range and gets both
-    held-out rows equal; its choice inside the range did see the 4x rows (predict.py), so only
+    held-out rows equal; its choice inside the range did see the 4x rows (memory_model.py), so only
     the range, not the point, is held out."""
     fitted = []
     for headroom in HEADROOM_GRID:
-        monkeypatch.setattr("bloomperf.predict.KV_HEADROOM", headroom)
+        monkeypatch.setattr("bloomperf.memory_model.KV_HEADROOM", headroom)
         fit_rows = [c for c in _blog_checks(FIT_TOPOLOGY) if c.backend != "ds-zero"]
         assert len(fit_rows) == 4
         if all(c.steps_off == 0 for c in fit_rows):
@@ -97,7 +103,7 @@ def test_kv_headroom_fitted_on_the_8x_table_predicts_the_held_out_4x_table(
     assert fitted[0] <= KV_HEADROOM <= fitted[-1]
     held_out: dict[float, dict[tuple[str, str], int]] = {}
     for headroom in fitted:
-        monkeypatch.setattr("bloomperf.predict.KV_HEADROOM", headroom)
+        monkeypatch.setattr("bloomperf.memory_model.KV_HEADROOM", headroom)
         checks = _blog_checks(HELD_OUT_TOPOLOGY)
         assert {(c.backend, c.dtype, c.reference, c.reference_oom) for c in checks} == {
             ("accelerate", "int8", 16, 32),
@@ -115,13 +121,13 @@ def test_zero_without_the_pinned_gather_block_is_two_steps_optimistic(
 ) -> None:
     # Why ZERO_PINNED_GATHER_BLOCKS exists: the partition, the gathers and the cache alone fit
     # batch 32, where the blog ran out of memory at 16.
-    assert predict_boundary(BLOOM, None, "ds-zero", "bf16", A100, 8) == 16
-    monkeypatch.setattr("bloomperf.predict.ZERO_PINNED_GATHER_BLOCKS", 0)
-    assert predict_boundary(BLOOM, None, "ds-zero", "bf16", A100, 8) == 32
+    assert predict_boundary(bloom("ds-zero", "bf16")) == 16
+    monkeypatch.setattr("bloomperf.memory_model.ZERO_PINNED_GATHER_BLOCKS", 0)
+    assert predict_boundary(bloom("ds-zero", "bf16")) == 32
 
 
 def test_zero_gathers_one_module_at_a_time() -> None:
-    gpu = predict_cell(BLOOM, None, "ds-zero", "bf16", 1, A100, 8).per_gpu[0]
+    gpu = predict_cell(bloom("ds-zero", "bf16"), 1).per_gpu[0]
     embedding = embedding_bytes(BLOOM, "bf16")
     assert zero_largest_gather(BLOOM, "bf16") == embedding  # 250880 x 14336 in bf16
     assert gpu.fragmentation == embedding
@@ -132,15 +138,15 @@ def test_zero_gathers_one_module_at_a_time() -> None:
 
 def test_physics_alone_is_one_step_optimistic(monkeypatch: pytest.MonkeyPatch) -> None:
     # Why KV_HEADROOM exists: at 1.0 every Accelerate and DS-Inference row is one step too high.
-    monkeypatch.setattr("bloomperf.predict.KV_HEADROOM", 1.0)
-    assert predict_boundary(BLOOM, None, "accelerate", "bf16", A100, 8) == 64
-    assert predict_boundary(BLOOM, None, "ds-inference", "fp16", A100, 8) == 256
-    assert predict_boundary(BLOOM, None, "ds-inference", "int8", A100, 4) == 128
+    monkeypatch.setattr("bloomperf.memory_model.KV_HEADROOM", 1.0)
+    assert predict_boundary(bloom("accelerate", "bf16")) == 64
+    assert predict_boundary(bloom("ds-inference", "fp16")) == 256
+    assert predict_boundary(bloom("ds-inference", "int8", n_gpus=4)) == 128
 
 
 def test_blog_accelerate_map_leaves_gpu0_empty() -> None:
     # The default map on the blog's node is the blog's: GPU 0 holds no weights.
-    cell = predict_cell(BLOOM, None, "accelerate", "bf16", 1, A100, 8)
+    cell = predict_cell(bloom("accelerate", "bf16"), 1)
     assert cell.fits
     assert cell.per_gpu[0].weights == 0
     assert all(gpu.weights > 0 for gpu in cell.per_gpu[1:])
@@ -152,14 +158,14 @@ def test_blog_accelerate_map_leaves_gpu0_empty() -> None:
 def test_accelerate_maps_are_lowered_to_the_gpus_memory_as_on_the_machine() -> None:
     # 8 x 40 GB cannot hold bloom-176b's 352 GB in bf16: accelerate would send blocks to disk.
     a100_40 = GPU_SPECS["A100-40GB"]
-    cell = predict_cell(BLOOM, None, "accelerate", "bf16", 1, a100_40, 8)
+    cell = predict_cell(bloom("accelerate", "bf16", a100_40), 1)
     assert not cell.fits and cell.limit == "max_memory map cannot hold the weights"
-    assert predict_cell(BLOOM, None, "accelerate", "int8", 1, a100_40, 8).fits
+    assert predict_cell(bloom("accelerate", "int8", a100_40), 1).fits
 
 
 def test_breakdown_adds_up_and_grows_with_batch() -> None:
-    small = predict_cell(BLOOM, None, "ds-zero", "bf16", 1, A100, 8)
-    large = predict_cell(BLOOM, None, "ds-zero", "bf16", 8, A100, 8)
+    small = predict_cell(bloom("ds-zero", "bf16"), 1)
+    large = predict_cell(bloom("ds-zero", "bf16"), 8)
     assert small.fits and large.fits
     assert large.peak_per_gpu_bytes > small.peak_per_gpu_bytes
     gpu = large.per_gpu[0]
@@ -169,7 +175,7 @@ def test_breakdown_adds_up_and_grows_with_batch() -> None:
 
 
 def test_ds_inference_reports_why_it_does_not_fit() -> None:
-    cell = predict_cell(BLOOM, None, "ds-inference", "fp16", 256, A100, 8)
+    cell = predict_cell(bloom("ds-inference", "fp16"), 256)
     assert not cell.fits
     assert "workspace holds" in cell.limit
     # The workspace takes what is free, so the GPU is full either way.
@@ -178,15 +184,15 @@ def test_ds_inference_reports_why_it_does_not_fit() -> None:
 
 def test_roofline_of_the_blog_example() -> None:
     # 352 GB / (8 x 2.039 TB/s) ~ 21.6 ms; the blog measured 44.02 ms: about 49%.
-    bound = roofline_ms_per_token(BLOOM, None, "ds-inference", "fp16", 1, A100, 8)
+    bound = roofline_ms_per_token(bloom("ds-inference", "fp16"), 1)
     assert 21.0 < bound < 22.5
     assert 47 < efficiency(44.02, bound) < 51
     # Per generated token: a large batch is compute-bound, 2 x 176e9 x B / (8 x 312 TFLOP/s).
     compute = 2 * BLOOM.parameters() / (8 * 312e12) * 1000
-    large = roofline_ms_per_token(BLOOM, None, "ds-inference", "fp16", 512, A100, 8)
+    large = roofline_ms_per_token(bloom("ds-inference", "fp16"), 512)
     assert large == pytest.approx(compute, rel=1e-9)
     # Accelerate's pipeline runs one GPU at a time.
-    naive = roofline_ms_per_token(BLOOM, None, "accelerate", "bf16", 1, A100, 8)
+    naive = roofline_ms_per_token(bloom("accelerate", "bf16"), 1)
     assert naive == pytest.approx(bound * 8, rel=0.01)
     with pytest.raises(BloomperfError):
         efficiency(0.0, bound)
@@ -234,6 +240,7 @@ def test_predict_command_text_and_json(capsys: pytest.CaptureFixture[str]) -> No
     argv = ["predict", "--model", "bloom-176b", "--topology", "2x8xA100-40GB", "--format", "json"]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
+    assert (data["kind"], data["schema_version"]) == (PREDICT_KIND, PREDICT_SCHEMA_VERSION)
     assert data["topology"] == "2x8xA100-40GB"
     rows = {(r["backend"], r["dtype"]): r for r in data["rows"]}
     assert len(rows[("ds-inference", "fp16")]["cells"][0]["per_gpu"]) == 16
@@ -301,20 +308,22 @@ def test_cpu_peak_rss_matches_prediction() -> None:
 
 
 def test_sweep_stops_one_step_past_the_predicted_boundary() -> None:
-    run = batches_to_run(BLOOM, None, "ds-inference", "fp16", A100, 8)
-    assert run == (1, 8, 16, 32, 64, 128, 256)
-    assert batches_to_run(BLOOM, None, "accelerate", "bf16", A100, 8, beyond=0)[-1] == 32
+    fp16 = predict_boundary(bloom("ds-inference", "fp16"))
+    assert batches_through(BATCH_SIZES, fp16, 1) == (1, 8, 16, 32, 64, 128, 256)
+    bf16 = predict_boundary(bloom("accelerate", "bf16"))
+    assert batches_through(BATCH_SIZES, bf16, 0)[-1] == 32
+    assert batches_through(BATCH_SIZES, None, 1) == (1,)
 
 
 def test_accelerate_cannot_span_nodes() -> None:
-    cell = predict_cell(BLOOM, None, "accelerate", "int8", 1, A100, 16, nodes=2)
+    cell = predict_cell(bloom("accelerate", "int8", n_gpus=16, nodes=2), 1)
     assert not cell.fits and "one node" in cell.limit
-    assert predict_cell(BLOOM, None, "ds-inference", "int8", 1, A100, 16, nodes=2).fits
+    assert predict_cell(bloom("ds-inference", "int8", n_gpus=16, nodes=2), 1).fits
 
 
 def test_zero_roofline_counts_every_rank_tokens() -> None:
-    per_rank = roofline_ms_per_token(BLOOM, None, "ds-zero", "bf16", 1, A100, 8, streams=1)
-    blog = roofline_ms_per_token(BLOOM, None, "ds-zero", "bf16", 1, A100, 8)
+    per_rank = roofline_ms_per_token(bloom("ds-zero", "bf16"), 1, streams=1)
+    blog = roofline_ms_per_token(bloom("ds-zero", "bf16"), 1)
     assert blog == pytest.approx(per_rank / 8)
 
 
@@ -332,7 +341,7 @@ def test_no_baseline_skips_cells_far_beyond_the_predicted_boundary(tmp_path: Pat
     session.model = replace(session.model, name="bloom-176b", shape=BLOOM, layers=70)
     session.groups = [Group("accelerate", "bf16", batches)]
     _, n_gpus, h100 = parse_topology_id("8xH100-80GB")
-    boundary = predict_boundary(BLOOM, None, "accelerate", "bf16", h100, n_gpus, batches)
+    boundary = predict_boundary(bloom("accelerate", "bf16", h100, n_gpus), batches)
     assert boundary is not None and boundary < 256
     expected_run = batches[: batches.index(boundary) + 2]
     reasons = {b: session.skip_reason(Cell("accelerate", "bf16", b)) for b in batches}
