@@ -12,16 +12,8 @@ import pytest
 
 from bloomperf import baseline as bl
 from bloomperf.errors import BloomperfError
-from bloomperf.results import (
-    CellResult,
-    MemoryReading,
-    ModelInfo,
-    Outcome,
-    RunResult,
-    WorkloadInfo,
-)
-
-REPO_BASELINES = Path(__file__).resolve().parent.parent / "baselines"
+from bloomperf.results import CellResult, Outcome
+from tests.builders import BASELINES, BLOOM, rss, tiny_run
 
 # The blog's tables, as printed (its non-breaking hyphens written as "-").
 BLOG_8X80 = """\
@@ -60,7 +52,7 @@ def shown_rows(text: str, rows: int) -> list[list[str]]:
     ("topology", "table"), [("8xA100-80GB", BLOG_8X80), ("4xA100-80GB", BLOG_4X80)]
 )
 def test_show_prints_the_blogs_table_unchanged(topology: str, table: str) -> None:
-    baseline = bl.resolve_baseline(topology, None, REPO_BASELINES)
+    baseline = bl.resolve_baseline(topology, None, BASELINES)
     expected = blog_rows(table)
     assert shown_rows(bl.render_baseline_text(baseline), len(expected) - 1) == expected
 
@@ -69,7 +61,7 @@ def test_show_prints_the_blogs_table_unchanged(topology: str, table: str) -> Non
     "name", ["8xA100-SXM4-80GB.bloom-176b.json", "4xA100-SXM4-80GB.bloom-176b.json"]
 )
 def test_transcribed_baseline_round_trips_through_json(name: str, tmp_path: Path) -> None:
-    path = REPO_BASELINES / name
+    path = BASELINES / name
     baseline = bl.load_baseline(path)
     assert bl.baseline_to_dict(baseline) == json.loads(path.read_text())
     shown = json.loads(bl.render_baseline_json(baseline))
@@ -79,7 +71,7 @@ def test_transcribed_baseline_round_trips_through_json(name: str, tmp_path: Path
 
 
 def test_show_json_lists_every_cell_with_ms_per_token_and_the_load_times() -> None:
-    baseline = bl.resolve_baseline("8xA100-SXM4-80GB", "bloom-176b", REPO_BASELINES)
+    baseline = bl.resolve_baseline("8xA100-SXM4-80GB", "bloom-176b", BASELINES)
     data = json.loads(bl.render_baseline_json(baseline))
     cells = {(c["backend"], c["dtype"], c["batch_size"]): c for c in data["cells"]}
     assert len(cells) == 40
@@ -94,25 +86,25 @@ def test_show_json_lists_every_cell_with_ms_per_token_and_the_load_times() -> No
 
 
 def test_oom_boundaries_follow_the_tables() -> None:
-    b8 = bl.resolve_baseline("8xA100-80GB", None, REPO_BASELINES)
+    b8 = bl.resolve_baseline("8xA100-80GB", None, BASELINES)
     assert bl.oom_boundary(b8, "accelerate", "bf16") == 64
     assert bl.oom_boundary(b8, "ds-inference", "int8") == 512
     assert bl.oom_boundary(b8, "ds-zero", "bf16") == 16
     assert bl.oom_boundary(b8, "ds-autotp", "fp16") is None
-    b4 = bl.resolve_baseline("4xA100-80GB", None, REPO_BASELINES)
+    b4 = bl.resolve_baseline("4xA100-80GB", None, BASELINES)
     assert bl.oom_boundary(b4, "accelerate", "int8") == 32
     assert bl.oom_boundary(b4, "ds-inference", "int8") == 128
 
 
 def test_find_baseline_by_alias_and_model_alias() -> None:
-    found = bl.find_baseline("8xa100-80gb", "bigscience/bloom", REPO_BASELINES)
+    found = bl.find_baseline("8xa100-80gb", "bigscience/bloom", BASELINES)
     assert found is not None and found.topology == "8xA100-SXM4-80GB"
-    assert bl.find_baseline("8xH100-SXM5-80GB", "bloom-176b", REPO_BASELINES) is None
-    assert bl.find_baseline("8xA100-SXM4-80GB", "tiny", REPO_BASELINES) is None
+    assert bl.find_baseline("8xH100-SXM5-80GB", "bloom-176b", BASELINES) is None
+    assert bl.find_baseline("8xA100-SXM4-80GB", "tiny", BASELINES) is None
 
 
 def test_expected_cell_fills_the_load_time_only_when_the_variant_is_clear() -> None:
-    b8 = bl.resolve_baseline("8xA100-80GB", None, REPO_BASELINES)
+    b8 = bl.resolve_baseline("8xA100-80GB", None, BASELINES)
     accel = CellResult("accelerate", "bf16", 8, Outcome.OK, (31.0,), load_time_s=120.0)
     expected = bl.expected_cell(b8, accel)
     assert expected is not None and expected.load_time_s == 121
@@ -135,9 +127,7 @@ def write(tmp_path: Path, data: object, name: str = "b.json") -> Path:
 
 
 def transcribed() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        (REPO_BASELINES / "4xA100-SXM4-80GB.bloom-176b.json").read_text()
-    )
+    data: dict[str, Any] = json.loads((BASELINES / "4xA100-SXM4-80GB.bloom-176b.json").read_text())
     return data
 
 
@@ -174,31 +164,6 @@ def set_cell(data: dict[str, Any], **fields: object) -> dict[str, Any]:
 # ---- accept ---------------------------------------------------------------------------------
 
 
-def tiny_run(*cells: CellResult, topology: str = "cpu") -> RunResult:
-    return RunResult(
-        model=ModelInfo("tiny", "/cache/tiny", 2, 100_000),
-        workload=WorkloadInfo(new_tokens=20, cycles=3, warmup=1, prompts=("Hello",)),
-        topology=topology,
-        environment={
-            "cpu_model": "AMD EPYC",
-            "cpu_cores": 2,
-            "ram_bytes": 24 * 2**30,
-            "python": "3.11.7",
-            "packages": {"torch": "2.13.0+cpu"},
-            "gpus": [],
-            "driver": "",
-        },
-        cells=cells,
-        started_at="2026-11-29T10:00:00Z",
-        finished_at="2026-11-29T10:05:00Z",
-        complete=True,
-    )
-
-
-def rss(mib: int) -> MemoryReading:
-    return MemoryReading("rss", mib * 2**20)
-
-
 def test_accept_writes_a_cpu_baseline_that_judges_memory_but_not_time(tmp_path: Path) -> None:
     run = tiny_run(
         CellResult("accelerate", "fp32", 1, Outcome.OK, (1.5, 1.6, 1.4), 0.3, rss(400), rss(420)),
@@ -220,13 +185,13 @@ def test_accept_writes_a_cpu_baseline_that_judges_memory_but_not_time(tmp_path: 
 
 
 def test_accept_updates_measured_cells_and_keeps_the_provenance_of_the_rest() -> None:
-    b4 = bl.resolve_baseline("4xA100-80GB", None, REPO_BASELINES)
+    b4 = bl.resolve_baseline("4xA100-80GB", None, BASELINES)
     run = tiny_run(
         CellResult("ds-inference", "int8", 128, Outcome.OK, (1.9,), 70.0),
         CellResult("ds-inference", "int8", 256, Outcome.OOM),
         topology="4xA100-SXM4-80GB",
     )
-    run = replace(run, model=ModelInfo("bloom-176b", "/m", 70, 176_000_000_000))
+    run = replace(run, model=BLOOM)
     accepted = bl.accept_run(run, b4, source="after.json")
     new = accepted.cell("ds-inference", "int8", 128)
     assert new is not None and new.outcome == "ok" and new.ms_per_token == 1.9

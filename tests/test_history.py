@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import replace
-from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,53 +19,14 @@ from bloomperf.nights import (
     add_to_history,
     load_history,
 )
-from bloomperf.results import (
-    CellResult,
-    MemoryReading,
-    ModelInfo,
-    Outcome,
-    RunResult,
-    WorkloadInfo,
-    save_run,
-)
-
-FIRST_NIGHT = date(2026, 10, 1)
-GiB = 2**30
-
-
-def night_run(day: date, cells: list[CellResult]) -> RunResult:
-    return RunResult(
-        model=ModelInfo(name="bloom-176b", path="", layers=70, parameters=176_247_271_424),
-        workload=WorkloadInfo(new_tokens=100, cycles=5, warmup=1, prompts=("DeepSpeed is",)),
-        topology="8xA100-SXM4-80GB",
-        environment={"transformers": "4.43.4"},
-        cells=tuple(cells),
-        started_at=f"{day.isoformat()}T01:30:00Z",
-        finished_at=f"{day.isoformat()}T03:10:00Z",
-        complete=True,
-    )
-
-
-def ok_cell(ms: float, memory_gib: float = 40.0, batch_size: int = 1) -> CellResult:
-    reading = MemoryReading(source="nvml", peak_bytes=int(memory_gib * GiB))
-    return CellResult(
-        backend="ds-inference",
-        dtype="fp16",
-        batch_size=batch_size,
-        outcome=Outcome.OK,
-        samples_ms_per_token=(ms * 0.99, ms, ms * 1.01),
-        load_time_s=60.0,
-        generate_memory=reading,
-    )
+from bloomperf.results import CellResult, Outcome, save_run
+from tests.builders import FIRST_NIGHT, add_night, night, night_run, ok_cell
 
 
 def write_history(folder: Path, values: list[float], tmp: Path) -> None:
     """One night per value, each added through ``add_to_history`` as the nightly job does."""
     for i, ms in enumerate(values):
-        day = FIRST_NIGHT + timedelta(days=i)
-        result = tmp / f"result-{i}.json"
-        save_run(night_run(day, [ok_cell(ms)]), result)
-        add_to_history(result, folder)
+        add_night(folder, night_run(night(i), [ok_cell(ms)]), tmp)
 
 
 def noisy(n: int, seed: int, spread: float = 0.03) -> list[float]:
@@ -126,17 +86,14 @@ def test_memory_growth_and_a_new_oom_are_changes(tmp_path: Path) -> None:
     folder = tmp_path / "history"
     rng = random.Random(2)
     for i in range(14):
-        day = FIRST_NIGHT + timedelta(days=i)
         memory = 40.0 * (1.2 if i >= 6 else 1.0) * (1 + rng.uniform(-0.005, 0.005))
         big = (
             CellResult("ds-inference", "fp16", 128, Outcome.OOM, message="CUDA out of memory")
             if i >= 8
             else ok_cell(0.7, 70.0, batch_size=128)
         )
-        result = tmp_path / f"r{i}.json"
         small = ok_cell(44.0 * (1 + rng.uniform(-0.01, 0.01)), memory)
-        save_run(night_run(day, [small, big]), result)
-        add_to_history(result, folder)
+        add_night(folder, night_run(night(i), [small, big]), tmp_path)
     found = {(c.cell, c.metric, c.night) for c in detect_changes(load_history(folder))}
     assert found == {
         ("ds-inference-fp16-bs1", METRIC_MEMORY, 6),
@@ -150,21 +107,15 @@ def test_new_changes_are_only_those_the_newest_night_confirmed(tmp_path: Path) -
     write_history(folder, values[:14], tmp_path)
     # Two nights at the new level are not yet enough to call it a change (confirm = 3) ...
     assert new_changes(load_history(folder)) == []
-    write_history_night(folder, 14, values[14], tmp_path)
+    add_night(folder, night_run(night(14), [ok_cell(values[14])]), tmp_path)
     # ... the third confirms it, and that night reports it as new and worse.
     text, failed = history_section(folder, "markdown")
     assert failed
     assert "| 2026-10-13 | ds-inference-fp16-bs1 | ms_per_token |" in text
     assert "new, worse" in text
-    write_history_night(folder, 15, values[14], tmp_path)
+    add_night(folder, night_run(night(15), [ok_cell(values[14])]), tmp_path)
     _, failed_next_night = history_section(folder, "markdown")
     assert not failed_next_night
-
-
-def write_history_night(folder: Path, i: int, ms: float, tmp: Path) -> None:
-    result = tmp / f"extra-{i}.json"
-    save_run(night_run(FIRST_NIGHT + timedelta(days=i), [ok_cell(ms)]), result)
-    add_to_history(result, folder)
 
 
 def test_add_names_files_by_date_and_never_adds_a_run_twice(tmp_path: Path) -> None:
@@ -221,7 +172,7 @@ def test_diff_with_history_fails_on_the_night_a_slowdown_is_confirmed(
     folder = tmp_path / "history"
     write_history(folder, values, tmp_path)
     tonight = tmp_path / "tonight.json"
-    save_run(night_run(FIRST_NIGHT + timedelta(days=14), [ok_cell(values[14])]), tonight)
+    save_run(night_run(night(14), [ok_cell(values[14])]), tonight)
     no_baselines = tmp_path / "no-baselines"
     no_baselines.mkdir()
     args = ["diff", str(tonight), "--baselines", str(no_baselines), "--format", "markdown"]

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import replace
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bloomperf import cli, provenance
-from bloomperf.nights import add_to_history
-from bloomperf.results import CellResult, load_run, save_run
+from bloomperf.results import load_run, save_run
 from bloomperf.topology import detect_topology, environment_fingerprint
-from tests.test_history import night_run, ok_cell
+from tests.builders import add_night, night, night_run, ok_cell
 
 
 def git(repo: Path, *args: str) -> str:
@@ -117,11 +116,8 @@ def test_history_changes_say_what_changed_on_the_night_of_the_step(
     folder = tmp_path / "history"
     for i in range(12):
         ms, version = (44.0, "4.43.4") if i < 6 else (52.0, "4.44.0")
-        cells: list[CellResult] = [ok_cell(ms)]
-        run = night_run(date(2026, 10, 1) + timedelta(days=i), cells)
-        result = tmp_path / f"r{i}.json"
-        save_run(replace(run, environment=environment("c" * 40, version, None)), result)
-        add_to_history(result, folder)
+        run = night_run(night(i), [ok_cell(ms)])
+        add_night(folder, replace(run, environment=environment("c" * 40, version, None)), tmp_path)
     assert cli.main(["history", "changes", "--dir", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "2026-10-07  ds-inference-fp16-bs1  ms_per_token" in out

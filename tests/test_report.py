@@ -5,34 +5,33 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import replace
-from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 
-from bloomperf.baseline import EXPECT_OK, EXPECT_OOM, Baseline, load_baseline, matching_load_time
+from bloomperf.baseline import Baseline, BaselineCell, matching_load_time
 from bloomperf.cli import main
 from bloomperf.compare import CellVerdict, compare_metric, judge
 from bloomperf.comparison_text import cell_text, table_rows
-from bloomperf.history import add_to_history
 from bloomperf.report import write_report
 from bloomperf.report_memory import baseline_per_gpu, memory_scale, per_gpu_peak
 from bloomperf.resultfiles import read_results
-from bloomperf.results import (
-    CellResult,
-    MemoryReading,
-    ModelInfo,
-    Outcome,
-    RunResult,
-    WorkloadInfo,
-    save_run,
+from bloomperf.results import CellResult, MemoryReading, Outcome, RunResult, save_run
+from tests.builders import (
+    BASELINES,
+    BLOG_BASELINE,
+    REGRESSED_RUN,
+    REPO,
+    GiB,
+    add_night,
+    blog_cells,
+    bloom_run,
+    cell_of,
+    night,
+    on_night,
+    scaled_run,
 )
 
-REPO = Path(__file__).resolve().parent.parent
-BLOG_BASELINE = REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json"
-# pytest-benchmark storage of the blog's cells with accelerate-bf16-bs8 10 % slower.
-REGRESSED_RUN = REPO / "tests/data/results/benchmarks/Linux-CPython-3.11-64bit/0002_slower.json"
-GiB = 2**30
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -48,54 +47,33 @@ def blog_memory(backend: str, dtype: str, batch_size: int) -> MemoryReading:
     return MemoryReading(source="nvml", peak_bytes=sum(devices), per_device_bytes=tuple(devices))
 
 
+def measured(b: BaselineCell) -> CellResult:
+    """Three cycles around the blog's figure, with per-GPU memory of the right shape."""
+    assert b.ms_per_token is not None
+    ms = b.ms_per_token
+    memory = blog_memory(b.backend, b.dtype, b.batch_size)
+    return CellResult(
+        b.backend, b.dtype, b.batch_size, Outcome.OK, (ms * 0.995, ms, ms * 1.004),
+        generate_memory=memory,
+    )  # fmt: skip
+
+
 def run_from_blog(baseline: Baseline, started: str = "2026-11-29T01:30:00Z") -> RunResult:
-    """The blog's table as measured results: its figures as the medians, its OOMs as OOMs."""
+    """The blog's table as measured results, each row with the load time the blog gives it."""
     cells = []
-    for b in baseline.cells:
-        if b.outcome not in (EXPECT_OK, EXPECT_OOM):
-            continue
-        cell = CellResult(b.backend, b.dtype, b.batch_size, Outcome.OOM, message="CUDA OOM")
-        if b.outcome == EXPECT_OK:
-            assert b.ms_per_token is not None
-            ms = b.ms_per_token
-            cell = replace(
-                cell,
-                outcome=Outcome.OK,
-                samples_ms_per_token=(ms * 0.995, ms, ms * 1.004),
-                generate_memory=blog_memory(b.backend, b.dtype, b.batch_size),
-                message="",
-            )
+    for cell in blog_cells(baseline, measured):
         load = matching_load_time(baseline, cell)
         cells.append(replace(cell, load_time_s=load.seconds if load else None))
-    return RunResult(
-        model=ModelInfo(name="bloom-176b", path="bigscience/bloom", layers=70, parameters=0),
-        workload=WorkloadInfo(new_tokens=100, cycles=3, warmup=1, prompts=("DeepSpeed is",)),
-        topology=baseline.topology,
-        environment={"topology": baseline.topology, "packages": {"transformers": "4.43.4"}},
-        cells=tuple(cells),
-        started_at=started,
-        finished_at=started,
-        complete=True,
+    environment = {"topology": baseline.topology, "packages": {"transformers": "4.43.4"}}
+    return bloom_run(
+        *cells, cycles=3, environment=environment, started_at=started, finished_at=started
     )
 
 
 def write_nights(folder: Path, blog_run: RunResult, factors: list[float], tmp: Path) -> None:
     """One night per factor: every ms/token of the blog run scaled by it."""
     for i, factor in enumerate(factors):
-        day = date(2026, 10, 1) + timedelta(days=i)
-        cells = tuple(
-            replace(c, samples_ms_per_token=tuple(s * factor for s in c.samples_ms_per_token))
-            for c in blog_run.cells
-        )
-        night = replace(blog_run, cells=cells, started_at=f"{day.isoformat()}T01:30:00Z")
-        path = tmp / f"night-{i}.json"
-        save_run(night, path)
-        add_to_history(path, folder)
-
-
-@pytest.fixture(scope="module")
-def blog() -> Baseline:
-    return load_baseline(BLOG_BASELINE)
+        add_night(folder, on_night(scaled_run(blog_run, factor), night(i)), tmp)
 
 
 def check_files(out: Path, with_trend: bool) -> str:
@@ -114,14 +92,14 @@ def check_files(out: Path, with_trend: bool) -> str:
 
 
 def test_report_of_the_blog_table_with_a_step_in_the_history(
-    tmp_path: Path, blog: Baseline
+    tmp_path: Path, blog_baseline: Baseline
 ) -> None:
-    run = run_from_blog(blog)
+    run = run_from_blog(blog_baseline)
     history = tmp_path / "history"
     rng = random.Random(4)
     factors = [(1.15 if i >= 12 else 1.0) * (1 + rng.uniform(-0.03, 0.03)) for i in range(20)]
     write_nights(history, run, factors, tmp_path)
-    report = write_report(run, blog, tmp_path / "out", history)
+    report = write_report(run, blog_baseline, tmp_path / "out", history)
     text = check_files(tmp_path / "out", with_trend=True)
     # The blog measured against itself: every cell passes, OOMs where the blog had them.
     assert "passed" in text and "FAILED" not in text
@@ -137,34 +115,29 @@ def test_report_of_the_blog_table_with_a_step_in_the_history(
     assert "2026-10-12</td>" not in text and "2026-10-14</td>" not in text
 
 
-def test_a_history_of_noise_marks_no_night(tmp_path: Path, blog: Baseline) -> None:
-    run = run_from_blog(blog)
+def test_a_history_of_noise_marks_no_night(tmp_path: Path, blog_baseline: Baseline) -> None:
+    run = run_from_blog(blog_baseline)
     history = tmp_path / "history"
     rng = random.Random(8)
     write_nights(history, run, [1 + rng.uniform(-0.03, 0.03) for _ in range(30)], tmp_path)
-    report = write_report(run, blog, tmp_path / "out", history)
+    report = write_report(run, blog_baseline, tmp_path / "out", history)
     assert report.changes == ()
     text = check_files(tmp_path / "out", with_trend=True)
     assert "No persistent change in any cell over 30 nights." in text
 
 
 def test_a_regression_and_an_unexpected_oom_show_in_the_verdicts(
-    tmp_path: Path, blog: Baseline
+    tmp_path: Path, blog_baseline: Baseline
 ) -> None:
-    run = run_from_blog(blog)
-    slower = [
-        replace(c, samples_ms_per_token=tuple(s * 1.3 for s in c.samples_ms_per_token))
-        if c.id == "ds-inference-fp16-bs8"
-        else c
-        for c in run.cells
-    ]
-    slower = [
-        replace(c, outcome=Outcome.OOM, samples_ms_per_token=(), generate_memory=None)
-        if c.id == "accelerate-bf16-bs32"
-        else c
-        for c in slower
-    ]
-    write_report(replace(run, cells=tuple(slower)), blog, tmp_path / "out")
+    run = run_from_blog(blog_baseline)
+    slower = scaled_run(run, 1.3, "ds-inference-fp16-bs8")
+    oom = replace(
+        cell_of(run, "accelerate-bf16-bs32"),
+        outcome=Outcome.OOM,
+        samples_ms_per_token=(),
+        generate_memory=None,
+    )
+    write_report(slower.with_cell(oom), blog_baseline, tmp_path / "out")
     text = check_files(tmp_path / "out", with_trend=False)
     assert "FAILED" in text
     assert '<td class="bad">OOM UNEXPECTED</td>' in text
@@ -172,10 +145,10 @@ def test_a_regression_and_an_unexpected_oom_show_in_the_verdicts(
 
 
 def test_cli_report_reads_results_and_finds_the_baseline(
-    tmp_path: Path, blog: Baseline, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, blog_baseline: Baseline, capsys: pytest.CaptureFixture[str]
 ) -> None:
     result = tmp_path / "results.json"
-    save_run(run_from_blog(blog), result)
+    save_run(run_from_blog(blog_baseline), result)
     code = main(
         [
             "report",
@@ -183,7 +156,7 @@ def test_cli_report_reads_results_and_finds_the_baseline(
             "--out",
             str(tmp_path / "r"),
             "--baselines",
-            str(REPO / "baselines"),
+            str(BASELINES),
         ]
     )
     assert code == 0, capsys.readouterr().err
@@ -194,17 +167,17 @@ def test_cli_report_reads_results_and_finds_the_baseline(
 
 
 def test_the_table_names_load_and_memory_and_no_change_that_is_noise(
-    tmp_path: Path, blog: Baseline
+    tmp_path: Path, blog_baseline: Baseline
 ) -> None:
     run = read_results(REGRESSED_RUN)
-    write_report(run, blog, tmp_path / "out")
+    write_report(run, blog_baseline, tmp_path / "out")
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
     for text in (markdown, page):
         # An unchanged cell shows its figure, not "(+0.0%)".
         assert "+0.0%" not in text and "-0.0%" not in text
         assert "34.96 ms (+10.0%) REGRESSED" in text
-    header, body = table_rows(judge(run, blog))
+    header, body = table_rows(judge(run, blog_baseline))
     assert header[-2:] == ["Load time", "Peak memory (all GPUs)"]
     rows = {row[0]: row for row in body}
     assert rows["Accelerate bf16"][1] == "230.38 ms"
@@ -220,7 +193,7 @@ def test_a_memory_regression_is_named_in_its_cell() -> None:
 
 
 def test_the_environment_reads_as_sizes_counts_and_provenance_without_paths(
-    tmp_path: Path, blog: Baseline
+    tmp_path: Path, blog_baseline: Baseline
 ) -> None:
     root = "/home/ci/work/bloomperf"
     environment = {
@@ -238,8 +211,8 @@ def test_the_environment_reads_as_sizes_counts_and_provenance_without_paths(
             "cwd": root,
         },
     }
-    run = replace(run_from_blog(blog), environment=environment)
-    write_report(run, blog, tmp_path / "out")
+    run = replace(run_from_blog(blog_baseline), environment=environment)
+    write_report(run, blog_baseline, tmp_path / "out")
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     section = markdown[markdown.index("## Environment") :]
     page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
@@ -255,18 +228,15 @@ def test_the_environment_reads_as_sizes_counts_and_provenance_without_paths(
 
 
 def test_the_markdown_links_images_beside_it_and_names_no_absolute_path(
-    tmp_path: Path, blog: Baseline
+    tmp_path: Path, blog_baseline: Baseline
 ) -> None:
     url = "https://github.com/o/bloomperf/actions/runs/42"
-    run = run_from_blog(blog)
+    run = run_from_blog(blog_baseline)
     run = replace(run, environment={**run.environment, "provenance": {"ci_run_url": url}})
     result = tmp_path / "results.json"
     save_run(run, result)
     out = tmp_path / "report"
-    assert (
-        main(["report", str(result), "--out", str(out), "--baselines", str(REPO / "baselines")])
-        == 0
-    )
+    assert main(["report", str(result), "--out", str(out), "--baselines", str(BASELINES)]) == 0
     markdown = (out / "report.md").read_text(encoding="utf-8")
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
     assert len(images) == 4
@@ -279,7 +249,7 @@ def test_the_markdown_links_images_beside_it_and_names_no_absolute_path(
 
 
 def test_memory_is_plotted_per_gpu_against_one_gpus_capacity_and_the_baseline(
-    tmp_path: Path, blog: Baseline
+    tmp_path: Path, blog_baseline: Baseline
 ) -> None:
     # The fixture keeps NVML's total over 8 GPUs only: the plot spreads it, never sums GPUs.
     summed = read_results(REGRESSED_RUN)
@@ -289,16 +259,16 @@ def test_memory_is_plotted_per_gpu_against_one_gpus_capacity_and_the_baseline(
     assert bs1.peak_memory_bytes == 360 * GiB
     assert per_gpu_peak(bs1, scale) == (45 * GiB, 45 * GiB, False)
     # Per-device readings: the fullest and the emptiest GPU (Accelerate leaves GPU 0 nearly empty).
-    run = run_from_blog(blog)
+    run = run_from_blog(blog_baseline)
     (cell,) = [c for c in run.cells if c.id == "accelerate-bf16-bs1"]
     fullest, emptiest, per_device = per_gpu_peak(cell, memory_scale(run.topology, run.cells)) or ()
     assert per_device and emptiest == 3 * GiB and 46 * GiB < fullest < 48 * GiB
     # The baseline's totals per GPU, for the baseline line.
     with_memory = replace(
-        blog,
+        blog_baseline,
         cells=tuple(
             replace(b, peak_memory_bytes=400 * GiB) if b.ms_per_token is not None else b
-            for b in blog.cells
+            for b in blog_baseline.cells
         ),
     )
     expected = baseline_per_gpu(with_memory, ("accelerate", "bf16"), scale)

@@ -1,4 +1,4 @@
-"""Rebuild the result fixtures in this folder: `python tests/data/results/make_fixtures.py`.
+"""Rebuild the result fixtures in this folder: `python -m tests.data.results.make_fixtures`.
 
 * ``8xA100-SXM4-80GB.blog.results.json``: a ``bloomperf run`` results file whose figures are the
   blog's 8 x A100-80GB tables (the medians of five cycles within ±0.2 % of each figure, OOM where
@@ -19,24 +19,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
-from bloomperf.baseline import EXPECT_OK, EXPECT_OOM, load_baseline
-from bloomperf.results import (
-    CellResult,
-    MemoryReading,
-    ModelInfo,
-    Outcome,
-    RunResult,
-    WorkloadInfo,
-    run_to_dict,
-    save_run,
+from bloomperf.baseline import BaselineCell, load_baseline
+from bloomperf.results import CellResult, MemoryReading, Outcome, RunResult, run_to_dict, save_run
+from tests.builders import (
+    BENCHMARK_STORAGE,
+    BLOG_BASELINE,
+    BLOG_BENCHMARK,
+    BLOG_RESULTS,
+    BLOG_TOPOLOGY,
+    GiB,
+    blog_cells,
+    bloom_run,
+    scaled_run,
 )
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent.parent
-BASELINE = REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json"
 # Load times the blog gives for the row (pre-sharded checkpoints for DeepSpeed-Inference).
 LOAD_TIMES = {
     ("accelerate", "bf16"): 121.0,
@@ -44,6 +42,15 @@ LOAD_TIMES = {
     ("ds-inference", "int8"): 61.0,
     ("ds-zero", "bf16"): 462.0,
     ("accelerate", "int8"): 118.0,
+}
+ENVIRONMENT = {
+    "topology": BLOG_TOPOLOGY,
+    "gpus": ["NVIDIA A100-SXM4-80GB"] * 8,
+    "cpu_model": "AMD EPYC 7543 32-Core Processor",
+    "cpu_cores": 64,
+    "ram_bytes": 512 * GiB,
+    "python": "3.8.12",
+    "packages": {"torch": "1.12.1", "transformers": "4.21.3", "deepspeed": "0.7.3"},
 }
 
 INNER_TEST = """
@@ -61,72 +68,32 @@ def test_cell(benchmark, cell):
 """
 
 
+def measured(b: BaselineCell) -> CellResult:
+    """Five cycles within ±0.2 % of the blog's figure."""
+    assert b.ms_per_token is not None
+    v = b.ms_per_token
+    # A made-up but plausible NVML sum over 8 GPUs: weights plus a KV cache that grows.
+    memory = MemoryReading("nvml", (360 + b.batch_size // 2) * GiB)
+    return CellResult(
+        b.backend,
+        b.dtype,
+        b.batch_size,
+        Outcome.OK,
+        (v * 0.998, v * 1.002, v, v * 0.999, v * 1.001),
+        load_time_s=LOAD_TIMES[(b.backend, b.dtype)],
+        load_memory=memory,
+        generate_memory=memory,
+        details={"checkpoint": "pre-sharded"} if b.backend == "ds-inference" else {},
+    )
+
+
 def blog_run() -> RunResult:
-    baseline = load_baseline(BASELINE)
-    cells = []
-    for b in baseline.cells:
-        if b.outcome == EXPECT_OOM:
-            cells.append(
-                CellResult(
-                    b.backend,
-                    b.dtype,
-                    b.batch_size,
-                    Outcome.OOM,
-                    message="CUDA out of memory. Tried to allocate 2.00 GiB",
-                )
-            )
-        elif b.outcome == EXPECT_OK and b.ms_per_token is not None:
-            v = b.ms_per_token
-            samples = (v * 0.998, v * 1.002, v, v * 0.999, v * 1.001)
-            gib = 2**30
-            # A made-up but plausible NVML sum over 8 GPUs: weights plus a KV cache that grows.
-            memory = MemoryReading("nvml", (360 + b.batch_size // 2) * gib)
-            cells.append(
-                CellResult(
-                    b.backend,
-                    b.dtype,
-                    b.batch_size,
-                    Outcome.OK,
-                    samples,
-                    load_time_s=LOAD_TIMES[(b.backend, b.dtype)],
-                    load_memory=memory,
-                    generate_memory=memory,
-                    details={"checkpoint": "pre-sharded"} if b.backend == "ds-inference" else {},
-                )
-            )
-    return RunResult(
-        model=ModelInfo("bloom-176b", "bigscience/bloom", 70, 176_247_271_424),
-        workload=WorkloadInfo(
-            new_tokens=100,
-            cycles=5,
-            warmup=1,
-            prompts=("DeepSpeed is a machine learning framework",),
-        ),
-        topology="8xA100-SXM4-80GB",
-        environment={
-            "topology": "8xA100-SXM4-80GB",
-            "gpus": ["NVIDIA A100-SXM4-80GB"] * 8,
-            "cpu_model": "AMD EPYC 7543 32-Core Processor",
-            "cpu_cores": 64,
-            "ram_bytes": 512 * 2**30,
-            "python": "3.8.12",
-            "packages": {"torch": "1.12.1", "transformers": "4.21.3", "deepspeed": "0.7.3"},
-        },
-        cells=tuple(cells),
+    return bloom_run(
+        *blog_cells(load_baseline(BLOG_BASELINE), measured),
+        environment=ENVIRONMENT,
         started_at="2022-09-10T10:00:00Z",
         finished_at="2022-09-10T12:00:00Z",
-        complete=True,
     )
-
-
-def slower(run: RunResult, cell_id: str, factor: float) -> RunResult:
-    cells = tuple(
-        replace(c, samples_ms_per_token=tuple(s * factor for s in c.samples_ms_per_token))
-        if c.id == cell_id
-        else c
-        for c in run.cells
-    )
-    return replace(run, cells=cells)
 
 
 def pytest_benchmark(run: RunResult, work: Path, *args: str) -> None:
@@ -154,28 +121,27 @@ def pytest_benchmark(run: RunResult, work: Path, *args: str) -> None:
 
 def main() -> None:
     run = blog_run()
-    save_run(run, HERE / "8xA100-SXM4-80GB.blog.results.json")
-    storage = HERE / "benchmarks"
-    shutil.rmtree(storage, ignore_errors=True)
+    save_run(run, BLOG_RESULTS)
+    shutil.rmtree(BENCHMARK_STORAGE, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         pytest_benchmark(
             run,
             work,
             "--benchmark-json",
-            str(HERE / "8xA100-SXM4-80GB.blog.benchmark.json"),
+            str(BLOG_BENCHMARK),
             "--benchmark-save",
             "blog",
             "--benchmark-storage",
-            f"file://{storage}",
+            f"file://{BENCHMARK_STORAGE}",
         )
         pytest_benchmark(
-            slower(run, "accelerate-bf16-bs8", 1.10),
+            scaled_run(run, 1.10, "accelerate-bf16-bs8"),
             work,
             "--benchmark-save",
             "slower",
             "--benchmark-storage",
-            f"file://{storage}",
+            f"file://{BENCHMARK_STORAGE}",
         )
 
 

@@ -1,0 +1,26 @@
+"""Fixtures shared by the test files: the blog's baseline and the run made from it.
+
+Both are read from the committed files (``tests.builders`` names them) through bloomperf's own
+readers, once per session: they are frozen dataclasses, so no test can change them for another.
+The repository-wide setup (plugins, the leftover-process check) is the root ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bloomperf.baseline import Baseline, load_baseline
+from bloomperf.results import RunResult, load_run
+from tests.builders import BLOG_BASELINE, BLOG_RESULTS
+
+
+@pytest.fixture(scope="session")
+def blog_baseline() -> Baseline:
+    """The blog's 8 x A100-80GB table, as transcribed in ``baselines/``."""
+    return load_baseline(BLOG_BASELINE)
+
+
+@pytest.fixture(scope="session")
+def blog_run() -> RunResult:
+    """That table as a measured run (``make_fixtures``): medians within ±0.2 % of each figure."""
+    return load_run(BLOG_RESULTS)
