@@ -13,12 +13,8 @@ from bloomperf.models import ModelShape
 from bloomperf.roofline import roofline_ms_per_token
 from bloomperf.scenario import Scenario
 
-BATCH_SIZES: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 512)
 
-
-def predict_boundary(
-    scenario: Scenario, batches: tuple[int, ...] = BATCH_SIZES, **layout: Any
-) -> int | None:
+def predict_boundary(scenario: Scenario, batches: tuple[int, ...], **layout: Any) -> int | None:
     """The largest of ``batches`` that fits, None when not even the smallest does.
 
     Memory grows with the batch, so the first batch that does not fit ends the search.

@@ -13,7 +13,6 @@ from typing import Any
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.baseline import find_baseline
 from bloomperf.boundaries import (
-    BATCH_SIZES,
     BoundaryCheck,
     PredictedRow,
     check_boundaries,
@@ -21,6 +20,7 @@ from bloomperf.boundaries import (
 )
 from bloomperf.errors import BloomperfError
 from bloomperf.hardware import GiB, parse_topology_id, topology_id
+from bloomperf.matrix import DEFAULT_BATCH_SIZES
 from bloomperf.memory_model import (
     ACCELERATE_IO_CACHE_COPIES,
     CUDA_CONTEXT_BYTES,
@@ -60,7 +60,7 @@ def add_command(subparsers: Any) -> None:
     )
     parser.add_argument("--backends", default="accelerate,ds-inference,ds-zero")
     parser.add_argument("--dtypes", default="bf16,fp16,int8")
-    parser.add_argument("--batches", default=",".join(str(b) for b in BATCH_SIZES))
+    parser.add_argument("--batches", default=",".join(str(b) for b in DEFAULT_BATCH_SIZES["cuda"]))
     parser.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS)
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
     parser.add_argument("--format", choices=("text", "json"), default="text")

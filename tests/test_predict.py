@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from bloomperf.baseline import find_baseline
-from bloomperf.boundaries import BATCH_SIZES, BoundaryCheck, check_boundaries, predict_boundary
+from bloomperf.boundaries import BoundaryCheck, check_boundaries, predict_boundary
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
 from bloomperf.hardware import GPU_SPECS, GiB, GpuSpec, known_topology, parse_topology_id
-from bloomperf.matrix import Cell, Group
+from bloomperf.matrix import DEFAULT_BATCH_SIZES, Cell, Group
 from bloomperf.memory_model import (
     CPU_RUNTIME_RSS_BYTES,
     KV_HEADROOM,
@@ -29,13 +29,14 @@ from bloomperf.options import resolve_options
 from bloomperf.predict import PREDICT_KIND, PREDICT_SCHEMA_VERSION
 from bloomperf.roofline import efficiency, roofline_ms_per_token
 from bloomperf.run import Session
-from bloomperf.scenario import Scenario
-from bloomperf.suite_prediction import batches_through
+from bloomperf.scenario import Scenario, SuiteCell
+from bloomperf.suite_prediction import batches_through, cell_prediction, predicted_skip_reason
 from bloomperf.weights import embedding_bytes, layer_bytes
 
 BLOOM = MODEL_SHAPES["bloom-176b"]
 A100 = GPU_SPECS["A100-80GB"]
 BASELINES = Path(__file__).resolve().parent.parent / "baselines"
+BATCH_SIZES = DEFAULT_BATCH_SIZES["cuda"]  # the blog's
 
 
 def bloom(
@@ -121,9 +122,9 @@ def test_zero_without_the_pinned_gather_block_is_two_steps_optimistic(
 ) -> None:
     # Why ZERO_PINNED_GATHER_BLOCKS exists: the partition, the gathers and the cache alone fit
     # batch 32, where the blog ran out of memory at 16.
-    assert predict_boundary(bloom("ds-zero", "bf16")) == 16
+    assert predict_boundary(bloom("ds-zero", "bf16"), BATCH_SIZES) == 16
     monkeypatch.setattr("bloomperf.memory_model.ZERO_PINNED_GATHER_BLOCKS", 0)
-    assert predict_boundary(bloom("ds-zero", "bf16")) == 32
+    assert predict_boundary(bloom("ds-zero", "bf16"), BATCH_SIZES) == 32
 
 
 def test_zero_gathers_one_module_at_a_time() -> None:
@@ -139,9 +140,9 @@ def test_zero_gathers_one_module_at_a_time() -> None:
 def test_physics_alone_is_one_step_optimistic(monkeypatch: pytest.MonkeyPatch) -> None:
     # Why KV_HEADROOM exists: at 1.0 every Accelerate and DS-Inference row is one step too high.
     monkeypatch.setattr("bloomperf.memory_model.KV_HEADROOM", 1.0)
-    assert predict_boundary(bloom("accelerate", "bf16")) == 64
-    assert predict_boundary(bloom("ds-inference", "fp16")) == 256
-    assert predict_boundary(bloom("ds-inference", "int8", n_gpus=4)) == 128
+    assert predict_boundary(bloom("accelerate", "bf16"), BATCH_SIZES) == 64
+    assert predict_boundary(bloom("ds-inference", "fp16"), BATCH_SIZES) == 256
+    assert predict_boundary(bloom("ds-inference", "int8", n_gpus=4), BATCH_SIZES) == 128
 
 
 def test_blog_accelerate_map_leaves_gpu0_empty() -> None:
@@ -308,9 +309,9 @@ def test_cpu_peak_rss_matches_prediction() -> None:
 
 
 def test_sweep_stops_one_step_past_the_predicted_boundary() -> None:
-    fp16 = predict_boundary(bloom("ds-inference", "fp16"))
+    fp16 = predict_boundary(bloom("ds-inference", "fp16"), BATCH_SIZES)
     assert batches_through(BATCH_SIZES, fp16, 1) == (1, 8, 16, 32, 64, 128, 256)
-    bf16 = predict_boundary(bloom("accelerate", "bf16"))
+    bf16 = predict_boundary(bloom("accelerate", "bf16"), BATCH_SIZES)
     assert batches_through(BATCH_SIZES, bf16, 0)[-1] == 32
     assert batches_through(BATCH_SIZES, None, 1) == (1,)
 
@@ -355,3 +356,22 @@ def test_no_baseline_skips_cells_far_beyond_the_predicted_boundary(tmp_path: Pat
     assert session.skip_reason(Cell("accelerate", "bf16", batches[len(expected_run) + 1]))
     session.options = {**session.options, "probe": True}
     assert session.skip_reason(Cell("accelerate", "bf16", 512)) is None
+
+
+def test_the_suite_predicts_from_its_topology_id_nodes_included() -> None:
+    """``SuiteCell``: the suite names a cell by its topology id; the prediction it records
+    must see every GPU of every node (the 16 of 2x8) and the nodes (Accelerate cannot span them)."""
+
+    def suite(topology: str, backend: str, dtype: str = "int8") -> SuiteCell:
+        return SuiteCell(BLOOM, None, topology, backend, dtype, 1, 100)
+
+    spanning = cell_prediction(suite("2x8xA100-80GB", "accelerate"))
+    assert spanning["predicted_fits"] is False and "one node" in spanning["predicted_limit"]
+    tp = cell_prediction(suite("2x8xA100-80GB", "ds-inference"))
+    expected = predict_cell(bloom("ds-inference", "int8", n_gpus=16, nodes=2), 1)
+    assert tp["predicted_peak_bytes"] == expected.peak_per_gpu_bytes and tp["predicted_fits"]
+    bound = roofline_ms_per_token(bloom("ds-inference", "int8", n_gpus=16, nodes=2), 1)
+    assert tp["roofline_ms_per_token"] == bound
+    assert cell_prediction(suite("8xB300-288GB", "ds-inference")) == {}  # no datasheet figures
+    assert predicted_skip_reason(suite("8xB300-288GB", "ds-inference"), BATCH_SIZES) is None
+    assert SuiteCell(None, None, "8xA100-80GB", "ds-inference", "fp16", 1, 100).scenario() is None
