@@ -23,10 +23,11 @@ import torch
 from bloomperf.errors import BloomperfError
 
 MAX_PERCENT = 1000.0
-# time.sleep overshoots by a scheduler tick or more (on a busy VM, several ms: a "5 %" delay of
-# a 70 ms generate measured as +11 %); sleep only up to this much before the end and spin the
-# rest, so short delays are exact.
-SPIN_SECONDS = 0.02
+# time.sleep overshoots by the kernel's timer slack (50 us) and the wake-up, so the last stretch
+# is spun on perf_counter. Only a short one: a process spinning after a whole generate has used
+# its time slice and is preempted mid-spin on a loaded machine (measured on this 2-core VM at
+# load 10: a 20 ms spin overshot a 3 ms wait by 1.5 ms at the median, a 1 ms spin by 1 us).
+SPIN_SECONDS = 0.001
 
 
 def install_slowdown(model: torch.nn.Module, percent: float) -> None:
@@ -81,7 +82,8 @@ def _stretch_forward(model: torch.nn.Module, devices: list[torch.device], percen
 
 
 def wait_for(seconds: float) -> None:
-    """Wait ``seconds`` precisely: sleep most of it, spin the end."""
+    """Wait ``seconds`` precisely, never less: sleep all but the last ``SPIN_SECONDS``, spin
+    those. What remains is the machine's: time spent waiting for a CPU at the end."""
     end = time.perf_counter() + seconds
     if seconds > SPIN_SECONDS:
         time.sleep(seconds - SPIN_SECONDS)

@@ -278,4 +278,24 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
         "a path joined into a command line is re-split (and, through a shell, run) by the launcher",
     ),
+    Mutation(
+        "wait-for-only-sleeps",
+        "bloomperf/measure/slowdown.py",
+        "    if seconds > SPIN_SECONDS:\n        time.sleep(seconds - SPIN_SECONDS)\n"
+        "    while time.perf_counter() < end:\n        pass\n",
+        "    time.sleep(seconds)\n",
+        (
+            "tests/test_slowdown.py::test_wait_for_is_precise[0.0002]",
+            "tests/test_slowdown.py::test_wait_for_is_precise[0.003]",
+        ),
+        "every injected delay overshoots by the timer slack: short calls slowed more than asked",
+    ),
+    Mutation(
+        "slowdown-waits-the-whole-call",
+        "bloomperf/measure/slowdown.py",
+        "wait_for((time.perf_counter() - start) * percent / 100.0)",
+        "wait_for(time.perf_counter() - start)",
+        ("tests/test_slowdown.py::test_real_bloom_generate_takes_percent_longer",),
+        "a '10 %' slowdown would be 100 %: detection power would be measured on a 2x regression",
+    ),
 )
