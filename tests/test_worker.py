@@ -81,21 +81,27 @@ def test_a_cycle_synchronises_before_and_after_generate_and_times_only_that(tiny
     assert finished - started <= seconds <= synced_after - synced + 0.01
 
 
-def test_the_devices_synchronised_are_every_gpu_of_accelerates_map(tiny: Path) -> None:
+def spread_over_two_gpus(tiny: Path) -> torch.nn.Module:
+    """The tiny model on the meta device with the device map accelerate's own planner gives it
+    over two small "GPUs", as from_pretrained(device_map=...) leaves it on a dispatched model."""
     from accelerate import infer_auto_device_map, init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with init_empty_weights():
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(tiny)))
     model.tie_weights()
-    # accelerate's own planner, as from_pretrained(device_map=...) runs it: two small "GPUs".
     device_map = infer_auto_device_map(
         model,
         max_memory={0: "600KB", 1: "600KB", "cpu": "1GB"},
         no_split_module_classes=["BloomBlock"],
     )
     assert set(device_map.values()) >= {0, 1}
-    model.hf_device_map = device_map  # what from_pretrained leaves on a dispatched model
+    model.hf_device_map = device_map
+    return model
+
+
+def test_the_devices_synchronised_are_every_gpu_of_accelerates_map(tiny: Path) -> None:
+    model = spread_over_two_gpus(tiny)
     backend = AccelerateBackend()
     backend.model = model
     backend._device = torch.device("cuda:0")
@@ -104,6 +110,35 @@ def test_the_devices_synchronised_are_every_gpu_of_accelerates_map(tiny: Path) -
     backend.model, backend._device = model, torch.device("cpu")
     model.hf_device_map = {"transformer": "cpu", "lm_head": "disk"}
     assert backend.cuda_devices() == ()
+
+
+def test_synchronize_waits_for_each_gpu_of_the_model(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Backend.synchronize asks of CUDA for a model spread over GPUs 0 and 1: a wait for
+    each (torch.cuda.synchronize() alone waits for the current device; a timer read after it
+    misses the other GPU's queued kernels). No GPU here, so torch.cuda's answers are recorded;
+    test_synchronize_waits_for_queued_kernels proves the wait itself on a GPU."""
+    backend = AccelerateBackend()
+    backend.model, backend._device = spread_over_two_gpus(tiny), torch.device("cuda:0")
+    waited: list[object] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    backend.synchronize()
+    assert waited == [0, 1]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_synchronize_waits_for_queued_kernels() -> None:
+    backend = AccelerateBackend()
+    backend.model = torch.nn.Linear(2, 2).to("cuda:0")
+    backend._device = torch.device("cuda:0")
+    torch.cuda._sleep(10**9)  # about half a second of GPU cycles, queued: returns at once
+    assert not torch.cuda.current_stream(0).query()
+    backend.synchronize()
+    assert torch.cuda.current_stream(0).query()
 
 
 def degenerate_copy(tiny: Path, folder: Path, spoil: str) -> Path:

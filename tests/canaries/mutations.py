@@ -298,4 +298,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_slowdown.py::test_real_bloom_generate_takes_percent_longer",),
         "a '10 %' slowdown would be 100 %: detection power would be measured on a 2x regression",
     ),
+    Mutation(
+        "synchronize-waits-for-nothing",
+        "bloomperf/backends/base.py",
+        "            for index in self.cuda_devices():\n"
+        "                torch.cuda.synchronize(index)\n",
+        "            pass\n",
+        ("tests/test_worker.py::test_synchronize_waits_for_each_gpu_of_the_model",),
+        "every timer read after synchronize would stop before the GPUs' queued kernels finish",
+    ),
 )
