@@ -25,7 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.baseline_cli",
     "bloomperf.topology_cli",
     "bloomperf.doctor",
-    "bloomperf.history",
+    "bloomperf.history_cli",
     "bloomperf.predict",
     "bloomperf.report",
     "bloomperf.calibrate",

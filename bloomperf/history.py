@@ -1,8 +1,7 @@
 """Nightly history: the nights where a cell's figures changed, and ``bloomperf history``.
 
-The folder of nights and each cell's series over them are ``bloomperf.nights``.
-``bloomperf history add RESULT [--dir DIR]`` validates a results file and copies it in atomically,
-and refuses nothing but bad input: a run already in the folder is not added twice.
+The folder of nights and each cell's series over them are ``bloomperf.nights``; the
+``bloomperf history`` command is ``bloomperf.history_cli``.
 
 Change detection: a persistent-shift test on log values
 ---------------------------------------------------------
@@ -57,11 +56,9 @@ from bloomperf.nights import (
     METRIC_MS,
     METRIC_OUTCOME,
     Night,
-    add_to_history,
     cell_ids,
     load_history,
     outcome_series,
-    parse_date,
     series,
 )
 from bloomperf.provenance import what_changed
@@ -348,24 +345,7 @@ def history_section(folder: Path, fmt: str, **settings: Any) -> tuple[str, bool]
     return render_changes(changes, nights, fmt, new), any(c.worse for c in new)
 
 
-# ---- command line -----------------------------------------------------------------------------
-
-
-def add_command(subparsers: Any) -> None:
-    parser = subparsers.add_parser("history", help="the nightly history folder")
-    actions = parser.add_subparsers(
-        dest="history_command", required=True, parser_class=type(parser)
-    )
-    add = actions.add_parser("add", help="copy a results file into the history folder")
-    add.add_argument("result", type=Path, help="a bloomperf results JSON file")
-    add.add_argument("--dir", type=Path, default=Path("history"), help="default: ./history")
-    add.add_argument("--date", type=parse_date, help="the night (default: the run's started_at)")
-    add.set_defaults(func=run_add)
-    show = actions.add_parser("changes", help="list the persistent changes in a history folder")
-    show.add_argument("--dir", type=Path, default=Path("history"), help="default: ./history")
-    show.add_argument("--format", choices=("text", "markdown"), default="text")
-    add_detection_options(show)
-    show.set_defaults(func=run_changes)
+# ---- the detection settings on a command line ------------------------------------------------
 
 
 def add_detection_options(parser: argparse.ArgumentParser) -> None:
@@ -398,16 +378,3 @@ def detection_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
     check_test_settings(**settings)
     return settings
-
-
-def run_add(args: argparse.Namespace) -> int:
-    path, added = add_to_history(args.result, args.dir, args.date)
-    verb = "added as" if added else "already in the history as"
-    print(f"bloomperf: {args.result}: {verb} {path}")
-    return 0
-
-
-def run_changes(args: argparse.Namespace) -> int:
-    text, _ = history_section(args.dir, args.format, **detection_settings(args))
-    print(text, end="")
-    return 0

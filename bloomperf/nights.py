@@ -20,9 +20,17 @@ from bloomperf.results import CellResult, Outcome, RunResult, load_run, run_to_d
 METRIC_MS = "ms_per_token"
 METRIC_MEMORY = "peak_memory"
 METRIC_LOAD = "load_time"
+METRIC_TTFT = "ttft_ms"
+METRIC_TPOT = "tpot_ms"
 METRIC_OUTCOME = "outcome"
-METRICS = (METRIC_MS, METRIC_MEMORY, METRIC_LOAD)
-METRIC_UNITS = {METRIC_MS: "ms/token", METRIC_MEMORY: "bytes", METRIC_LOAD: "s"}
+METRICS = (METRIC_MS, METRIC_MEMORY, METRIC_LOAD, METRIC_TTFT, METRIC_TPOT)
+METRIC_UNITS = {
+    METRIC_MS: "ms/token",
+    METRIC_MEMORY: "bytes",
+    METRIC_LOAD: "s",
+    METRIC_TTFT: "ms",
+    METRIC_TPOT: "ms",
+}
 
 NIGHT_NAME = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<n>[2-9]|[1-9]\d+))?\.json$")
 
@@ -123,6 +131,10 @@ def metric_value(cell: CellResult, metric: str) -> float | None:
         return float(peak) if peak is not None else None
     if metric == METRIC_LOAD:
         return cell.load_time_s
+    if metric in (METRIC_TTFT, METRIC_TPOT):
+        # Step times were recorded only by newer runs; an older night has no figure.
+        steps = cell.steps
+        return None if steps is None else getattr(steps, metric)
     raise BloomperfError(f"metric: unknown {metric!r} (valid: {', '.join(METRICS)})")
 
 

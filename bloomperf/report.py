@@ -454,6 +454,24 @@ def percent_range(nights: Sequence[Night], cells: Sequence[CellResult]) -> tuple
     return low * 1.1, high * 1.25  # headroom at the top for the change labels
 
 
+def mark_change(ax: Any, change: Change, colour: str = OOM_COLOUR) -> None:
+    """A dashed line on the night a persistent change started, labelled with its size."""
+    ax.axvline(change.night, color=colour, ls="--", lw=1.2)
+    rel = change.relative
+    text = f"{rel * 100:+.0f}%" if rel is not None else f"→ {change.after}"
+    ax.annotate(
+        f"{text} from\n{change.night_label}",
+        (change.night, 0.96),
+        xycoords=("data", "axes fraction"),
+        va="top",
+        ha="right",
+        fontsize=7,
+        color=colour,
+        xytext=(-3, 0),
+        textcoords="offset points",
+    )
+
+
 def plot_trend(
     nights: Sequence[Night], changes: Sequence[Change], path: Path, tolerance: float
 ) -> Path:
@@ -486,20 +504,7 @@ def plot_trend(
         ax.plot([i for i, _ in points], percent, "-o", ms=3, color=COLOURS[0])
         for change in changes:
             if change.cell == cell.id and change.metric in (METRIC_MS, "outcome"):
-                ax.axvline(change.night, color=OOM_COLOUR, ls="--", lw=1.2)
-                rel = change.relative
-                text = f"{rel * 100:+.0f}%" if rel is not None else f"→ {change.after}"
-                ax.annotate(
-                    f"{text} from\n{change.night_label}",
-                    (change.night, 0.96),
-                    xycoords=("data", "axes fraction"),
-                    va="top",
-                    ha="right",
-                    fontsize=7,
-                    color=OOM_COLOUR,
-                    xytext=(-3, 0),
-                    textcoords="offset points",
-                )
+                mark_change(ax, change)
         ax.set_title(f"{cell.id} (median {centre:.3g} ms)", fontsize=8)
         ax.set_xticks(ticks, [nights[i].label[5:10] for i in ticks], fontsize=7)
         ax.tick_params(axis="y", labelsize=7)

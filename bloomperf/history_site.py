@@ -1,0 +1,369 @@
+"""``bloomperf history publish HISTORY --out SITE``: the history as a static web site.
+
+What ``asv publish`` and github-action-benchmark do for their histories: pages a browser opens
+from any static host (GitHub Pages, an artifact, a folder), with relative links only::
+
+    SITE/index.html                      every topology: the newest night's verdict per cell
+    SITE/<topology>/<cell>.html, .png    one trend page per cell: its figures over the nights
+    SITE/<topology>/report/              ``bloomperf report`` of the newest night, with its trend
+
+HISTORY is a history root (one folder of nights per topology, as ``history merge`` writes it) or
+one history folder. The verdicts come from ``bloomperf.compare`` against the topology's baseline,
+the persistent changes and what changed on their night from ``bloomperf.history`` (the same as
+``history changes`` lists): the site draws, it does not judge. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bloomperf.baseline import Baseline, find_baseline
+from bloomperf.compare import REGRESSED, Comparison, judge
+from bloomperf.comparison_text import cell_text
+from bloomperf.errors import BloomperfError
+from bloomperf.formatting import GIB, format_value, utc_now
+from bloomperf.history import Change, changed_at, describe_change, detect_changes
+from bloomperf.jsonfile import write_text_atomic
+from bloomperf.nights import (
+    METRIC_LOAD,
+    METRIC_MEMORY,
+    METRIC_MS,
+    METRIC_OUTCOME,
+    METRIC_TPOT,
+    METRIC_TTFT,
+    NIGHT_NAME,
+    Night,
+    find_cell,
+    load_history,
+    series,
+)
+from bloomperf.progress import emit, format_duration, heartbeat_s, time_left
+from bloomperf.report import STYLE, mark_change, new_figure, save_figure, write_report
+
+# The panels of a trend page, top to bottom: metric, title, unit, divisor for that unit.
+PANELS = (
+    (METRIC_MS, "ms per token", "ms", 1.0),
+    (METRIC_MEMORY, "peak memory (GPUs summed)", "GiB", float(GIB)),
+    (METRIC_LOAD, "load time", "s", 1.0),
+    (METRIC_TTFT, "time to first token", "ms", 1.0),
+    (METRIC_TPOT, "time per output token (p50)", "ms", 1.0),
+)
+WORSE, BETTER, LINE, REGRESSED_COLOUR = "#b00020", "#1b7f2a", "#1f77b4", "#d62728"
+
+
+@dataclass(frozen=True)
+class Site:
+    """What ``publish_site`` wrote."""
+
+    index: Path
+    pages: tuple[Path, ...]
+    plots: tuple[Path, ...]
+    reports: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One topology's history and what the site shows of it."""
+
+    name: str
+    nights: list[Night]
+    changes: list[Change]
+    verdicts: list[Comparison]  # one per night, against the baseline of the newest night's run
+
+    @property
+    def latest(self) -> Comparison:
+        return self.verdicts[-1]
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+
+def history_folders(root: Path) -> list[Path]:
+    """``root`` itself when it holds nights, else its subfolders that do."""
+    if not root.is_dir():
+        raise BloomperfError(f"{root}: no such history directory")
+    if any(NIGHT_NAME.match(p.name) for p in root.glob("*.json")):
+        return [root]
+    folders = [d for d in sorted(root.iterdir()) if d.is_dir() and any(d.glob("[0-9]*.json"))]
+    if not folders:
+        raise BloomperfError(f"{root}: holds no nights (YYYY-MM-DD.json), nor folders of them")
+    return folders
+
+
+def read_topology(folder: Path, baselines: Path | None, settings: dict[str, Any]) -> Topology:
+    nights = load_history(folder)
+    run = nights[-1].run
+    baseline: Baseline | None = find_baseline(run.topology, run.model.name, baselines)
+    why = f"no baseline for {run.topology} and {run.model.name}"
+    verdicts = [judge(n.run, baseline, no_baseline=why) for n in nights]
+    changes = detect_changes(nights, **settings)
+    return Topology(run.topology, nights, changes, verdicts)
+
+
+# ---- the trend plot of one cell -----------------------------------------------------------------
+
+
+def regressed_nights(topology: Topology, cell: str, metric: str) -> set[int]:
+    """The nights on which this cell's metric was judged regressed against the baseline."""
+    found = set()
+    for i, comparison in enumerate(topology.verdicts):
+        verdict = next((v for v in comparison.cells if v.id == cell), None)
+        judged = verdict.metric(metric) if verdict is not None else None
+        if judged is not None and judged.status == REGRESSED:
+            found.add(i)
+    return found
+
+
+def plot_cell(topology: Topology, cell: str, path: Path) -> Path | None:
+    """The cell's figures over the nights, one panel per metric it has; None if it has none."""
+    nights = topology.nights
+    panels = [(p, series(nights, cell, p[0])) for p in shown_panels(nights, cell)]
+    if not panels:
+        return None
+    fig = new_figure(9.0, 1.2 + 1.9 * len(panels))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    changes = [c for c in topology.changes if c.cell == cell]
+    latest = next((v for v in topology.latest.cells if v.id == cell), None)
+    for ax, ((metric, title, unit, scale), points) in zip(axes, panels, strict=True):
+        xs = [i for i, _ in points]
+        ax.plot(xs, [v / scale for _, v in points], "-o", ms=3, color=LINE, label="measured")
+        bad = regressed_nights(topology, cell, metric)
+        hits = [(i, v / scale) for i, v in points if i in bad]
+        if hits:
+            ax.plot(
+                *zip(*hits, strict=True),
+                "o",
+                ms=7,
+                mfc="none",
+                mec=REGRESSED_COLOUR,
+                mew=1.6,
+                label="regressed vs baseline",
+            )
+        expected = latest.metric(metric) if latest is not None else None
+        if expected is not None and expected.expected is not None:
+            ax.axhline(expected.expected / scale, color="grey", ls=":", lw=1.2, label="baseline")
+        for change in changes:
+            if change.metric in (metric, METRIC_OUTCOME):
+                mark_change(ax, change, WORSE if change.worse else BETTER)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_ylabel(unit, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        ax.margins(y=0.25)
+    mark_failed_nights(axes[0], topology, cell)
+    # Below the panels, where it can hide neither a point nor the label of a change.
+    handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", fontsize=7, ncols=4)
+    step = max(1, len(nights) // 8)
+    ticks = list(range(0, len(nights), step))
+    axes[-1].set_xticks(ticks, [nights[i].label for i in ticks], fontsize=7, rotation=30)
+    axes[-1].set_xlim(-0.5, len(nights) - 0.5)
+    fig.suptitle(f"{cell} on {topology.name}: {len(nights)} nights", fontsize=10)
+    save_figure(fig, path)
+    return path
+
+
+def mark_failed_nights(ax: Any, topology: Topology, cell: str) -> None:
+    """A red cross at the bottom edge on each night the cell ran but did not finish."""
+    for i, night in enumerate(topology.nights):
+        found = find_cell(night.run, cell)
+        if found is not None and found.ms_per_token is None and found.outcome.value != "skipped":
+            ax.plot(i, 0.04, "x", color=WORSE, ms=8, mew=2, transform=ax.get_xaxis_transform())
+            ax.annotate(
+                found.outcome.value,
+                (i, 0.1),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                fontsize=7,
+                color=WORSE,
+            )
+
+
+# ---- pages --------------------------------------------------------------------------------------
+
+
+def page(title: str, body: Sequence[str]) -> str:
+    head = f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+    return "\n".join([head, f"<style>{STYLE}</style></head><body>", *body, "</body></html>"]) + "\n"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A table of cells that are already HTML (escaped text or links)."""
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td{css(c)}>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def css(text: str) -> str:
+    if "REGRESSED" in text or "UNEXPECTED" in text or "worse" in text:
+        return ' class="bad"'
+    return ' class="good"' if "improved" in text or "better" in text else ""
+
+
+def link(href: str, text: str) -> str:
+    return f'<a href="{html.escape(href)}">{html.escape(text)}</a>'
+
+
+def verdict_line(comparison: Comparison) -> str:
+    word = "FAILED" if comparison.failed else "passed"
+    summary = html.escape(comparison.summary.removesuffix("; FAILED"))
+    return f"<p class='verdict {word.lower()}'>{word}: {summary}</p>"
+
+
+def shown_panels(nights: Sequence[Night], cell: str) -> list[tuple[str, str, str, float]]:
+    """The panels of PANELS this cell has a figure for on some night."""
+    return [p for p in PANELS if series(nights, cell, p[0])]
+
+
+def night_row(night: Night, cell: str, panels: Sequence[tuple[str, str, str, float]]) -> list[str]:
+    found = find_cell(night.run, cell)
+    if found is None:
+        return [html.escape(night.label), "not run", *[""] * len(panels), ""]
+    figures = []
+    for metric, _, _, _ in panels:
+        value = series([night], cell, metric)
+        figures.append(html.escape(format_value(metric, value[0][1])) if value else "–")
+    provenance = night.run.environment.get("provenance") or {}
+    commit = str((provenance.get("git") or {}).get("commit") or "")[:12]
+    url = provenance.get("ci_run_url")
+    where = link(url, commit or "run") if url else html.escape(commit)
+    return [html.escape(night.label), html.escape(found.outcome.value), *figures, where]
+
+
+def change_table(topology: Topology, changes: Sequence[Change]) -> str:
+    rows = [
+        [
+            html.escape(c.night_label),
+            html.escape(c.metric),
+            html.escape(describe_change(c)),
+            "worse" if c.worse else "better",
+            html.escape("; ".join(changed_at(topology.nights, c.night)) or "nothing recorded"),
+        ]
+        for c in changes
+    ]
+    return table(["Night", "Metric", "Change", "Kind", "What changed that night"], rows)
+
+
+def cell_page(topology: Topology, cell: str, plot: Path | None) -> str:
+    title = f"{cell} on {topology.name}"
+    latest = next((v for v in topology.latest.cells if v.id == cell), None)
+    changes = [c for c in topology.changes if c.cell == cell]
+    body = [
+        f"<p>{link('../index.html', 'all topologies')} · {link('report/index.html', 'report')}</p>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>Newest night {html.escape(topology.nights[-1].label)}: "
+        f"{html.escape(latest.explain() if latest else 'not run')}</p>",
+    ]
+    if plot is not None:
+        body.append(f'<img src="{html.escape(plot.name)}" alt="{html.escape(cell)} trend">')
+    body.append("<h2>Persistent changes</h2>")
+    body.append(change_table(topology, changes) if changes else "<p>None over these nights.</p>")
+    panels = shown_panels(topology.nights, cell)
+    header = ["Night", "Outcome", *(title for _, title, _, _ in panels), "Commit"]
+    rows = [night_row(n, cell, panels) for n in reversed(topology.nights)]
+    body += ["<h2>Nights, newest first</h2>", table(header, rows)]
+    return page(title, body)
+
+
+def index_section(topology: Topology, pages: dict[str, str]) -> list[str]:
+    name = html.escape(topology.name)
+    nights = topology.nights
+    rows = []
+    for verdict in topology.latest.cells:
+        cell_changes = [c for c in topology.changes if c.cell == verdict.id]
+        worse = sum(c.worse for c in cell_changes)
+        changes = f"{len(cell_changes)} ({worse} worse)" if cell_changes else "none"
+        trend = link(pages[verdict.id], "trend") if verdict.id in pages else ""
+        rows.append([html.escape(verdict.id), html.escape(cell_text(verdict)), changes, trend])
+    return [
+        f"<h2 id='{name}'>{name}</h2>",
+        f"<p>{len(nights)} nights, {html.escape(nights[0].label)} … "
+        f"{html.escape(nights[-1].label)}; {html.escape(nights[-1].run.model.name)}; "
+        f"{link(f'{topology.name}/report/index.html', 'report of the newest night')}</p>",
+        verdict_line(topology.latest),
+        table(["Cell", "Newest night", "Persistent changes", "Trend"], rows),
+    ]
+
+
+# ---- publishing ---------------------------------------------------------------------------------
+
+
+def publish_topology(topology: Topology, out: Path) -> tuple[dict[str, str], list[Path]]:
+    """The trend pages of one topology; returns {cell: page link from the index}, the files."""
+    folder = out / topology.name
+    cells = [v.id for v in topology.latest.cells]
+    cells += [
+        c
+        for c in dict.fromkeys(c.id for n in topology.nights for c in n.run.cells)
+        if c not in cells
+    ]
+    links: dict[str, str] = {}
+    files: list[Path] = []
+    started = last = time.monotonic()
+    for done, cell in enumerate(cells, 1):
+        plot = plot_cell(topology, cell, folder / f"{cell}.png")
+        html_path = folder / f"{cell}.html"
+        write_text_atomic(html_path, cell_page(topology, cell, plot))
+        files += [html_path] + ([plot] if plot else [])
+        links[cell] = f"{topology.name}/{cell}.html"
+        now = time.monotonic()
+        if now - last >= heartbeat_s() or done == len(cells):
+            last = now
+            left = time_left(done, len(cells), now - started)
+            emit(
+                f"history publish: {topology.name}: {done}/{len(cells)} trend pages"
+                + (f", about {left} left" if left else f" in {format_duration(now - started)}")
+            )
+    return links, files
+
+
+def read_topologies(root: Path, baselines: Path | None, settings: dict[str, Any]) -> list[Topology]:
+    """Every topology of the history ``root``, read and judged before anything is written."""
+    topologies: dict[str, tuple[Path, Topology]] = {}
+    for folder in history_folders(root):
+        emit(f"history publish: reading {folder}")
+        topology = read_topology(folder, baselines, settings)
+        if topology.name in topologies:
+            raise BloomperfError(
+                f"{folder}: holds topology {topology.name} like {topologies[topology.name][0]}; "
+                "merge them first (bloomperf history merge)"
+            )
+        topologies[topology.name] = (folder, topology)
+    return [t for _, t in topologies.values()]
+
+
+def publish_site(root: Path, out: Path, baselines: Path | None = None, **settings: Any) -> Site:
+    """Write the site of the history ``root`` into ``out`` (see the module docstring)."""
+    topologies = read_topologies(root, baselines, settings)
+    sections: list[str] = []
+    pages: list[Path] = []
+    reports: list[Path] = []
+    for topology in topologies:
+        links, files = publish_topology(topology, out)
+        pages += files
+        newest = topology.nights[-1]
+        baseline = find_baseline(newest.run.topology, newest.run.model.name, baselines)
+        emit(f"history publish: {topology.name}: the report of {newest.label}")
+        folder = newest.path.parent
+        report = write_report(
+            newest.run, baseline, out / topology.name / "report", folder, **settings
+        )
+        reports.append(report.html)
+        sections += index_section(topology, links)
+    contents = "".join(f"<li>{link('#' + t.name, t.name)}</li>" for t in topologies)
+    body = [
+        "<h1>bloomperf nightly history</h1>",
+        f"<p>Published {html.escape(utc_now())}; {len(topologies)} topologies.</p>",
+        f"<ul>{contents}</ul>",
+        *sections,
+    ]
+    index = out / "index.html"
+    write_text_atomic(index, page("bloomperf nightly history", body))
+    plots = tuple(p for p in pages if p.suffix == ".png")
+    html_pages = tuple(p for p in pages if p.suffix == ".html")
+    return Site(index, html_pages, plots, tuple(reports))

@@ -1,0 +1,167 @@
+"""`bloomperf history publish`: a static site of a real history root, two topologies merged from
+the runners' files (the blog's run, one cell 15 % slower from a transformers upgrade on) and the
+tiny CPU run that recorded step times (TTFT/TPOT)."""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import replace
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+
+from bloomperf.cli import main
+from bloomperf.progress import set_sink
+from bloomperf.results import RunResult, load_run, save_run
+
+DATA = Path(__file__).resolve().parent / "data/results"
+EIGHT = "8xA100-SXM4-80GB"
+SLOW_CELL = "accelerate-bf16-bs8"
+STEP_NIGHT = 8  # the first night of the slower level, 2026-11-09
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def scaled(run: RunResult, day: int, factor: float, cells: tuple[str, ...] = ()) -> RunResult:
+    """``run`` on the ``day``-th night, ms/token and step times × factor (only ``cells`` if
+    given), the start time moved to that night."""
+
+    def scale(values: tuple[float, ...], f: float) -> tuple[float, ...]:
+        return tuple(v * f for v in values)
+
+    new = tuple(
+        replace(
+            c,
+            samples_ms_per_token=scale(c.samples_ms_per_token, factor),
+            samples_step_ms=tuple(scale(s, factor) for s in c.samples_step_ms),
+        )
+        if not cells or c.id in cells
+        else c
+        for c in run.cells
+    )
+    start = date(2026, 11, 1) + timedelta(days=day)
+    return replace(run, cells=new, started_at=f"{start.isoformat()}T01:30:00+00:00")
+
+
+def with_transformers(run: RunResult, version: str) -> RunResult:
+    packages = {**run.environment.get("packages", {}), "transformers": version}
+    return replace(run, environment={**run.environment, "packages": packages})
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Artifacts of two runners, merged into a history root, then published."""
+    tmp = tmp_path_factory.mktemp("site")
+    rng = random.Random(5)
+    blog = load_run(DATA / f"{EIGHT}.blog.results.json")
+    blog = replace(blog, cells=tuple(c for c in blog.cells if c.backend == "accelerate"))
+    cpu = load_run(DATA / "cpu.tiny.steps.results.json")
+    for day in range(12):
+        night = scaled(blog, day, 1 + rng.uniform(-0.02, 0.02))
+        if day >= STEP_NIGHT:
+            night = with_transformers(scaled(night, day, 1.15, (SLOW_CELL,)), "4.44.0")
+        save_run(night, tmp / "artifacts" / "bloomperf-night-8x" / f"results-{day}.json")
+    for day in range(4):
+        night = scaled(cpu, day, 1 + rng.uniform(-0.02, 0.02))
+        save_run(night, tmp / "artifacts" / "bloomperf-night-cpu" / f"results-{day}.json")
+    history = tmp / "history"
+    assert main(["history", "merge", str(tmp / "artifacts"), "--into", str(history)]) == 0
+    out = tmp / "site"
+    progress: list[str] = []
+    set_sink(progress.append)  # where the pytest plugin routes progress lines
+    try:
+        assert main(["history", "publish", str(history), "--out", str(out)]) == 0
+    finally:
+        set_sink(None)
+    assert any(f"{EIGHT}: 10/10 trend pages" in line for line in progress), progress
+    assert any("cpu: the report of 2026-11-04" in line for line in progress), progress
+    return history, out
+
+
+def links(page: Path) -> list[str]:
+    return re.findall(r'(?:href|src)="([^"]+)"', page.read_text(encoding="utf-8"))
+
+
+def test_every_page_links_only_to_files_of_the_site(site: tuple[Path, Path]) -> None:
+    _, out = site
+    pages = list(out.rglob("*.html"))
+    assert len(pages) > 10
+    checked = 0
+    for page in pages:
+        for ref in links(page):
+            if ref.startswith(("#", "data:", "https://")):
+                continue
+            assert not ref.startswith(("/", "file:", "http:")), (page, ref)  # relative only
+            target = (page.parent / ref.split("#")[0]).resolve()
+            assert target.is_file() and out.resolve() in target.parents, (page, ref)
+            checked += 1
+    assert checked > 30
+    index = (out / "index.html").read_text(encoding="utf-8")
+    for topology in (EIGHT, "cpu"):
+        assert f'href="{topology}/report/index.html"' in index
+        assert (
+            f'href="{topology}/{SLOW_CELL if topology == EIGHT else "accelerate-fp32-bs1"}.html"'
+            in index
+        )
+
+
+def test_the_regressed_cell_is_marked_with_its_step_and_what_changed(
+    site: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    history, out = site
+    index = (out / "index.html").read_text(encoding="utf-8")
+    row = re.search(rf"<tr><td>{SLOW_CELL}</td>.*?</tr>", index)
+    assert row is not None
+    assert "REGRESSED" in row[0] and "1 (1 worse)" in row[0]
+    assert index.count("(1 worse)") == 1  # the noise of the other cells is no change
+
+    page = (out / EIGHT / f"{SLOW_CELL}.html").read_text(encoding="utf-8")
+    step = (date(2026, 11, 1) + timedelta(days=STEP_NIGHT)).isoformat()
+    change = re.search(r"<h2>Persistent changes</h2>(.*?)</table>", page, re.S)
+    assert change is not None
+    assert f"<td>{step}</td>" in change[1] and ">worse<" in change[1]
+    assert "transformers 4.21.3 → 4.44.0" in change[1]  # the blog's version, then ours
+    # The same change `history changes` lists for that folder.
+    capsys.readouterr()
+    assert main(["history", "changes", "--dir", str(history / EIGHT)]) == 0
+    listed = capsys.readouterr().out
+    assert f"{step}  {SLOW_CELL}  ms_per_token" in listed and "1 change(s)" in listed
+
+    calm = (out / EIGHT / "accelerate-bf16-bs1.html").read_text(encoding="utf-8")
+    assert "None over these nights." in calm
+    for name in (f"{SLOW_CELL}.png", "accelerate-bf16-bs1.png"):
+        data = (out / EIGHT / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 20_000
+
+
+def test_step_times_are_shown_where_the_runs_recorded_them(site: tuple[Path, Path]) -> None:
+    _, out = site
+    page = (out / "cpu" / "accelerate-fp32-bs1.html").read_text(encoding="utf-8")
+    assert "<th>time to first token</th>" in page
+    rows = re.findall(r"<tr><td>2026-11-0\d</td>.*?</tr>", page)
+    assert len(rows) == 4 and all(re.search(r"<td>\d+\.\d+ ms</td>", r) for r in rows)
+    # The GPU fixture recorded none: no empty column.
+    assert "time to first token" not in (out / EIGHT / f"{SLOW_CELL}.html").read_text("utf-8")
+
+
+def test_bad_history_is_one_line_exit_2(
+    site: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history, _ = site
+    (tmp_path / "empty").mkdir()
+    twice = tmp_path / "twice"
+    for name in ("a", "b"):
+        (twice / name).mkdir(parents=True)
+        night = history / EIGHT / "2026-11-01.json"
+        (twice / name / night.name).write_bytes(night.read_bytes())
+    for root, where in (
+        (tmp_path / "missing", "missing"),
+        (tmp_path / "empty", "empty"),
+        (twice, str(twice / "b")),
+    ):
+        capsys.readouterr()
+        assert main(["history", "publish", str(root), "--out", str(tmp_path / "out")]) == 2
+        err = [e for e in capsys.readouterr().err.splitlines() if "history publish:" not in e]
+        assert len(err) == 1 and where in err[0] and "error" in err[0], err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
