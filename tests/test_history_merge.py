@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,20 +12,15 @@ import pytest
 from bloomperf.cli import main
 from bloomperf.nights import add_to_history, load_history
 from bloomperf.results import RunResult, load_run, save_run
+from tests.builders import BLOG_RESULTS, BLOG_TOPOLOGY, night, on_night, scaled_run
 
-BLOG_RUN = Path(__file__).resolve().parent / "data/results/8xA100-SXM4-80GB.blog.results.json"
-EIGHT, FOUR = "8xA100-SXM4-80GB", "4xA100-SXM4-80GB"
+EIGHT, FOUR = BLOG_TOPOLOGY, "4xA100-SXM4-80GB"
 
 
-def night(topology: str, day: int, factor: float = 1.0) -> RunResult:
+def night_of(topology: str, day: int, factor: float = 1.0) -> RunResult:
     """The blog's run as measured on ``topology`` on the ``day``-th night, ms/token × factor."""
-    run = load_run(BLOG_RUN)
-    started = (date(2026, 11, 1) + timedelta(days=day)).isoformat() + "T01:30:00Z"
-    cells = tuple(
-        replace(c, samples_ms_per_token=tuple(s * factor for s in c.samples_ms_per_token))
-        for c in run.cells
-    )
-    return replace(run, topology=topology, cells=cells, started_at=started)
+    run = scaled_run(load_run(BLOG_RESULTS), factor)
+    return replace(on_night(run, night(day)), topology=topology)
 
 
 def artifacts(tmp: Path, nights: dict[str, list[RunResult]]) -> Path:
@@ -52,19 +46,19 @@ def test_topologies_are_kept_apart_and_merging_twice_changes_nothing(
     src = artifacts(
         tmp_path,
         {
-            "bloomperf-night-8x": [night(EIGHT, 0), night(EIGHT, 1)],
-            "bloomperf-night-4x": [night(FOUR, 0), night(FOUR, 1, 1.2)],
+            "bloomperf-night-8x": [night_of(EIGHT, 0), night_of(EIGHT, 1)],
+            "bloomperf-night-4x": [night_of(FOUR, 0), night_of(FOUR, 1, 1.2)],
         },
     )
     dest = tmp_path / "history"
     assert main(["history", "merge", str(src), "--into", str(dest)]) == 0
-    assert "2 night(s) added (2026-11-01.json, 2026-11-02.json)" in capsys.readouterr().out
+    assert "2 night(s) added (2026-10-01.json, 2026-10-02.json)" in capsys.readouterr().out
     for topology in (EIGHT, FOUR):
         nights = load_history(dest / topology)
-        assert [n.label for n in nights] == ["2026-11-01", "2026-11-02"]
+        assert [n.label for n in nights] == ["2026-10-01", "2026-10-02"]
         assert {n.run.topology for n in nights} == {topology}
     slow = load_history(dest / FOUR)[1].run.cells[0]
-    assert slow.samples_ms_per_token == night(FOUR, 1, 1.2).cells[0].samples_ms_per_token
+    assert slow.samples_ms_per_token == night_of(FOUR, 1, 1.2).cells[0].samples_ms_per_token
 
     before = snapshot(dest)
     # The same artifacts again, and the history root itself as a source: nothing is rewritten.
@@ -75,33 +69,33 @@ def test_topologies_are_kept_apart_and_merging_twice_changes_nothing(
 
 def test_a_night_added_on_the_runner_is_not_counted_twice(tmp_path: Path) -> None:
     result = tmp_path / "results.json"
-    save_run(night(EIGHT, 3), result)
+    save_run(night_of(EIGHT, 3), result)
     dest = tmp_path / "history"
     add_to_history(result, dest / EIGHT)
     assert main(["history", "merge", str(result), "--into", str(dest)]) == 0
-    assert [n.label for n in load_history(dest / EIGHT)] == ["2026-11-04"]
+    assert [n.label for n in load_history(dest / EIGHT)] == ["2026-10-04"]
     # A second run on the same date is a night of its own.
-    later = replace(night(EIGHT, 3), started_at="2026-11-04T13:00:00Z")
+    later = replace(night_of(EIGHT, 3), started_at="2026-10-04T13:00:00Z")
     save_run(later, tmp_path / "later.json")
     assert main(["history", "merge", str(tmp_path / "later.json"), "--into", str(dest)]) == 0
-    assert [n.label for n in load_history(dest / EIGHT)] == ["2026-11-04", "2026-11-04-2"]
+    assert [n.label for n in load_history(dest / EIGHT)] == ["2026-10-04", "2026-10-04-2"]
 
 
 def test_a_conflicting_duplicate_is_refused_naming_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dest = tmp_path / "history"
-    first = artifacts(tmp_path, {"a": [night(EIGHT, 0)]})
+    first = artifacts(tmp_path, {"a": [night_of(EIGHT, 0)]})
     assert main(["history", "merge", str(first), "--into", str(dest)]) == 0
     before = snapshot(dest)
     # The same run (topology and start time) with other figures: which one is true?
     forged = tmp_path / "forged" / "results.json"
-    save_run(night(EIGHT, 0, 1.5), forged)
+    save_run(night_of(EIGHT, 0, 1.5), forged)
     capsys.readouterr()
     assert main(["history", "merge", str(forged), "--into", str(dest)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert str(forged) in err and f"{EIGHT}/2026-11-01.json" in err and "conflicts" in err
+    assert str(forged) in err and f"{EIGHT}/2026-10-01.json" in err and "conflicts" in err
     assert snapshot(dest) == before
     # Between two sources as well, before anything is written.
     assert main(["history", "merge", str(first), str(forged), "--into", str(tmp_path / "new")]) == 2
@@ -122,9 +116,9 @@ def test_bad_sources_are_one_line_exit_2(
 def test_an_interrupted_merge_leaves_whole_nights_and_a_rerun_completes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    src = artifacts(tmp_path, {"a": [night(EIGHT, d) for d in range(4)]})
+    src = artifacts(tmp_path, {"a": [night_of(EIGHT, d) for d in range(4)]})
     dest = tmp_path / "history"
-    save_run(night(EIGHT, 9), tmp_path / "old.json")
+    save_run(night_of(EIGHT, 9), tmp_path / "old.json")
     add_to_history(tmp_path / "old.json", dest / EIGHT)
     old = snapshot(dest)
 
@@ -144,15 +138,15 @@ def test_an_interrupted_merge_leaves_whole_nights_and_a_rerun_completes_it(
     assert len(calls) == 3
 
     left = sorted(p.name for p in (dest / EIGHT).iterdir())
-    assert left == ["2026-11-01.json", "2026-11-02.json", "2026-11-10.json"]  # no temporary file
+    assert left == ["2026-10-01.json", "2026-10-02.json", "2026-10-10.json"]  # no temporary file
     assert all(snapshot(dest)[k] == v for k, v in old.items())
     assert len(load_history(dest / EIGHT)) == 3  # every file there is whole
 
     assert main(["history", "merge", str(src), "--into", str(dest)]) == 0
     assert [n.label for n in load_history(dest / EIGHT)] == [
-        "2026-11-01",
-        "2026-11-02",
-        "2026-11-03",
-        "2026-11-04",
-        "2026-11-10",
+        "2026-10-01",
+        "2026-10-02",
+        "2026-10-03",
+        "2026-10-04",
+        "2026-10-10",
     ]

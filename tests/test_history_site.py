@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import replace
-from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,33 +14,19 @@ import pytest
 from bloomperf.cli import main
 from bloomperf.progress import set_sink
 from bloomperf.results import RunResult, load_run, save_run
+from tests.builders import (
+    BLOG_RESULTS,
+    BLOG_TOPOLOGY,
+    RESULTS,
+    night,
+    on_night,
+    scaled_run,
+)
 
-DATA = Path(__file__).resolve().parent / "data/results"
-EIGHT = "8xA100-SXM4-80GB"
+EIGHT = BLOG_TOPOLOGY
 SLOW_CELL = "accelerate-bf16-bs8"
-STEP_NIGHT = 8  # the first night of the slower level, 2026-11-09
+STEP_NIGHT = 8  # the first night of the slower level
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def scaled(run: RunResult, day: int, factor: float, cells: tuple[str, ...] = ()) -> RunResult:
-    """``run`` on the ``day``-th night, ms/token and step times × factor (only ``cells`` if
-    given), the start time moved to that night."""
-
-    def scale(values: tuple[float, ...], f: float) -> tuple[float, ...]:
-        return tuple(v * f for v in values)
-
-    new = tuple(
-        replace(
-            c,
-            samples_ms_per_token=scale(c.samples_ms_per_token, factor),
-            samples_step_ms=tuple(scale(s, factor) for s in c.samples_step_ms),
-        )
-        if not cells or c.id in cells
-        else c
-        for c in run.cells
-    )
-    start = date(2026, 11, 1) + timedelta(days=day)
-    return replace(run, cells=new, started_at=f"{start.isoformat()}T01:30:00+00:00")
 
 
 def with_transformers(run: RunResult, version: str) -> RunResult:
@@ -54,17 +39,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Artifacts of two runners, merged into a history root, then published."""
     tmp = tmp_path_factory.mktemp("site")
     rng = random.Random(5)
-    blog = load_run(DATA / f"{EIGHT}.blog.results.json")
+    blog = load_run(BLOG_RESULTS)
     blog = replace(blog, cells=tuple(c for c in blog.cells if c.backend == "accelerate"))
-    cpu = load_run(DATA / "cpu.tiny.steps.results.json")
+    cpu = load_run(RESULTS / "cpu.tiny.steps.results.json")
     for day in range(12):
-        night = scaled(blog, day, 1 + rng.uniform(-0.02, 0.02))
+        run = scaled_run(blog, 1 + rng.uniform(-0.02, 0.02))
         if day >= STEP_NIGHT:
-            night = with_transformers(scaled(night, day, 1.15, (SLOW_CELL,)), "4.44.0")
-        save_run(night, tmp / "artifacts" / "bloomperf-night-8x" / f"results-{day}.json")
+            run = with_transformers(scaled_run(run, 1.15, SLOW_CELL), "4.44.0")
+        save_run(on_night(run, night(day)), tmp / "artifacts" / "night-8x" / f"{day}.json")
     for day in range(4):
-        night = scaled(cpu, day, 1 + rng.uniform(-0.02, 0.02))
-        save_run(night, tmp / "artifacts" / "bloomperf-night-cpu" / f"results-{day}.json")
+        run = on_night(scaled_run(cpu, 1 + rng.uniform(-0.02, 0.02)), night(day))
+        save_run(run, tmp / "artifacts" / "night-cpu" / f"{day}.json")
     history = tmp / "history"
     assert main(["history", "merge", str(tmp / "artifacts"), "--into", str(history)]) == 0
     out = tmp / "site"
@@ -75,7 +60,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     finally:
         set_sink(None)
     assert any(f"{EIGHT}: 10/10 trend pages" in line for line in progress), progress
-    assert any("cpu: the report of 2026-11-04" in line for line in progress), progress
+    assert any(f"cpu: the report of {night(3)}" in line for line in progress), progress
     return history, out
 
 
@@ -117,7 +102,7 @@ def test_the_regressed_cell_is_marked_with_its_step_and_what_changed(
     assert index.count("(1 worse)") == 1  # the noise of the other cells is no change
 
     page = (out / EIGHT / f"{SLOW_CELL}.html").read_text(encoding="utf-8")
-    step = (date(2026, 11, 1) + timedelta(days=STEP_NIGHT)).isoformat()
+    step = night(STEP_NIGHT).isoformat()
     change = re.search(r"<h2>Persistent changes</h2>(.*?)</table>", page, re.S)
     assert change is not None
     assert f"<td>{step}</td>" in change[1] and ">worse<" in change[1]
@@ -139,7 +124,7 @@ def test_step_times_are_shown_where_the_runs_recorded_them(site: tuple[Path, Pat
     _, out = site
     page = (out / "cpu" / "accelerate-fp32-bs1.html").read_text(encoding="utf-8")
     assert "<th>time to first token</th>" in page
-    rows = re.findall(r"<tr><td>2026-11-0\d</td>.*?</tr>", page)
+    rows = re.findall(r"<tr><td>2026-10-0\d</td>.*?</tr>", page)
     assert len(rows) == 4 and all(re.search(r"<td>\d+\.\d+ ms</td>", r) for r in rows)
     # The GPU fixture recorded none: no empty column.
     assert "time to first token" not in (out / EIGHT / f"{SLOW_CELL}.html").read_text("utf-8")
@@ -153,8 +138,8 @@ def test_bad_history_is_one_line_exit_2(
     twice = tmp_path / "twice"
     for name in ("a", "b"):
         (twice / name).mkdir(parents=True)
-        night = history / EIGHT / "2026-11-01.json"
-        (twice / name / night.name).write_bytes(night.read_bytes())
+        night_file = history / EIGHT / f"{night(0)}.json"
+        (twice / name / night_file.name).write_bytes(night_file.read_bytes())
     for root, where in (
         (tmp_path / "missing", "missing"),
         (tmp_path / "empty", "empty"),
