@@ -1,7 +1,8 @@
 """Fixtures shared by the test files: the blog's baseline and the run made from it.
 
 Both are read from the committed files (``tests.builders`` names them) through bloomperf's own
-readers, once per session: they are frozen dataclasses, so no test can change them for another.
+readers, once per session; they are frozen dataclasses: a test makes its variant with
+``dataclasses.replace`` or the builders, never by changing the shared one.
 The repository-wide setup (plugins, the leftover-process check) is the root ``conftest.py``.
 """
 

@@ -13,8 +13,8 @@ import pytest
 from bloomperf import cli
 from bloomperf.baseline import find_baseline
 from bloomperf.baseline_folders import package_baselines_dir, search_folders
+from tests.builders import BASELINES, BLOG_RESULTS, REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SHIPPED_8X = "8xA100-SXM4-80GB.bloom-176b.json"
 
 
@@ -42,7 +42,7 @@ def test_a_non_editable_install_finds_the_shipped_baselines(tmp_path: Path) -> N
 
 
 def test_the_repository_baselines_are_the_shipped_ones() -> None:
-    assert (REPO / "baselines").resolve() == package_baselines_dir().resolve()
+    assert BASELINES.resolve() == package_baselines_dir().resolve()
 
 
 def test_a_user_baseline_hides_the_shipped_one(
@@ -69,11 +69,10 @@ def test_a_user_baseline_hides_the_shipped_one(
 def test_accept_writes_into_the_user_folder_never_the_package(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    results = REPO / "tests" / "data" / "results" / "8xA100-SXM4-80GB.blog.results.json"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     before = (package_baselines_dir() / SHIPPED_8X).read_bytes()
-    assert cli.main(["baseline", "accept", str(results)]) == 0
+    assert cli.main(["baseline", "accept", str(BLOG_RESULTS)]) == 0
     written = tmp_path / "xdg" / "bloomperf" / "baselines"
     assert f"bloomperf: {written}/" in capsys.readouterr().out
     assert (package_baselines_dir() / SHIPPED_8X).read_bytes() == before

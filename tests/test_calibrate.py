@@ -11,7 +11,8 @@ import pytest
 
 from bloomperf.baseline import accept_run, load_baseline, save_baseline
 from bloomperf.calibrate import cell_noise
-from bloomperf.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
+from bloomperf.results import CellResult, Outcome
+from tests.builders import tiny_run
 
 QUICK = ["--new-tokens", "8", "--cycles", "4", "--dtypes", "fp32", "--no-lock"]
 
@@ -43,24 +44,14 @@ def test_cell_noise_from_runs() -> None:
 
 
 def tiny_baseline(path: Path, topology: str) -> None:
-    run = RunResult(
-        model=ModelInfo("tiny", "", 2, 165760),
-        workload=WorkloadInfo(new_tokens=8, cycles=4, warmup=1, prompts=("a",)),
+    run = tiny_run(
+        # No memory figure: its tolerance must stay as it was.
+        CellResult("accelerate", "fp32", 1, Outcome.OK, (2.0, 2.1), 0.5),
+        CellResult("accelerate", "fp32", 64, Outcome.OK, (0.2, 0.2), 0.5),
         topology=topology,
+        new_tokens=8,
+        cycles=4,
         environment={},
-        cells=(
-            CellResult(
-                "accelerate",
-                "fp32",
-                1,
-                Outcome.OK,
-                (2.0, 2.1),
-                0.5,
-                # No memory figure: its tolerance must stay as it was.
-            ),
-            CellResult("accelerate", "fp32", 64, Outcome.OK, (0.2, 0.2), 0.5),
-        ),
-        complete=True,
     )
     save_baseline(accept_run(run, None, source="test", force=False), path)
 

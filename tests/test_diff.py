@@ -16,14 +16,19 @@ from typing import Any
 import pytest
 
 from bloomperf import cli
-from bloomperf.results import CellResult, MemoryReading, Outcome, load_run, run_to_dict, save_run
-
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "tests" / "data" / "results"
-BLOG_RESULTS = DATA / "8xA100-SXM4-80GB.blog.results.json"
-BLOG_BENCHMARK = DATA / "8xA100-SXM4-80GB.blog.benchmark.json"
-STORAGE = DATA / "benchmarks"
-MACHINE = STORAGE / "Linux-CPython-3.11-64bit"
+from bloomperf.results import CellResult, Outcome, load_run, run_to_dict, save_run
+from tests.builders import (
+    BASELINES,
+    BENCHMARK_STORAGE,
+    BLOG_BASELINE,
+    BLOG_BENCHMARK,
+    BLOG_RESULTS,
+    BLOG_STORED_RUN,
+    REGRESSED_RUN,
+    RESULTS,
+    rss,
+    tiny_run,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -64,14 +69,14 @@ def test_benchmark_json_reads_like_a_results_file(capsys: pytest.CaptureFixture[
 
 
 def test_storage_folder_means_its_newest_file(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = bloomperf(capsys, "diff", STORAGE)
+    code, out, _ = bloomperf(capsys, "diff", BENCHMARK_STORAGE)
     assert code == 1
     assert "accelerate-bf16-bs8: ms/token regressed: measured 34.96 ms vs expected 31.78 ms" in out
     assert "28 cells: 22 same, 1 regressed, 5 expected-oom; FAILED" in out
 
 
 def test_two_results_diff_before_and_after(capsys: pytest.CaptureFixture[str]) -> None:
-    before, after = MACHINE / "0001_blog.json", MACHINE / "0002_slower.json"
+    before, after = BLOG_STORED_RUN, REGRESSED_RUN
     code, out, _ = bloomperf(capsys, "diff", before, after, "--format", "json")
     assert code == 1
     data = json.loads(out)
@@ -127,7 +132,7 @@ def test_several_results_merge_against_one_baseline(
         tmp_path / "1.json",
         BLOG_BENCHMARK,
         "--baseline",
-        REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json",
+        BLOG_BASELINE,
     )
     assert code == 0 and "28 cells: 23 same, 5 expected-oom" in out
 
@@ -193,7 +198,7 @@ def test_bad_pytest_benchmark_files_exit_2(
 
 
 def test_bad_baselines_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    good = json.loads((REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json").read_text())
+    good = json.loads((BLOG_BASELINE).read_text())
     (tmp_path / "v2.json").write_text(json.dumps(good | {"schema_version": 2}))
     code, _, err = bloomperf(capsys, "diff", BLOG_RESULTS, "--baseline", tmp_path / "v2.json")
     assert code == 2
@@ -215,7 +220,7 @@ def test_bad_baselines_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path
 def test_a_folder_with_a_broken_baseline_is_named_in_the_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    shutil.copy(REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json", tmp_path)
+    shutil.copy(BLOG_BASELINE, tmp_path)
     (tmp_path / "junk.json").write_text("[1, 2")
     code, _, err = bloomperf(capsys, "diff", BLOG_RESULTS, "--baselines", tmp_path)
     assert code == 2
@@ -243,22 +248,12 @@ def test_show_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def tiny_cpu_results(tmp_path: Path, *extra: CellResult) -> Path:
-    run = replace(
-        load_run(BLOG_RESULTS),
-        topology="cpu",
-        environment={"cpu_model": "AMD EPYC", "cpu_cores": 2, "packages": {"torch": "2.13.0"}},
-    )
-    run = replace(run, model=replace(run.model, name="tiny", layers=2), cells=())
+    cells = []
     for bs, ms, mib in ((1, 1.5, 410), (8, 0.2, 430), (32, 0.08, 460)):
-        samples = (ms * 0.9, ms, ms * 1.1)
-        memory = MemoryReading("rss", mib * 2**20)
-        run = run.with_cell(
-            CellResult("accelerate", "fp32", bs, Outcome.OK, samples, 0.4, memory, memory)
-        )
-    for cell in extra:
-        run = run.with_cell(cell)
+        samples, memory = (ms * 0.9, ms, ms * 1.1), rss(mib)
+        cells.append(CellResult("accelerate", "fp32", bs, Outcome.OK, samples, 0.4, memory, memory))
     path = tmp_path / "cpu-run.json"
-    save_run(run, path)
+    save_run(tiny_run(*cells, *extra), path)
     return path
 
 
@@ -279,7 +274,7 @@ def test_accept_then_diff_a_cpu_run(capsys: pytest.CaptureFixture[str], tmp_path
     code, out, _ = bloomperf(capsys, "diff", results, "--baselines", folder)
     assert code == 0 and "3 same" in out
     run = load_run(results)
-    bloated = replace(run.cells[1], generate_memory=MemoryReading("rss", 900 * 2**20))
+    bloated = replace(run.cells[1], generate_memory=rss(900))
     save_run(run.with_cell(bloated), results)
     code, out, _ = bloomperf(capsys, "diff", results, "--baselines", folder)
     assert code == 1 and "accelerate-fp32-bs8: peak memory regressed" in out
@@ -336,7 +331,7 @@ def test_accept_into_the_transcribed_baseline_keeps_its_provenance(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     folder = tmp_path / "baselines"
-    shutil.copytree(REPO / "baselines", folder)
+    shutil.copytree(BASELINES, folder)
     run = load_run(BLOG_RESULTS)
     newer = run.with_cell(CellResult("ds-zero", "bf16", 16, Outcome.OK, (20.0, 20.5, 19.5)))
     newer = replace(newer, cells=tuple(c for c in newer.cells if c.id == "ds-zero-bf16-bs16"))
@@ -400,7 +395,7 @@ def test_a_named_topology_with_another_model_is_incomparable(
     assert "incomparable: model bloom-7b1 is not the baseline's bloom-176b" in out
 
 
-PLUGIN_BENCHMARK = DATA / "cpu.tiny.plugin-benchmark.json"
+PLUGIN_BENCHMARK = RESULTS / "cpu.tiny.plugin-benchmark.json"
 
 
 def test_a_file_the_real_plugin_wrote_diffs_against_the_cpu_baseline(
@@ -418,7 +413,7 @@ def test_a_file_the_real_plugin_wrote_diffs_against_the_cpu_baseline(
     assert "incomplete run: the results say the run did not finish (9 cells measured" in out
     code, out, _ = bloomperf(capsys, "diff", PLUGIN_BENCHMARK, "--allow-incomplete")
     assert code == 0 and "9 cells: 8 same, 1 improved" in out
-    cpu = json.loads((REPO / "baselines" / "cpu.tiny.json").read_text())
+    cpu = json.loads((BASELINES / "cpu.tiny.json").read_text())
     for cell in cpu["cells"]:
         if cell["dtype"] == "fp32" and cell["batch_size"] == 8:
             cell["peak_memory_bytes"] //= 2

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +33,10 @@ from bloomperf.matrix import Cell
 from bloomperf.measure.memory import NvmlSampler, create_sampler
 from bloomperf.models import resolve_model
 from bloomperf.options import resolve_options
-from bloomperf.results import (
-    CellResult,
-    ModelInfo,
-    Outcome,
-    RunResult,
-    WorkloadInfo,
-    load_run,
-    run_to_dict,
-    save_run,
-)
+from bloomperf.results import CellResult, Outcome, load_run, run_to_dict, save_run
 from bloomperf.run import Session
 from bloomperf.worker import LIMITED_RANK_ENV
+from tests.builders import TINY, tiny_run
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1024**3
@@ -553,12 +546,7 @@ def test_read_only_output_folder_is_one_line_and_leaves_no_worker(tmp_path: Path
 def test_full_disk_leaves_the_old_results_file_whole(tmp_path: Path) -> None:
     resolve_model("tiny", None, None)  # build the model now: the limit below is for the run only
     out = tmp_path / "r.json"
-    old = RunResult(
-        model=ModelInfo("tiny", "", 2, 1),
-        workload=WorkloadInfo(8, 1, 1, ()),
-        topology="cpu",
-        environment={},
-    )
+    old = replace(tiny_run(new_tokens=8, cycles=1, environment={}), complete=False)
     save_run(old, out)
     old_bytes = out.read_bytes()
     limit = len(old_bytes) + 200  # the new file, with a cell and the environment, is larger
@@ -599,15 +587,8 @@ def test_full_disk_leaves_the_old_results_file_whole(tmp_path: Path) -> None:
 
 
 def valid_results() -> dict[str, Any]:
-    run = RunResult(
-        model=ModelInfo("tiny", "", 2, 165760),
-        workload=WorkloadInfo(8, 2, 1, ("Hi",)),
-        topology="cpu",
-        environment={},
-        cells=(CellResult("accelerate", "fp32", 1, Outcome.OK, (1.5, 1.6), 0.5),),
-        complete=True,
-    )
-    return run_to_dict(run)
+    cell = CellResult("accelerate", "fp32", 1, Outcome.OK, (1.5, 1.6), 0.5)
+    return run_to_dict(tiny_run(cell, new_tokens=8, cycles=2, environment={}))
 
 
 def hostile(kind: str) -> str:
@@ -621,7 +602,7 @@ def hostile(kind: str) -> str:
         "bool as int": text.replace(cell, '"batch_size": true'),
         "string as number": text.replace("[1.5, 1.6]", '["1.5", 1.6]'),
         "list as object": text.replace('"model": {', '"model": [{').replace(
-            '"parameters": 165760}', '"parameters": 165760}]'
+            f'"parameters": {TINY.parameters}}}', f'"parameters": {TINY.parameters}}}]'
         ),
         "NaN": text.replace("[1.5, 1.6]", "[NaN, 1.6]"),
         "deep nesting": text.replace('"details": {}', '"details": ' + "[" * 100000 + "]" * 100000),

@@ -18,10 +18,7 @@ import pytest
 
 from bloomperf import cli, diff
 from bloomperf.compare import REGRESSED, compare_metric
-
-REPO = Path(__file__).resolve().parent.parent
-BLOG_RESULTS = REPO / "tests" / "data" / "results" / "8xA100-SXM4-80GB.blog.results.json"
-BLOG_BASELINES = REPO / "baselines"
+from tests.builders import BASELINES, BLOG_BASELINE, BLOG_RESULTS
 
 
 def bloomperf(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
@@ -149,7 +146,7 @@ def test_a_zero_in_a_baseline_is_refused_not_divided_by(
 ) -> None:
     folder = tmp_path / "b"
     folder.mkdir()
-    baseline = json.loads((BLOG_BASELINES / "8xA100-SXM4-80GB.bloom-176b.json").read_text())
+    baseline = json.loads(BLOG_BASELINE.read_text())
     first_ok = next(c for c in baseline["cells"] if c["outcome"] == "ok")
     first_ok["ms_per_token"] = 0
     write(folder / "b.json", baseline)
@@ -203,7 +200,7 @@ def test_a_hub_model_name_is_a_file_name_inside_the_folder(
 def test_run_refuses_to_write_its_results_among_the_baselines(tmp_path: Path) -> None:
     folder = tmp_path / "b"
     folder.mkdir()
-    baseline = (BLOG_BASELINES / "cpu.tiny.json").read_text()
+    baseline = (BASELINES / "cpu.tiny.json").read_text()
     (folder / "cpu.tiny.json").write_text(baseline)
     done = subprocess.run(
         [

@@ -9,11 +9,7 @@ import pytest
 
 from bloomperf import cli
 from bloomperf.results import CellResult, Outcome, load_run, save_run
-
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "tests" / "data" / "results"
-REGRESSED = DATA / "benchmarks" / "Linux-CPython-3.11-64bit" / "0002_slower.json"
-BLOG_RESULTS = DATA / "8xA100-SXM4-80GB.blog.results.json"
+from tests.builders import BLOG_RESULTS, REGRESSED_RUN
 
 
 def annotations(out: str, level: str) -> list[str]:
@@ -26,12 +22,12 @@ def test_a_regressed_cell_is_one_error_annotation_and_the_outputs_say_fail(
     outputs = tmp_path / "github_output"
     outputs.write_text("earlier=1\n")
     monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
-    code = cli.main(["diff", str(REGRESSED), "--format", "github"])
+    code = cli.main(["diff", str(REGRESSED_RUN), "--format", "github"])
     out = capsys.readouterr().out
     assert code == 1
     assert "28 cells: 22 same, 1 regressed, 5 expected-oom; FAILED" in out  # the text first
     assert annotations(out, "error") == [
-        f"::error file={REGRESSED},title=bloomperf accelerate-bf16-bs8 regressed::"
+        f"::error file={REGRESSED_RUN},title=bloomperf accelerate-bf16-bs8 regressed::"
         "accelerate-bf16-bs8: ms/token regressed: measured 34.96 ms vs expected 31.78 ms ±5%25, "
         "ratio 1.100 (95%25 CI 1.098–1.102)"
     ]

@@ -15,6 +15,7 @@ import pytest
 
 from bloomperf.latency import percentile, summarize_steps
 from bloomperf.results import CellResult, Outcome, cell_from_dict, cell_to_dict
+from tests.builders import tiny_run
 
 NEW_TOKENS = 32
 FIELDS = ("ttft_ms", "tpot_ms", "tpot_p90_ms", "tpot_p99_ms", "tokens_per_s")
@@ -129,15 +130,12 @@ def test_step_times_survive_the_results_file_and_old_files_read_without_them() -
 def test_diff_shows_ttft_and_tpot_beside_the_verdicts() -> None:
     from bloomperf.compare import judge
     from bloomperf.comparison_text import render_comparison
-    from bloomperf.results import ModelInfo, RunResult, WorkloadInfo
 
     cell = CellResult(
         "accelerate", "fp32", 4, Outcome.OK, samples_ms_per_token=(2.0,),
         samples_step_ms=((30.0, 5.0, 6.0, 7.0),),
     )  # fmt: skip
-    run = RunResult(
-        ModelInfo("tiny", "", 2, 1), WorkloadInfo(4, 1, 1, ()), "cpu", {}, (cell,), complete=True
-    )
+    run = tiny_run(cell, new_tokens=4, cycles=1)
     text = render_comparison(judge(run, None, no_baseline="none"), "text")
     assert "TTFT" in text and "30.00 ms" in text and "6.00 ms" in text and "500.0" in text
     data = json.loads(render_comparison(judge(run, None, no_baseline="none"), "json"))

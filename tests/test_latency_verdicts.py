@@ -5,9 +5,8 @@ from __future__ import annotations
 from bloomperf.baseline import cell_from_dict, cell_to_dict
 from bloomperf.compare import judge
 from bloomperf.diff import baseline_of_run
-from bloomperf.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
-
-TOPOLOGY = "8xA100-SXM4-80GB"
+from bloomperf.results import CellResult, Outcome, RunResult
+from tests.builders import bloom_run
 
 
 def cycles(ttft: float, decode: float, tail: float, n: int = 7) -> tuple[tuple[float, ...], ...]:
@@ -23,10 +22,7 @@ def run_of(steps: tuple[tuple[float, ...], ...]) -> RunResult:
         "ds-inference", "fp16", 1, Outcome.OK,
         samples_ms_per_token=tuple(sum(s) / 100 for s in steps), samples_step_ms=steps,
     )  # fmt: skip
-    model = ModelInfo("bloom-176b", "", 70, 1)
-    return RunResult(
-        model, WorkloadInfo(100, len(steps), 1, ()), TOPOLOGY, {}, (cell,), complete=True
-    )
+    return bloom_run(cell, cycles=len(steps))
 
 
 def verdicts(before: RunResult, after: RunResult) -> dict[str, str]:

@@ -9,14 +9,11 @@ from bloomperf.compare import REGRESSED, SAME, judge
 from bloomperf.report import write_report
 from bloomperf.report_heatmap import COLOURS, cell_text, ratio_heatmap
 from bloomperf.resultfiles import read_results
-
-REPO = Path(__file__).resolve().parent.parent
-REGRESSED_RUN = REPO / "tests/data/results/benchmarks/Linux-CPython-3.11-64bit/0002_slower.json"
-BASELINE = REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json"
+from tests.builders import BLOG_BASELINE, REGRESSED_RUN
 
 
 def test_the_regressed_cell_is_a_red_ratio_and_the_others_plain() -> None:
-    comparison = judge(read_results(REGRESSED_RUN), load_baseline(BASELINE))
+    comparison = judge(read_results(REGRESSED_RUN), load_baseline(BLOG_BASELINE))
     by_id = {c.id: c for c in comparison.cells}
     assert cell_text(by_id["accelerate-bf16-bs8"], "ms_per_token") == ("1.10×", COLOURS[REGRESSED])
     assert cell_text(by_id["accelerate-bf16-bs1"], "ms_per_token") == ("1.00×", COLOURS[SAME])
@@ -28,7 +25,7 @@ def test_the_regressed_cell_is_a_red_ratio_and_the_others_plain() -> None:
 
 
 def test_the_report_opens_with_the_heatmap(tmp_path: Path) -> None:
-    report = write_report(read_results(REGRESSED_RUN), load_baseline(BASELINE), tmp_path)
+    report = write_report(read_results(REGRESSED_RUN), load_baseline(BLOG_BASELINE), tmp_path)
     assert report.plots[0] == tmp_path / "ratio_heatmap.png"
     assert report.plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = report.markdown.read_text()

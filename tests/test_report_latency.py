@@ -14,11 +14,11 @@ from pathlib import Path
 from bloomperf.baseline import accept_run
 from bloomperf.report import write_report
 from bloomperf.report_latency import write_latency_plots
-from bloomperf.results import EnergyReading, RunResult, load_run
+from bloomperf.results import EnergyReading, load_run
 from bloomperf.telemetry import Telemetry
+from tests.builders import RESULTS, scaled_run
 
-REPO = Path(__file__).resolve().parent.parent
-RUN = REPO / "tests/data/results/cpu.tiny.steps.results.json"
+RUN = RESULTS / "cpu.tiny.steps.results.json"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -31,18 +31,9 @@ def stored(field: str) -> dict[str, list[tuple[int, float]]]:
     return {label: sorted(points) for label, points in rows.items()}
 
 
-def slower_baseline(run: RunResult, factor: float) -> RunResult:
-    """The run with every step ``factor`` times as long, to accept as a distinct baseline."""
-    cells = tuple(
-        replace(c, samples_step_ms=tuple(tuple(ms * factor for ms in s) for s in c.samples_step_ms))
-        for c in run.cells
-    )
-    return replace(run, cells=cells)
-
-
 def test_ttft_tpot_and_percentiles_plot_the_stored_fields(tmp_path: Path) -> None:
     run = load_run(RUN)
-    baseline = accept_run(slower_baseline(run, 0.7), None, source="test", now="2026-12-01")
+    baseline = accept_run(scaled_run(run, 0.7), None, source="test", now="2026-12-01")
     plots = write_latency_plots(run, baseline, tmp_path)
     assert set(plots.paths) == {"ttft", "tpot", "tail"}
     for path in plots.paths.values():

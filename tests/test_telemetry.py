@@ -13,14 +13,12 @@ from bloomperf.diff import baseline_of_run
 from bloomperf.measure.telemetry import TelemetrySampler, create_sampler
 from bloomperf.results import (
     CellResult,
-    ModelInfo,
     Outcome,
-    RunResult,
-    WorkloadInfo,
     cell_from_dict,
     cell_to_dict,
 )
 from bloomperf.telemetry import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, summarize
+from tests.builders import bloom_run
 
 STEADY = {"sm_mhz": 1410, "mem_mhz": 1593, "power_mw": 300_000, "temp_c": 60, "reasons": 0}
 HOT = {**STEADY, "sm_mhz": 1395, "temp_c": 88, "reasons": HW_THERMAL_SLOWDOWN}
@@ -66,13 +64,6 @@ def test_no_gpu_or_no_nvml_counter_is_the_reason_not_a_flag() -> None:
     assert summarize([], reason).flags == ()
 
 
-def run_of(cell: CellResult) -> RunResult:
-    model = ModelInfo("bloom-176b", "", 70, 1)
-    return RunResult(
-        model, WorkloadInfo(100, 3, 1, ()), "8xA100-SXM4-80GB", {}, (cell,), complete=True
-    )
-
-
 def test_diff_reports_a_flagged_cell_as_untrustworthy_not_regressed() -> None:
     nvml = NvmlReplay.load("8xA100-SXM4-80GB")
     nvml.script_telemetry({0: [STEADY, HOT]})
@@ -80,12 +71,12 @@ def test_diff_reports_a_flagged_cell_as_untrustworthy_not_regressed() -> None:
     before = CellResult("accelerate", "bf16", 1, Outcome.OK, (100.0, 101.0, 99.0))
     # 50 % slower while throttled: a regression by the figures, untrustworthy by the telemetry.
     after = CellResult("accelerate", "bf16", 1, Outcome.OK, (150.0, 151.0, 149.0))
-    baseline = baseline_of_run(run_of(before), "before.json", 0.05)
-    assert judge(run_of(after), baseline).cells[0].status == "regressed"
+    baseline = baseline_of_run(bloom_run(before, cycles=3), "before.json", 0.05)
+    assert judge(bloom_run(after, cycles=3), baseline).cells[0].status == "regressed"
     flagged = CellResult(
         "accelerate", "bf16", 1, Outcome.OK, (150.0, 151.0, 149.0), telemetry=telemetry
     )
-    comparison = judge(run_of(flagged), baseline)
+    comparison = judge(bloom_run(flagged, cycles=3), baseline)
     verdict = comparison.cells[0]
     assert verdict.status == UNTRUSTWORTHY and verdict.fails() is None
     text = render_comparison(comparison, "text")

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from bloomperf import cli
-from bloomperf.baseline import find_baseline
+from bloomperf.baseline import BaselineCell, find_baseline, save_baseline
 from bloomperf.resultfiles import read_results
 from bloomperf.run_cli import print_verdicts
+from tests.builders import cpu_baseline
 
 TEST_FILE = """
 import pytest
@@ -30,22 +31,13 @@ def test_cpu(bloomperf_cell, bloomperf, benchmark):
 BATCHES = (1, 2, 4, 65536, 70000)
 
 
-def cell(batch: int, outcome: str, **figures: Any) -> dict[str, Any]:
-    data = {"backend": "accelerate", "dtype": "fp32", "batch_size": batch, "outcome": outcome}
-    return {**data, **figures, "provenance": "p"}
+def cell(batch: int, outcome: str, **figures: Any) -> BaselineCell:
+    return BaselineCell("accelerate", "fp32", batch, outcome, **figures)
 
 
-def write_baseline(folder: Path, cells: list[dict[str, Any]]) -> None:
+def write_baseline(folder: Path, cells: list[BaselineCell]) -> None:
     folder.mkdir()
-    baseline = {
-        "kind": "bloomperf-baseline",
-        "schema_version": 1,
-        "topology": {"id": "cpu"},
-        "model": {"name": "tiny", "layers": 2},
-        "provenance": [{"id": "p", "source": "test", "date": "2026-11-30", "hardware": "cpu"}],
-        "cells": cells,
-    }
-    (folder / "cpu.tiny.json").write_text(json.dumps(baseline))
+    save_baseline(cpu_baseline(*cells), folder / "cpu.tiny.json")
 
 
 def run_plugin(pytester: pytest.Pytester, baselines: Path) -> tuple[int, dict[str, str]]:
