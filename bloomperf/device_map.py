@@ -18,10 +18,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bloomperf.dtypes import load_torch_dtype
 from bloomperf.models import ModelShape, bloom_config
 
-# The torch dtype each bloomperf dtype builds the model in (int8: fp16, then quantised).
-TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "float16"}
 _BLOCK = re.compile(r"^transformer\.h\.(\d+)$")
 
 
@@ -42,7 +41,6 @@ class DeviceMap:
 def meta_model(shape: ModelShape, layers: int, dtype: str) -> tuple[Any, Any]:
     """BloomForCausalLM on the meta device, as ``from_pretrained`` prepares it before loading:
     (model, the quantizer or None)."""
-    import torch
     from transformers import BitsAndBytesConfig, BloomConfig, BloomForCausalLM
     from transformers.quantizers.auto import get_hf_quantizer
     from transformers.utils import ContextManagers
@@ -50,7 +48,7 @@ def meta_model(shape: ModelShape, layers: int, dtype: str) -> tuple[Any, Any]:
     config = BloomConfig(**bloom_config(shape, layers))
     quantization = BitsAndBytesConfig(load_in_8bit=True) if dtype == "int8" else None
     quantizer, config, device_map = get_hf_quantizer(config, quantization, "auto", True, {})
-    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    torch_dtype = load_torch_dtype(dtype)
     # from_pretrained's own context (the meta device, the dtype, weights not yet tied): the
     # 8-bit layers must be made inside it too, or their biases come out fp32, not fp16.
     contexts = BloomForCausalLM.get_init_context(torch_dtype, quantizer is not None, False, None)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 GIB = 2**30
+MIB = 2**20
 
 # The blog's names for the rows of its tables.
 DISPLAY_NAMES = {

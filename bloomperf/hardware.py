@@ -11,9 +11,8 @@ import re
 from dataclasses import dataclass
 
 from bloomperf.errors import BloomperfError
-from bloomperf.formatting import GIB
+from bloomperf.formatting import GIB, MIB
 
-MiB = 1024**2
 GiB = GIB  # the unit is defined once, in formatting; the GPU tables here read better with it
 TERA = 1e12
 
@@ -60,7 +59,7 @@ def _spec(
 
     return GpuSpec(
         name=name,
-        memory_bytes=memory_mib * MiB,
+        memory_bytes=memory_mib * MIB,
         bandwidth_bytes_per_s=bandwidth_gb_s * 1e9,
         peak_fp32=fp32 * TERA,
         peak_tf32=rate(tf32),

@@ -78,9 +78,18 @@ class ModelShape:
         return round(INIT_SCALE / math.sqrt(self.hidden_size), 4)
 
 
+def block_matmul_parameters(hidden: int) -> int:
+    """One block's matmul weights: qkv 3h², dense h², mlp 4h² and 4h² (the part int8 quantises)."""
+    return 12 * hidden * hidden
+
+
+def block_other_parameters(hidden: int) -> int:
+    """One block's biases (qkv 3h, dense h, mlp 4h and h) and two layernorms (4h)."""
+    return 13 * hidden
+
+
 def count_parameters(hidden: int, n_layer: int, vocab: int, tied: bool = True) -> int:
-    # Per block: qkv 3h²+3h, dense h²+h, mlp 4h²+4h and 4h²+h, two layernorms 4h.
-    per_layer = 12 * hidden * hidden + 13 * hidden
+    per_layer = block_matmul_parameters(hidden) + block_other_parameters(hidden)
     # Embedding plus its layernorm (2h) and the final layernorm (2h).
     total = n_layer * per_layer + vocab * hidden + 4 * hidden
     return total if tied else total + vocab * hidden

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bloomperf.dtypes import DTYPES
 from bloomperf.errors import BloomperfError
 
 SPEC_ENV = "BLOOMPERF_SHARD_SPEC"
@@ -28,7 +29,7 @@ def add_command(subparsers: Any) -> None:
     parser.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
     parser.add_argument("--model", default="tiny", help="registry shape or checkpoint folder")
     parser.add_argument("--out", type=Path, required=True, help="folder to write")
-    parser.add_argument("--dtype", default="fp16", choices=("fp32", "bf16", "fp16", "int8"))
+    parser.add_argument("--dtype", default="fp16", choices=DTYPES)
     parser.add_argument(
         "--backend",
         default="ds-autotp",

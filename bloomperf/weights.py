@@ -8,23 +8,23 @@ byte per parameter, everything else (biases, layer norms, the word embedding and
 
 from __future__ import annotations
 
-from bloomperf.models import ModelShape
+from bloomperf.dtypes import DTYPE_TABLE
+from bloomperf.models import ModelShape, block_matmul_parameters, block_other_parameters
 
 
 def weight_bytes_per_param(dtype: str) -> int:
-    return {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}[dtype]
+    return DTYPE_TABLE[dtype].stored_bytes
 
 
 def activation_bytes(dtype: str) -> int:
     """Activations, KV cache, logits and unquantised parameters: int8 still computes in fp16."""
-    return 4 if dtype == "fp32" else 2
+    return DTYPE_TABLE[dtype].load_bytes
 
 
 def layer_bytes(shape: ModelShape, dtype: str, shards: int = 1) -> int:
     """One block: its 12h^2 matmul weights in ``dtype``, its 13h biases and norms in fp16."""
-    h = shape.hidden_size
-    matmul = 12 * h * h * weight_bytes_per_param(dtype)
-    rest = 13 * h * activation_bytes(dtype)
+    matmul = block_matmul_parameters(shape.hidden_size) * weight_bytes_per_param(dtype)
+    rest = block_other_parameters(shape.hidden_size) * activation_bytes(dtype)
     return (matmul + rest) // shards
 
 

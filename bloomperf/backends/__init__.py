@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from bloomperf.dtypes import DTYPES as DTYPES  # the registry's callers read both names here
+
 if TYPE_CHECKING:
     from bloomperf.backends.base import Backend
 
@@ -20,7 +22,6 @@ BACKEND_CLASSES: dict[str, str] = {
     "ds-zero": "bloomperf.backends.ds_zero:DeepSpeedZeroBackend",
 }
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKEND_CLASSES)
-DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "int8")
 
 
 def backend_class(name: str) -> type[Backend]:

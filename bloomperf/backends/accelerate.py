@@ -9,30 +9,16 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from bloomperf.accelerate_map import max_memory_map, weight_caps
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.compat import dtype_argument, int8_on_cpu_reason
+from bloomperf.dtypes import load_torch_dtype
 from bloomperf.models import ModelShape
 from bloomperf.weights import model_weight_bytes
 
-if TYPE_CHECKING:
-    import torch
-
 OFFLOAD_CHOICES = ("none", "cpu", "disk")
-
-
-def torch_dtype(dtype: str) -> torch.dtype:
-    import torch
-
-    # int8 weights are quantised by bitsandbytes; the rest of the model stays in fp16 (the blog).
-    return {
-        "fp32": torch.float32,
-        "bf16": torch.bfloat16,
-        "fp16": torch.float16,
-        "int8": torch.float16,
-    }[dtype]
 
 
 def max_memory_limits(request: LoadRequest, shape: ModelShape) -> dict[int | str, Any] | None:
@@ -99,7 +85,7 @@ class AccelerateBackend(Backend):
 
         config = AutoConfig.from_pretrained(str(request.checkpoint))
         kwargs: dict[str, Any] = {
-            **dtype_argument(torch_dtype(request.dtype)),
+            **dtype_argument(load_torch_dtype(request.dtype)),
             "device_map": "auto" if request.device == "cuda" else "cpu",
         }
         limits = max_memory_limits(request, config_shape(config))

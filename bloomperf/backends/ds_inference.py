@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.compat import dtype_argument, installed_version, version_tuple
@@ -35,19 +35,14 @@ from bloomperf.backends.ds_ranks import (
     deepspeed_missing,
     join_rank_group,
     timed_step,
-    torch_dtype,
 )
+from bloomperf.dtypes import DTYPE_TABLE, load_torch_dtype, stored_torch_dtype
 from bloomperf.errors import BloomperfError
-
-if TYPE_CHECKING:
-    import torch
 
 # The last transformers release whose BLOOM DeepSpeed's kernel injection accepts.
 KERNEL_TRANSFORMERS_MAX = "4.43.4"
 SHARD_MARKER = "bloomperf-shard.json"
 LOAD_CHOICES = ("unsharded", "hf")
-# Bytes per weight as each dtype loads: int8 weights are read in fp16, DeepSpeed quantizes them.
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 2}
 # Why int8 never runs from from_pretrained (read in DeepSpeed 0.19.8's sources).
 INT8_NEEDS_CHECKPOINT = (
     "DeepSpeed quantizes int8 weights only while loading a checkpoint (GroupQuantizer in "
@@ -72,7 +67,7 @@ class TensorParallelBackend(Backend):
     ) -> str | None:
         load = load_path(cls.kernel_inject, world_size, options)
         folder = Path(str(options["sharded"])) if load == "pre-sharded" else checkpoint
-        scale = DTYPE_BYTES[dtype] / file_bytes_per_weight(checkpoint)
+        scale = DTYPE_TABLE[dtype].load_bytes / file_bytes_per_weight(checkpoint)
         try:
             need = host_bytes_per_rank(load, folder, world_size, scale, not cls.kernel_inject)
         except (BloomperfError, OSError):
@@ -127,7 +122,7 @@ class TensorParallelBackend(Backend):
         engine = deepspeed.init_inference(
             model,
             tensor_parallel={"tp_size": request.world_size},
-            dtype=torch_dtype(request.dtype),
+            dtype=stored_torch_dtype(request.dtype),
             replace_with_kernel_inject=self.kernel_inject,
             **kwargs,
         )
@@ -137,7 +132,7 @@ class TensorParallelBackend(Backend):
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(
-            str(request.checkpoint), **dtype_argument(weights_dtype(request.dtype))
+            str(request.checkpoint), **dtype_argument(load_torch_dtype(request.dtype))
         )
         return self.init_inference(model, request, **kwargs)
 
@@ -284,13 +279,6 @@ def fused_kernels_unsupported() -> str | None:
     return None
 
 
-def weights_dtype(dtype: str) -> torch.dtype:
-    """The dtype weights are read in: int8 is quantised by DeepSpeed from fp16."""
-    import torch
-
-    return torch.float16 if dtype == "int8" else torch_dtype(dtype)
-
-
 def meta_model(checkpoint: Path, dtype: str) -> Any:
     """The model's skeleton on the meta device: no memory, no init time (the blog's way)."""
     import torch
@@ -300,7 +288,7 @@ def meta_model(checkpoint: Path, dtype: str) -> Any:
     # torch's device context, not deepspeed.OnDevice: OnDevice replaces torch.Tensor.__new__,
     # which breaks torch._dynamo's import (signature mismatch) with torch 2.13.
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, **dtype_argument(weights_dtype(dtype)))
+        return AutoModelForCausalLM.from_config(config, **dtype_argument(load_torch_dtype(dtype)))
 
 
 DS_SHARD_CONFIG = "ds_inference_config.json"

@@ -1,4 +1,4 @@
-"""Rank-side DeepSpeed plumbing shared by the ds-* backends: joining the rank group, dtypes.
+"""Rank-side DeepSpeed plumbing shared by the ds-* backends: joining the rank group.
 
 Runs inside worker processes only (imports torch and DeepSpeed lazily). The controller-side
 counterpart, which builds the launcher command, is ``bloomperf.dslaunch``.
@@ -12,12 +12,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bloomperf.backends.compat import installed_version
-
-if TYPE_CHECKING:
-    import torch
 
 # DeepSpeed's name for its CPU all-reduce segments (SHM_BUFFER_NAME in shm.cpp).
 SHM_SEGMENT_PREFIX = "deepspeed_allreduce_buffer"
@@ -35,17 +31,6 @@ def timed_step(record: dict[str, float], name: str) -> Iterator[None]:
     started = time.perf_counter()
     yield
     record[name] = time.perf_counter() - started
-
-
-def torch_dtype(dtype: str) -> torch.dtype:
-    import torch
-
-    return {
-        "fp32": torch.float32,
-        "bf16": torch.bfloat16,
-        "fp16": torch.float16,
-        "int8": torch.int8,
-    }[dtype]
 
 
 def join_rank_group(device: str) -> int:

@@ -24,8 +24,8 @@ from bloomperf.backends.ds_ranks import (
     deepspeed_missing,
     join_rank_group,
     timed_step,
-    torch_dtype,
 )
+from bloomperf.dtypes import load_torch_dtype
 from bloomperf.errors import BloomperfError
 
 OFFLOAD_CHOICES = ("none", "cpu", "nvme")
@@ -83,7 +83,7 @@ class DeepSpeedZeroBackend(Backend):
         # load straight into ZeRO-3 partitions.
         self._hf_ds_config = HfDeepSpeedConfig(ds_config)
         model = AutoModelForCausalLM.from_pretrained(
-            str(request.checkpoint), **dtype_argument(torch_dtype(request.dtype))
+            str(request.checkpoint), **dtype_argument(load_torch_dtype(request.dtype))
         )
         engine = deepspeed.initialize(model=model, config_params=ds_config)[0]
         engine.module.eval()

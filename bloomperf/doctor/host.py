@@ -9,14 +9,13 @@ import psutil
 
 from bloomperf.doctor.check import Check
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import GIB, MIB
 from bloomperf.models import MODEL_SHAPES, check_free_space, check_layers, checkpoint_folder_name
 
-GiB = 1024**3
-MiB = 1024**2
 # DeepSpeed's shared-memory all-reduce keeps one 66 MiB /dev/shm segment per rank (seen here);
 # NCCL's intra-node transport needs /dev/shm as well: Docker's default 64 MiB is too small.
-SHM_PER_RANK = 66 * MiB
-SHM_COMFORT = 1 * GiB
+SHM_PER_RANK = 66 * MIB
+SHM_COMFORT = 1 * GIB
 
 
 def check_shm(ranks: int, shm: Path = Path("/dev/shm")) -> Check:
@@ -25,22 +24,22 @@ def check_shm(ranks: int, shm: Path = Path("/dev/shm")) -> Check:
     free = shutil.disk_usage(shm).free
     stale = list(shm.glob("deepspeed_allreduce_buffer_*"))
     note = f"; {len(stale)} DeepSpeed all-reduce buffers left there" if stale else ""
-    needed = ranks * SHM_PER_RANK + 64 * MiB
+    needed = ranks * SHM_PER_RANK + 64 * MIB
     if free < needed:
         return Check(
             "shm",
             "fail",
-            f"{shm} has {free / MiB:.0f} MiB free, {ranks} ranks need "
-            f"about {needed / MiB:.0f} MiB (docker: --shm-size){note}",
+            f"{shm} has {free / MIB:.0f} MiB free, {ranks} ranks need "
+            f"about {needed / MIB:.0f} MiB (docker: --shm-size){note}",
         )
     if free < SHM_COMFORT:
         return Check(
             "shm",
             "warn",
-            f"{shm} has {free / MiB:.0f} MiB free: NCCL may fail to "
+            f"{shm} has {free / MIB:.0f} MiB free: NCCL may fail to "
             f"extend its segments (docker: --shm-size=1g){note}",
         )
-    return Check("shm", "ok" if not stale else "warn", f"{free / GiB:.1f} GiB free in {shm}{note}")
+    return Check("shm", "ok" if not stale else "warn", f"{free / GIB:.1f} GiB free in {shm}{note}")
 
 
 def check_disk(model: str, layers: int | None, cache_dir: Path) -> Check:

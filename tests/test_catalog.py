@@ -1,0 +1,45 @@
+"""The catalog's facts checked against the code and the libraries that depend on them."""
+
+from __future__ import annotations
+
+import pytest
+
+from bloomperf.backends import BACKEND_NAMES, backend_class
+from bloomperf.dtypes import DTYPE_TABLE, DTYPES
+from bloomperf.matrix import DEFAULT_DTYPES
+from bloomperf.models import MODEL_SHAPES
+
+
+@pytest.mark.parametrize("device", sorted(DEFAULT_DTYPES))
+def test_every_default_matrix_dtype_is_one_its_backend_supports(device: str) -> None:
+    for backend, dtypes in DEFAULT_DTYPES[device].items():
+        supported = backend_class(backend).dtypes
+        assert set(dtypes) <= set(supported), (device, backend, dtypes, supported)
+
+
+def test_every_backend_supports_only_catalog_dtypes() -> None:
+    for backend in BACKEND_NAMES:
+        assert set(backend_class(backend).dtypes) <= set(DTYPES), backend
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dtype_bytes_are_what_transformers_holds_on_the_meta_device(dtype: str) -> None:
+    """A block's matmul weights take ``stored_bytes`` each, its layernorms and the embedding
+    ``load_bytes``: for int8, as transformers' 8-bit quantizer counts them (``param_element_size``,
+    what accelerate's device map is sized by) on the model from_pretrained prepares."""
+    if dtype == "int8":
+        pytest.importorskip("bitsandbytes")
+    from bloomperf.device_map import meta_model
+
+    model, quantizer = meta_model(MODEL_SHAPES["tiny"], 1, dtype)
+    params = dict(model.named_parameters())
+
+    def size(name: str) -> float:
+        if quantizer is None:
+            return float(params[name].element_size())
+        return float(quantizer.param_element_size(model, name, params[name]))
+
+    table = DTYPE_TABLE[dtype]
+    assert size("transformer.h.0.mlp.dense_h_to_4h.weight") == table.stored_bytes
+    assert size("transformer.h.0.input_layernorm.weight") == table.load_bytes
+    assert size("transformer.word_embeddings.weight") == table.load_bytes
