@@ -38,7 +38,7 @@ from bloomperf.suite_prediction import cell_prediction
 from bloomperf.topology import Topology, detect_topology
 from bloomperf.topology import planned_topology as plan_machine
 
-SCHEMA = "bloomperf.plan"
+PLAN_KIND = "bloomperf-plan"
 SCHEMA_VERSION = 1
 
 
@@ -208,7 +208,7 @@ def build_plan(options: dict[str, Any], topology_text: str | None, err: TextIO) 
     )
     groups = [plan_group(session, group, gpu, err) for group in session.groups]
     return {
-        "schema": SCHEMA,
+        "kind": PLAN_KIND,
         "schema_version": SCHEMA_VERSION,
         "model": {"name": model.name, "layers": model.layers, "parameters": model.parameters},
         "topology": topology.id,

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.backends import BACKEND_NAMES, DTYPES, backend_class
 from bloomperf.baseline import find_baseline
 from bloomperf.boundaries import (
     BoundaryCheck,
@@ -35,15 +35,6 @@ from bloomperf.topology import detect_topology
 
 PREDICT_KIND = "bloomperf-predict"
 PREDICT_SCHEMA_VERSION = 1
-
-# The dtypes each backend runs (the blog's rows): DeepSpeed's fused kernels have no bf16,
-# Accelerate's int8 is bitsandbytes, ZeRO-3 has no int8.
-SUPPORTED_DTYPES: dict[str, tuple[str, ...]] = {
-    "accelerate": ("fp32", "bf16", "fp16", "int8"),
-    "ds-inference": ("fp32", "fp16", "int8"),
-    "ds-autotp": ("fp32", "bf16", "fp16"),
-    "ds-zero": ("fp32", "bf16", "fp16"),
-}
 
 
 def add_command(subparsers: Any) -> None:
@@ -214,7 +205,7 @@ def run_predict(args: argparse.Namespace) -> int:
         )
         for backend in backends
         for dtype in dtypes
-        if dtype in SUPPORTED_DTYPES[backend]
+        if dtype in backend_class(backend).dtypes
     ]
     topology = topology_id(nodes, per_node, gpus)
     if args.format == "json":

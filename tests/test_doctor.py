@@ -14,7 +14,7 @@ import pynvml
 import pytest
 from nvml_replay import NvmlReplay
 
-from bloomperf.doctor import SCHEMA, SCHEMA_VERSION, run_checks
+from bloomperf.doctor import DOCTOR_KIND, SCHEMA_VERSION, run_checks
 from bloomperf.doctor.check import Check
 from bloomperf.doctor.host import check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
@@ -56,8 +56,8 @@ def doctor(*args: str) -> subprocess.CompletedProcess[str]:
 def test_doctor_json_here_says_why_nvml_is_unavailable() -> None:
     done = doctor("--format", "json")
     report = json.loads(done.stdout)
-    assert (report["schema"], report["schema_version"]) == (SCHEMA, SCHEMA_VERSION)
-    assert set(report) == {"schema", "schema_version", "device", "checks", "counts"}
+    assert (report["kind"], report["schema_version"]) == (DOCTOR_KIND, SCHEMA_VERSION)
+    assert set(report) == {"kind", "schema_version", "device", "checks", "counts"}
     checks = {c["name"]: c for c in report["checks"]}
     assert {
         "nvml",

@@ -46,7 +46,7 @@ def test_accelerate_plans_keep_every_module_on_a_gpu(where: list[str], tmp_path:
         "--model", "bloom-176b", *where, "--backends", "accelerate", "--dtypes", "bf16,int8"
     )
     assert code == 0, err
-    assert (plan["schema"], plan["schema_version"]) == ("bloomperf.plan", 1)
+    assert (plan["kind"], plan["schema_version"]) == ("bloomperf-plan", 1)
     assert [(g["backend"], g["dtype"]) for g in plan["groups"]] == [
         ("accelerate", "bf16"),
         ("accelerate", "int8"),

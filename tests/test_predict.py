@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bloomperf.backends import BACKEND_NAMES, DTYPES, backend_class
 from bloomperf.baseline import find_baseline
 from bloomperf.boundaries import BoundaryCheck, check_boundaries, predict_boundary
 from bloomperf.cli import main
@@ -239,12 +240,17 @@ def test_predict_command_text_and_json(capsys: pytest.CaptureFixture[str]) -> No
     assert "accelerate bf16" in text and "OOM" in text
     assert "| ds-inference | fp16 | 128 (256) | 128 | equal |" in text
     argv = ["predict", "--model", "bloom-176b", "--topology", "2x8xA100-40GB", "--format", "json"]
+    argv += ["--dtypes", ",".join(DTYPES), "--backends", ",".join(BACKEND_NAMES)]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["kind"], data["schema_version"]) == (PREDICT_KIND, PREDICT_SCHEMA_VERSION)
     assert data["topology"] == "2x8xA100-40GB"
     rows = {(r["backend"], r["dtype"]): r for r in data["rows"]}
     assert len(rows[("ds-inference", "fp16")]["cells"][0]["per_gpu"]) == 16
+    # The rows are exactly the dtypes each backend class runs: one fact, not a second list.
+    for name in BACKEND_NAMES:
+        predicted = {dtype for backend, dtype in rows if backend == name}
+        assert predicted == set(backend_class(name).dtypes), name
     assert main(["predict", "--model", "nope", "--topology", "8xA100-80GB"]) == 2
     assert "unknown shape" in capsys.readouterr().err
 

@@ -31,7 +31,7 @@ from bloomperf.doctor.libraries import (
 from bloomperf.doctor.nvml import check_nvml
 from bloomperf.models import default_cache_dir
 
-SCHEMA = "bloomperf-doctor"
+DOCTOR_KIND = "bloomperf-doctor"
 SCHEMA_VERSION = 1
 
 
@@ -58,7 +58,7 @@ def run_checks(
 
 def report_to_dict(checks: list[Check], device: str) -> dict[str, Any]:
     return {
-        "schema": SCHEMA,
+        "kind": DOCTOR_KIND,
         "schema_version": SCHEMA_VERSION,
         "device": device,
         "checks": [asdict(c) for c in checks],
