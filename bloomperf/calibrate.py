@@ -24,7 +24,7 @@ from bloomperf.jsonfile import write_json_atomic
 from bloomperf.lock import hold_device_lock
 from bloomperf.options import add_cli_options, resolve_options
 from bloomperf.results import CellResult, Outcome
-from bloomperf.run import Session, all_cells
+from bloomperf.run import Session, all_cells, lock_key
 from bloomperf.stats import NoiseFloor, coefficient_of_variation, measure_noise, run_spread
 from bloomperf.stats import suggest_tolerance as tolerance_for
 
@@ -237,7 +237,9 @@ def calibrate_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.std
         f"{sum(len(g.batch_sizes) for g in probe.groups)} cells x {args.repeats} runs",
         file=err,
     )
-    with hold_device_lock(probe.topology.id, enabled=not options.get("no_lock")):
+    # The devices `bloomperf run` with these options would lock (GPU UUIDs, or the CPU), so a
+    # calibration and a run on the same GPUs exclude each other.
+    with hold_device_lock(lock_key(probe.topology, options), enabled=not options.get("no_lock")):
         by_cell = run_repeats(options, args.repeats, err)
     cells = [n for n in (cell_noise(r) for r in by_cell.values()) if n is not None]
     if not cells:

@@ -11,9 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from nvml_replay import NvmlReplay
 
+import bloomperf.topology
+from bloomperf.cli import main as cli_main
 from bloomperf.errors import BloomperfError
 from bloomperf.lock import hold_device_lock, lock_path
+from bloomperf.options import resolve_options
 from bloomperf.run import lock_key
 from bloomperf.topology import Gpu, gpu_topology
 
@@ -151,3 +155,28 @@ def test_a_run_locks_exactly_the_gpus_its_groups_use() -> None:
     assert lock_key(topology) == ",".join(g.uuid for g in gpus)  # no plan: everything visible
     mig = (Gpu(3, "NVIDIA A100-SXM4-80GB", 10 * 1024**3, 12, "GPU-0003", "MIG-abcd"),)
     assert lock_key(gpu_topology(mig, 1, "", ""), {"backends": ["accelerate"]}) == "GPU-0003"
+
+
+def test_calibrate_and_run_on_the_same_gpus_exclude_each_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run holds its GPUs (by UUID, as `bloomperf run` locks them); `bloomperf calibrate` on the
+    same GPUs is refused before it measures anything. Topology detection runs bloomperf's real
+    NVML code on the recorded answers of a 4 x A100 machine."""
+    monkeypatch.setattr(
+        bloomperf.topology, "load_nvml", lambda: NvmlReplay.load("4xA100-SXM4-80GB")
+    )
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("BLOOMPERF_LOCK_DIR", str(tmp_path))
+    argv = ["--device", "cuda", "--model", "tiny", "--backends", "accelerate", "--dtypes", "bf16"]
+    topology = bloomperf.topology.detect_topology()
+    run_key = lock_key(topology, resolve_options({"device": "cuda", "backends": "accelerate"}))
+    assert run_key.count("GPU-") == 4
+    proc = start_holder(run_key, tmp_path)
+    try:
+        assert cli_main(["calibrate", *argv, "--repeats", "2"]) == 2
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    error = capsys.readouterr().err
+    assert f"PID {proc.pid}) holds GPU GPU-" in error, error
