@@ -71,9 +71,10 @@ def run_changes(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     for merged in merge_histories(args.sources, args.into):
-        names = ", ".join(p.name for p in merged.added) or "nothing new"
+        names = [p.name for p in merged.added]
+        shown = ", ".join(names if len(names) <= 4 else [names[0], "…", names[-1]]) or "nothing new"
         print(
-            f"bloomperf: {merged.folder}: {len(merged.added)} night(s) added ({names}), "
+            f"bloomperf: {merged.folder}: {len(merged.added)} night(s) added ({shown}), "
             f"{merged.already} already there"
         )
     return 0

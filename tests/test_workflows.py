@@ -149,7 +149,8 @@ def test_nightly_structure() -> None:
         "batch_sizes",
         "profile",
     }
-    (job,) = nightly["jobs"].values()
+    assert set(nightly["jobs"]) == {"benchmark", "publish"}
+    job = nightly["jobs"]["benchmark"]
     # One job per topology of the blog's tables, each on its own runner, one run at a time there.
     matrix = job["strategy"]["matrix"]["include"]
     assert {m["topology"] for m in matrix} == {"8xA100-80GB", "4xA100-80GB"}
@@ -165,7 +166,7 @@ def test_nightly_structure() -> None:
     steps = job["steps"]
     text = NIGHTLY.read_text(encoding="utf-8")
     assert "nvidia-smi --query-compute-apps" in text and "exit 1" in text
-    upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    upload = next(s for s in steps if s.get("name") == "Upload results, report, plots and logs")
     assert upload["if"] == "${{ always() }}"
     for folder in ("results/", "report/", "logs/"):
         assert folder in upload["with"]["path"]
@@ -182,6 +183,34 @@ def test_nightly_structure() -> None:
     assert '--benchmark-storage="file://$HISTORY_DIR/benchmarks"' in bench["run"]
     link = next(s for s in steps if "steps.upload.outputs.artifact-url" in str(s.get("env")))
     assert upload["id"] == "upload" and "$GITHUB_STEP_SUMMARY" in link["run"]
+
+
+def test_the_nights_of_every_runner_are_merged_and_published_to_pages() -> None:
+    jobs = load(NIGHTLY)["jobs"]
+    bench, publish = jobs["benchmark"], jobs["publish"]
+    # Each runner diffs against the merged history and uploads its night...
+    diff = next(s for s in bench["steps"] if "bloomperf diff" in s.get("run", ""))
+    assert "git fetch -q --depth=1 origin bloomperf-history" in diff["run"]
+    assert "bloomperf history merge results/results.json --into history" in diff["run"]
+    night = next(s for s in bench["steps"] if s.get("name") == "Upload the night")
+    assert night["with"]["path"] == "results/results.json"
+    # ...which the last job, on a hosted runner once every runner is done, downloads by name.
+    assert publish["needs"] == "benchmark" and publish["runs-on"] == "ubuntu-latest"
+    assert publish["if"] == "${{ !cancelled() }}"
+    download = next(s for s in publish["steps"] if "download-artifact" in s.get("uses", ""))
+    uploaded = night["with"]["name"].replace("${{ matrix.topology }}", "*")
+    assert download["with"]["pattern"] == uploaded
+    runs = "\n".join(s.get("run", "") for s in publish["steps"])
+    assert "bloomperf history merge nights --into history" in runs
+    assert "git -C history push -q origin HEAD:refs/heads/bloomperf-history" in runs
+    assert "bloomperf history publish history --out site" in runs
+    # GitHub Pages with the official actions, in the github-pages environment.
+    uses = [s.get("uses", "").split("@")[0] for s in publish["steps"]]
+    pages = ["actions/configure-pages", "actions/upload-pages-artifact", "actions/deploy-pages"]
+    assert [u for u in uses if u in pages] == pages
+    assert publish["permissions"] == {"contents": "write", "pages": "write", "id-token": "write"}
+    assert publish["environment"]["name"] == "github-pages"
+    assert publish["concurrency"]["cancel-in-progress"] is False
 
 
 def bloomperf_commands(path: Path) -> list[list[str]]:
@@ -221,7 +250,7 @@ def test_workflows_install_nothing_themselves() -> None:
 
 
 def test_the_nightly_installs_with_the_command_ci_runs() -> None:
-    (job,) = load(NIGHTLY)["jobs"].values()
+    job = load(NIGHTLY)["jobs"]["benchmark"]
     environment = next(s for s in job["steps"] if str(s.get("name", "")).startswith("Environ"))
     command = shlex.split(environment["run"].splitlines()[0])
     assert command[:2] == ["bash", ".ci/setup"]
