@@ -17,18 +17,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bloomperf.baseline import (
-    Baseline,
-    accept_run,
-    find_baseline,
-    resolve_baseline,
-)
-from bloomperf.baseline_folders import describe_search
+from bloomperf.baseline import Baseline, accept_run
 from bloomperf.compare import Comparison, judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.github_output import job_outputs, render_github, write_job_outputs
 from bloomperf.history import add_detection_options, detection_settings, history_section
+from bloomperf.inputs import add_input_arguments, baseline_for
 from bloomperf.provenance import what_changed
 from bloomperf.resultfiles import read_many, read_results, refuse_synthetic
 from bloomperf.results import RunResult
@@ -68,14 +63,7 @@ def diff(
             "diff: give --baseline to compare several result files, or exactly two to diff them"
         )
     run = refuse_synthetic(read_many(results), ", ".join(results), allow_synthetic)
-    why = ""
-    baseline: Baseline | None
-    if baseline_arg is not None:
-        baseline = resolve_baseline(baseline_arg, run.model.name, baselines_dir)
-    else:
-        baseline = find_baseline(run.topology, run.model.name, baselines_dir)
-        where = baselines_dir if baselines_dir is not None else describe_search()
-        why = f"no baseline for {run.topology} / {run.model.name}; {where}"
+    baseline, why = baseline_for(run, baseline_arg, baselines_dir)
     return judge(run, baseline, strict=strict, allow_incomplete=allow_incomplete, no_baseline=why)
 
 
@@ -84,22 +72,11 @@ def add_command(subparsers: Any) -> None:
         "diff",
         help="compare results with a baseline, or two result files",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "results",
-        nargs="+",
-        metavar="RESULT",
-        help="bloomperf results, pytest-benchmark JSON, or a pytest-benchmark storage folder; "
+    add_input_arguments(
+        parser,
+        "bloomperf results, pytest-benchmark JSON, or a pytest-benchmark storage folder; "
         "two of them without --baseline: before and after",
-    )
-    parser.add_argument(
-        "--baseline", metavar="FILE|TOPOLOGY", help="a baseline file or a topology id or alias"
-    )
-    parser.add_argument(
-        "--baselines",
-        type=Path,
-        help="baselines folder (default: the search order of `baseline show`)",
     )
     parser.add_argument(
         "--format",

@@ -43,7 +43,10 @@ from bloomperf.nights import (
     series,
 )
 from bloomperf.progress import emit, format_duration, heartbeat_s, time_left
-from bloomperf.report import STYLE, mark_change, new_figure, save_figure, write_report
+from bloomperf.report import write_report
+from bloomperf.report_figure import new_figure, save_figure
+from bloomperf.report_page import STYLE
+from bloomperf.report_trend import mark_change
 
 # The panels of a trend page, top to bottom: metric, title, unit, divisor for that unit.
 PANELS = (

@@ -20,6 +20,7 @@ from bloomperf.compare import (
     CellVerdict,
     Comparison,
 )
+from bloomperf.report_figure import new_figure
 
 COLOURS = {
     REGRESSED: "#e06666",
@@ -48,13 +49,12 @@ def cell_text(cell: CellVerdict, metric: str) -> tuple[str, str]:
 
 def ratio_heatmap(comparison: Comparison) -> Any:
     """The heatmap as a matplotlib Figure. ``*``: a ratio shown but not judged."""
-    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     cells = comparison.cells
     # The metrics some cell was compared on (a baseline without TTFT adds no empty column).
     metrics = [m for m in METRICS if any(c.metric(m) for c in cells)] or list(METRICS)
-    fig = Figure(figsize=(8.0, 1.6 + 0.3 * len(cells)), dpi=110, layout="constrained")
+    fig = new_figure(8.0, 1.6 + 0.3 * len(cells))
     ax = fig.add_subplot()
     for row, cell in enumerate(cells):
         for col, metric in enumerate(metrics):

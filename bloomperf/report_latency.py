@@ -17,7 +17,15 @@ from typing import Any
 
 from bloomperf.baseline import EXPECT_OK, Baseline
 from bloomperf.formatting import row_label, table_layout
-from bloomperf.jsonfile import write_bytes_atomic
+from bloomperf.report_figure import (
+    COLOURS,
+    batch_axis,
+    log_value_axis,
+    new_figure,
+    plot_baseline,
+    row_cells,
+    save_figure,
+)
 from bloomperf.results import CellResult, RunResult, latency_to_dict
 
 Series = dict[str, list[tuple[int, float]]]
@@ -31,7 +39,6 @@ LATENCY_PLOTS = (
 )
 LATENCY_HEADINGS = tuple((key, heading) for key, heading, _ in LATENCY_PLOTS)
 LATENCY_FILES = tuple(name for _, _, name in LATENCY_PLOTS)
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 # The figure a cell must have for the plot to show it.
 NEEDS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "tail": "tpot_ms", "energy": "j_per_token"}
 PERCENTILES = (("tpot_ms", "p50", "-"), ("tpot_p90_ms", "p90", "--"), ("tpot_p99_ms", "p99", ":"))
@@ -58,16 +65,7 @@ def figure_of(cell: CellResult, name: str) -> float | None:
 
 def rows_of(run: RunResult) -> list[tuple[str, list[CellResult]]]:
     """(label, cells by batch size) per backend and dtype, in the report's row order."""
-    rows = table_layout(run.cells)[0]
-    return [
-        (
-            row_label(*row),
-            sorted(
-                (c for c in run.cells if (c.backend, c.dtype) == row), key=lambda c: c.batch_size
-            ),
-        )
-        for row in rows
-    ]
+    return [(row_label(*row), row_cells(run.cells, row)) for row in table_layout(run.cells)[0]]
 
 
 def measured(cells: Sequence[CellResult], name: str) -> list[tuple[int, float]]:
@@ -109,44 +107,18 @@ def missing_note(run: RunResult, key: str) -> str:
 # ---- plots --------------------------------------------------------------------------------------
 
 
-def new_axes(width: float = 9.0, height: float = 5.0) -> tuple[Any, Any]:
-    # The object API, not pyplot: no global figure state, no display backend needed.
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
-    return fig, fig.add_subplot()
-
-
 def log_axes(ax: Any, series: Series, ylabel: str) -> None:
-    """Log axes; x ticks exactly the batch sizes that ran; y ticks at 1-2-5 of each decade, or
-    denser where the figures span less than a decade (else only one or two ticks show)."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
-
-    sizes = sorted({b for points in series.values() for b, _ in points})
-    values = [v for points in series.values() for _, v in points if v > 0]
-    narrow = bool(values) and max(values) < 10 * min(values)
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(sizes))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("batch size")
-    if sizes:
-        ax.set_xlim(min(sizes) / 1.4, max(sizes) * 1.4)
-    ax.set_yscale("log")
-    ax.yaxis.set_major_locator(
-        LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if narrow else (1.0, 2.0, 5.0))
-    )
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="major", alpha=0.3)
+    """Log axes: x ticks exactly the batch sizes in ``series``, y ticks as its span needs."""
+    batch_axis(ax, sorted({b for points in series.values() for b, _ in points}))
+    log_value_axis(ax, [v for points in series.values() for _, v in points], ylabel)
 
 
 def plot_by_batch(
     run: RunResult, baseline: Baseline | None, name: str, ylabel: str, title: str, path: Path
 ) -> Series:
     """``name`` against batch size, one colour per backend and dtype, the baseline dashed."""
-    fig, ax = new_axes()
+    fig = new_figure(9.0, 5.0)
+    ax = fig.add_subplot()
     series: Series = {}
     for i, (label, cells) in enumerate(rows_of(run)):
         colour = COLOURS[i % len(COLOURS)]
@@ -157,31 +129,22 @@ def plot_by_batch(
         base = expected(baseline, (cells[0].backend, cells[0].dtype), name)
         if base:
             series[f"{label} (baseline)"] = base
-            ax.plot(
-                *zip(*base, strict=True),
-                "--",
-                marker="o",
-                mfc="none",
-                color=colour,
-                alpha=0.7,
-                label=f"{label} (baseline)",
-            )
+            plot_baseline(ax, base, colour, f"{label} (baseline)")
     log_axes(ax, series, ylabel)
     ax.set_title(f"{run.model.name} on {run.topology}: {title}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    save(fig, path)
+    save_figure(fig, path)
     return series
 
 
 def plot_tail(run: RunResult, path: Path) -> Series:
     """One panel per backend and dtype: TPOT p50, p90 and p99 against batch size."""
     rows = [(label, cells) for label, cells in rows_of(run) if measured(cells, "tpot_ms")]
-    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
     columns = min(3, max(1, len(rows)))
     lines = -(-max(1, len(rows)) // columns)
-    fig = Figure(figsize=(3.6 * columns + 1.0, 3.4 * lines), dpi=110, layout="constrained")
+    fig = new_figure(3.6 * columns + 1.0, 3.4 * lines)
     axes = fig.subplots(lines, columns, squeeze=False, sharey=True)
     series: Series = {}
     for i, (label, cells) in enumerate(rows):
@@ -205,17 +168,8 @@ def plot_tail(run: RunResult, path: Path) -> Series:
         for _, tag, style in PERCENTILES
     ]
     fig.legend(handles=legend, loc="outside right upper", fontsize=8)
-    save(fig, path)
+    save_figure(fig, path)
     return series
-
-
-def save(fig: Any, path: Path) -> None:
-    """Render to memory, then write atomically: never into a file or link planted at ``path``."""
-    import io
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    write_bytes_atomic(path, buffer.getvalue())
 
 
 PLOTTERS: dict[str, Callable[[RunResult, Baseline | None, Path], Series]] = {

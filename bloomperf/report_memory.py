@@ -1,4 +1,4 @@
-"""The memory plot's figures: peak memory per GPU, measured and expected by the baseline.
+"""The memory plot: peak memory per GPU, measured and expected by the baseline.
 
 A GPU runs out of memory on its own, so the plot compares one GPU against one GPU's capacity,
 never a sum over GPUs. NVML readings carry each device's peak (``per_device_bytes``): the fullest
@@ -11,11 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from bloomperf.baseline import Baseline
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import GIB, row_label, table_layout
 from bloomperf.hardware import parse_topology_id
-from bloomperf.results import CellResult
+from bloomperf.report_figure import (
+    COLOURS,
+    batch_axis,
+    draw_row,
+    expected_ooms,
+    finish_plot,
+    new_figure,
+    oom_band,
+    row_cells,
+)
+from bloomperf.results import CellResult, Outcome, RunResult
 
 
 @dataclass(frozen=True)
@@ -70,3 +83,74 @@ def baseline_per_gpu(
         for b in sorted(baseline.cells, key=lambda b: b.batch_size)
         if (b.backend, b.dtype) == row and b.peak_memory_bytes is not None
     ]
+
+
+# ---- the plot -----------------------------------------------------------------------------------
+
+
+def plot_memory(run: RunResult, baseline: Baseline | None, path: Path) -> Path:
+    """Peak memory per GPU against one GPU's capacity and the baseline; OOMs in a band above."""
+    from matplotlib.lines import Line2D
+
+    fig = new_figure()
+    ax = fig.add_subplot()
+    sizes = sorted({c.batch_size for c in run.cells})
+    scale = memory_scale(run.topology, run.cells)
+    rows = table_layout(run.cells)[0]
+    top = float(scale.capacity_bytes or 0)
+    per_device = False
+    drawn: set[str] = set()
+    for i, row in enumerate(rows):
+        cells = row_cells(run.cells, row)
+        kept = [(c.batch_size, m) for c in cells if (m := per_gpu_peak(c, scale)) is not None]
+        expected = baseline_per_gpu(baseline, row, scale)
+        ooms = [c.batch_size for c in cells if c.outcome == Outcome.OOM]
+        drawn |= draw_row(
+            ax,
+            i,
+            row_label(*row),
+            [(b, m[0] / GIB) for b, m in kept],
+            [(b, v / GIB) for b, v in expected],
+            ooms,
+            expected_ooms(baseline, row, sizes),
+        )
+        if any(m[2] for _, m in kept):
+            per_device = True
+            xs = [b for b, _ in kept]
+            lows, highs = [m[1] / GIB for _, m in kept], [m[0] / GIB for _, m in kept]
+            ax.fill_between(xs, lows, highs, color=COLOURS[i % len(COLOURS)], alpha=0.1)
+        top = max(top, *(m[0] for _, m in kept), *(v for _, v in expected))
+        sizes = sorted(set(sizes) | {b for b, _ in expected})
+    if drawn & {"oom", "oom-baseline"}:
+        oom_band(ax, 0.0, top / GIB * 1.05, len(rows), log=False)
+    else:
+        ax.set_ylim(0, top / GIB * 1.05)  # from zero: a 5 % rise must not fill the plot
+    extra = []
+    if scale.capacity_bytes is not None:
+        capacity_line(ax, scale)
+        if per_device:
+            extra.append(
+                Line2D([], [], color="grey", lw=6, alpha=0.3, label="emptiest–fullest GPU")
+            )
+            ax.set_ylabel("peak memory of the fullest GPU (GiB)")
+        else:
+            ax.set_ylabel(f"peak memory per GPU (GiB; the total ÷ {scale.gpus})")
+    else:
+        ax.set_ylabel("peak memory of the process (GiB; no GPU)")
+    batch_axis(ax, sizes)
+    ax.grid(True, alpha=0.3)
+    whose = "per GPU" if scale.gpus else "of the process"
+    ax.set_title(f"{run.model.name} on {run.topology}: peak memory {whose} by batch size")
+    return finish_plot(fig, ax, drawn, path, extra)
+
+
+def capacity_line(ax: Any, scale: MemoryScale) -> None:
+    capacity = (scale.capacity_bytes or 0) / GIB
+    ax.axhline(capacity, color="black", lw=1.2, ls=":")
+    ax.annotate(
+        f"capacity of one {scale.gpu_name}: {capacity:.0f} GiB",
+        (0.01, capacity),
+        xycoords=("axes fraction", "data"),
+        va="bottom",
+        fontsize=8,
+    )
