@@ -24,6 +24,17 @@ import pynvml
 RECORDINGS = Path(__file__).parent / "data" / "nvml"
 
 
+def nvml_error_here() -> pynvml.NVMLError | None:
+    """What this machine's real NVML raises at init, None where it works: the reason bloomperf
+    must report on its paths without NVML (observable only where NVML is absent)."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return exc
+    pynvml.nvmlShutdown()
+    return None
+
+
 class Handle:
     def __init__(self, index: int, mig: int | None = None) -> None:
         self.index = index

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bloomperf import cli
-from bloomperf.results import CellResult, Outcome, load_run, run_to_dict, save_run
+from bloomperf.results import CellResult, Outcome, RunResult, load_run, run_to_dict, save_run
 from tests.builders import (
     BASELINES,
     BENCHMARK_STORAGE,
@@ -27,6 +27,7 @@ from tests.builders import (
     REGRESSED_RUN,
     RESULTS,
     rss,
+    scaled_run,
     tiny_run,
 )
 
@@ -87,9 +88,9 @@ def test_two_results_diff_before_and_after(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_another_gpu_model_against_a_named_baseline_is_incomparable(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, blog_run: RunResult
 ) -> None:
-    h100 = replace(load_run(BLOG_RESULTS), topology="8xH100-SXM5-80GB")
+    h100 = replace(blog_run, topology="8xH100-SXM5-80GB")
     path = tmp_path / "h100.json"
     save_run(h100, path)
     code, out, _ = bloomperf(capsys, "diff", path, "--baseline", "8xA100-80GB")
@@ -100,9 +101,9 @@ def test_another_gpu_model_against_a_named_baseline_is_incomparable(
 
 
 def test_unexpected_oom_exits_1_and_moved_boundary_only_under_strict(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, blog_run: RunResult
 ) -> None:
-    run = load_run(BLOG_RESULTS)
+    run = blog_run
     oom = run.with_cell(CellResult("ds-inference", "fp16", 128, Outcome.OOM, message="OOM"))
     save_run(oom, tmp_path / "oom.json")
     code, out, _ = bloomperf(capsys, "diff", tmp_path / "oom.json")
@@ -116,9 +117,9 @@ def test_unexpected_oom_exits_1_and_moved_boundary_only_under_strict(
 
 
 def test_several_results_merge_against_one_baseline(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, blog_run: RunResult
 ) -> None:
-    run = load_run(BLOG_RESULTS)
+    run = blog_run
     halves = [
         replace(run, cells=tuple(c for c in run.cells if c.backend == "accelerate")),
         replace(run, cells=tuple(c for c in run.cells if c.backend != "accelerate")),
@@ -267,13 +268,10 @@ def test_accept_then_diff_a_cpu_run(capsys: pytest.CaptureFixture[str], tmp_path
     code, out, _ = bloomperf(capsys, "diff", results, "--baselines", folder)
     assert code == 0 and "3 cells: 3 same" in out
     # Three times slower on a busy runner: recorded, not judged. Twice the memory: judged.
-    data = json.loads(results.read_text())
-    for cell in data["cells"]:
-        cell["samples_ms_per_token"] = [s * 3 for s in cell["samples_ms_per_token"]]
-    results.write_text(json.dumps(data))
+    run = scaled_run(load_run(results), 3)
+    save_run(run, results)
     code, out, _ = bloomperf(capsys, "diff", results, "--baselines", folder)
     assert code == 0 and "3 same" in out
-    run = load_run(results)
     bloated = replace(run.cells[1], generate_memory=rss(900))
     save_run(run.with_cell(bloated), results)
     code, out, _ = bloomperf(capsys, "diff", results, "--baselines", folder)
@@ -328,11 +326,11 @@ def test_a_failed_write_never_leaves_half_a_baseline(
 
 
 def test_accept_into_the_transcribed_baseline_keeps_its_provenance(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, blog_run: RunResult
 ) -> None:
     folder = tmp_path / "baselines"
     shutil.copytree(BASELINES, folder)
-    run = load_run(BLOG_RESULTS)
+    run = blog_run
     newer = run.with_cell(CellResult("ds-zero", "bf16", 16, Outcome.OK, (20.0, 20.5, 19.5)))
     newer = replace(newer, cells=tuple(c for c in newer.cells if c.id == "ds-zero-bf16-bs16"))
     path = tmp_path / "newer.json"
@@ -384,9 +382,9 @@ def test_cells_pytest_benchmark_dropped_can_travel_in_the_run_context(
 
 
 def test_a_named_topology_with_another_model_is_incomparable(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, blog_run: RunResult
 ) -> None:
-    run = load_run(BLOG_RESULTS)
+    run = blog_run
     save_run(
         replace(run, model=replace(run.model, name="bloom-7b1", layers=30)), tmp_path / "r.json"
     )

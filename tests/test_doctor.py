@@ -12,7 +12,7 @@ from typing import Any
 
 import pynvml
 import pytest
-from nvml_replay import NvmlReplay
+from nvml_replay import NvmlReplay, nvml_error_here
 
 from bloomperf.doctor import DOCTOR_KIND, SCHEMA_VERSION, run_checks
 from bloomperf.doctor.check import Check
@@ -29,15 +29,6 @@ from bloomperf.models import MODEL_SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
 GB = 1_000_000_000
-
-
-def nvml_error_here() -> pynvml.NVMLError | None:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return exc
-    pynvml.nvmlShutdown()
-    return None
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[str]:

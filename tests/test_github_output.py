@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bloomperf import cli
-from bloomperf.results import CellResult, Outcome, load_run, save_run
-from tests.builders import BLOG_RESULTS, REGRESSED_RUN
+from bloomperf.results import CellResult, Outcome, RunResult, save_run
+from tests.builders import REGRESSED_RUN
 
 
 def annotations(out: str, level: str) -> list[str]:
@@ -44,10 +44,13 @@ def test_a_regressed_cell_is_one_error_annotation_and_the_outputs_say_fail(
 
 
 def test_doubtful_cells_are_warnings_and_failures_errors(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    blog_run: RunResult,
 ) -> None:
     monkeypatch.delenv("GITHUB_OUTPUT", raising=False)
-    run = load_run(BLOG_RESULTS)
+    run = blog_run
     oom = run.with_cell(CellResult("ds-inference", "fp16", 1, Outcome.OOM, message="OOM"))
     path = tmp_path / "oom, 1.json"
     save_run(oom, path)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import psutil
 import pynvml
 import pytest
-from nvml_replay import NvmlReplay
+from nvml_replay import NvmlReplay, nvml_error_here
 
 from bloomperf.devices import VisibleDevice
 from bloomperf.errors import BloomperfError
@@ -249,18 +249,9 @@ def test_nvml_without_visible_gpu_is_unavailable() -> None:
 # ---- this machine's NVML ------------------------------------------------------------------------
 
 
-def nvml_error_here() -> str:
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return str(exc)
-    pynvml.nvmlShutdown()
-    return ""
-
-
 def test_cuda_sampler_without_nvml_reports_why() -> None:
     why = nvml_error_here()
-    if not why:
+    if why is None:
         pytest.skip("NVML works on this machine: the absent-NVML path cannot be observed")
     sampler = create_sampler("cuda", os.getpid())
     assert isinstance(sampler, NvmlSampler)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bloomperf.baseline import load_baseline
+from bloomperf.baseline import Baseline
 from bloomperf.compare import REGRESSED, SAME, judge
 from bloomperf.report import write_report
 from bloomperf.report_heatmap import COLOURS, cell_text, ratio_heatmap
 from bloomperf.resultfiles import read_results
-from tests.builders import BLOG_BASELINE, REGRESSED_RUN
+from tests.builders import REGRESSED_RUN
 
 
-def test_the_regressed_cell_is_a_red_ratio_and_the_others_plain() -> None:
-    comparison = judge(read_results(REGRESSED_RUN), load_baseline(BLOG_BASELINE))
+def test_the_regressed_cell_is_a_red_ratio_and_the_others_plain(blog_baseline: Baseline) -> None:
+    comparison = judge(read_results(REGRESSED_RUN), blog_baseline)
     by_id = {c.id: c for c in comparison.cells}
     assert cell_text(by_id["accelerate-bf16-bs8"], "ms_per_token") == ("1.10×", COLOURS[REGRESSED])
     assert cell_text(by_id["accelerate-bf16-bs1"], "ms_per_token") == ("1.00×", COLOURS[SAME])
@@ -24,8 +24,8 @@ def test_the_regressed_cell_is_a_red_ratio_and_the_others_plain() -> None:
     assert len(ax.get_yticklabels()) == len(comparison.cells)
 
 
-def test_the_report_opens_with_the_heatmap(tmp_path: Path) -> None:
-    report = write_report(read_results(REGRESSED_RUN), load_baseline(BLOG_BASELINE), tmp_path)
+def test_the_report_opens_with_the_heatmap(tmp_path: Path, blog_baseline: Baseline) -> None:
+    report = write_report(read_results(REGRESSED_RUN), blog_baseline, tmp_path)
     assert report.plots[0] == tmp_path / "ratio_heatmap.png"
     assert report.plots[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = report.markdown.read_text()
