@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bloomperf import cli
-from bloomperf.baseline import find_baseline
+from bloomperf.baseline import find_baseline, load_baseline, save_baseline
 from bloomperf.baseline_folders import package_baselines_dir, search_folders
 from tests.builders import BASELINES, BLOG_RESULTS, REPO
 
@@ -53,9 +53,8 @@ def test_a_user_baseline_hides_the_shipped_one(
     assert search_folders() == [package_baselines_dir()]
     user = tmp_path / "xdg" / "bloomperf" / "baselines"
     user.mkdir(parents=True)
-    data = json.loads((package_baselines_dir() / SHIPPED_8X).read_text())
-    data["notes"] = ["our own"]
-    (user / SHIPPED_8X).write_text(json.dumps(data))
+    shipped = load_baseline(package_baselines_dir() / SHIPPED_8X)
+    save_baseline(replace(shipped, notes=("our own",)), user / SHIPPED_8X)
     assert search_folders() == [user, package_baselines_dir()]
     found = find_baseline("8xA100-80GB", "bloom-176b")
     assert found is not None and found.path == str(user / SHIPPED_8X)
