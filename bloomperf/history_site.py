@@ -16,6 +16,8 @@ the persistent changes and what changed on their night from ``bloomperf.history`
 from __future__ import annotations
 
 import html
+import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ PANELS = (
     (METRIC_TTFT, "time to first token", "ms", 1.0),
     (METRIC_TPOT, "time per output token (p50)", "ms", 1.0),
 )
+MIN_SPAN = 0.10  # the y range of a panel shows at least ±10 % around the cell's median
 WORSE, BETTER, LINE, REGRESSED_COLOUR = "#b00020", "#1b7f2a", "#1f77b4", "#d62728"
 
 
@@ -111,6 +114,11 @@ def read_topology(folder: Path, baselines: Path | None, settings: dict[str, Any]
 # ---- the trend plot of one cell -----------------------------------------------------------------
 
 
+def cell_changes(topology: Topology, cell: str) -> list[Change]:
+    """The persistent changes of one cell, oldest first."""
+    return [c for c in topology.changes if c.cell == cell]
+
+
 def regressed_nights(topology: Topology, cell: str, metric: str) -> set[int]:
     """The nights on which this cell's metric was judged regressed against the baseline."""
     found = set()
@@ -130,11 +138,14 @@ def plot_cell(topology: Topology, cell: str, path: Path) -> Path | None:
         return None
     fig = new_figure(9.0, 1.2 + 1.9 * len(panels))
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    changes = [c for c in topology.changes if c.cell == cell]
+    changes = cell_changes(topology, cell)
     latest = next((v for v in topology.latest.cells if v.id == cell), None)
     for ax, ((metric, title, unit, scale), points) in zip(axes, panels, strict=True):
-        xs = [i for i, _ in points]
-        ax.plot(xs, [v / scale for _, v in points], "-o", ms=3, color=LINE, label="measured")
+        # NaN on the nights without a figure: the line breaks there instead of bridging them.
+        ys = [math.nan] * len(nights)
+        for i, v in points:
+            ys[i] = v / scale
+        ax.plot(range(len(nights)), ys, "-o", ms=3, color=LINE, label="measured")
         bad = regressed_nights(topology, cell, metric)
         hits = [(i, v / scale) for i, v in points if i in bad]
         if hits:
@@ -158,6 +169,7 @@ def plot_cell(topology: Topology, cell: str, path: Path) -> Path | None:
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
         ax.margins(y=0.25)
+        show_at_least(ax, statistics.median(v / scale for _, v in points))
     mark_failed_nights(axes[0], topology, cell)
     # Below the panels, where it can hide neither a point nor the label of a change.
     handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
@@ -171,12 +183,30 @@ def plot_cell(topology: Topology, cell: str, path: Path) -> Path | None:
     return path
 
 
+def show_at_least(ax: Any, centre: float, span: float = MIN_SPAN) -> None:
+    """A y range of at least ±``span`` around ``centre``: a few per cent of noise must look
+    small next to a 15 % step, which an autoscaled axis would both blow up to full height."""
+    low, high = ax.get_ylim()
+    ax.set_ylim(min(low, centre * (1 - span)), max(high, centre * (1 + span)))
+
+
 def mark_failed_nights(ax: Any, topology: Topology, cell: str) -> None:
     """A red cross at the bottom edge on each night the cell ran but did not finish."""
+    label = "did not finish"
     for i, night in enumerate(topology.nights):
         found = find_cell(night.run, cell)
         if found is not None and found.ms_per_token is None and found.outcome.value != "skipped":
-            ax.plot(i, 0.04, "x", color=WORSE, ms=8, mew=2, transform=ax.get_xaxis_transform())
+            ax.plot(
+                i,
+                0.04,
+                "x",
+                color=WORSE,
+                ms=8,
+                mew=2,
+                transform=ax.get_xaxis_transform(),
+                label=label,
+            )
+            label = "_"  # one legend entry
             ax.annotate(
                 found.outcome.value,
                 (i, 0.1),
@@ -255,7 +285,7 @@ def change_table(topology: Topology, changes: Sequence[Change]) -> str:
 def cell_page(topology: Topology, cell: str, plot: Path | None) -> str:
     title = f"{cell} on {topology.name}"
     latest = next((v for v in topology.latest.cells if v.id == cell), None)
-    changes = [c for c in topology.changes if c.cell == cell]
+    changes = cell_changes(topology, cell)
     body = [
         f"<p>{link('../index.html', 'all topologies')} · {link('report/index.html', 'report')}</p>",
         f"<h1>{html.escape(title)}</h1>",
@@ -278,9 +308,10 @@ def index_section(topology: Topology, pages: dict[str, str]) -> list[str]:
     nights = topology.nights
     rows = []
     for verdict in topology.latest.cells:
-        cell_changes = [c for c in topology.changes if c.cell == verdict.id]
-        worse = sum(c.worse for c in cell_changes)
-        changes = f"{len(cell_changes)} ({worse} worse)" if cell_changes else "none"
+        found = cell_changes(topology, verdict.id)
+        worse = sum(c.worse for c in found)
+        kinds = [f"{worse} worse" if worse else "", f"{len(found) - worse} better"]
+        changes = ", ".join(k for k in kinds if k and not k.startswith("0 ")) or "none"
         trend = link(pages[verdict.id], "trend") if verdict.id in pages else ""
         rows.append([html.escape(verdict.id), html.escape(cell_text(verdict)), changes, trend])
     return [

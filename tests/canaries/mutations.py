@@ -307,4 +307,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_worker.py::test_synchronize_waits_for_each_gpu_of_the_model",),
         "every timer read after synchronize would stop before the GPUs' queued kernels finish",
     ),
+    Mutation(
+        "history-merge-takes-a-conflicting-run",
+        "bloomperf/history_merge.py",
+        "    if key is not None and key == run_key(other) and not same_content:",
+        "    if False:",
+        ("tests/test_history_merge.py::test_a_conflicting_duplicate_is_refused_naming_the_file",),
+        "two runners' files for one run with other figures: the history would keep both as nights",
+    ),
+    Mutation(
+        "history-site-marks-no-change",
+        "bloomperf/history_site.py",
+        "    return [c for c in topology.changes if c.cell == cell]",
+        "    return []",
+        (
+            "tests/test_history_site.py::"
+            "test_the_regressed_cell_is_marked_with_its_step_and_what_changed",
+        ),
+        "the published trend page of a regressed cell would show no step and no cause",
+    ),
 )
