@@ -66,6 +66,13 @@ CPU_TOLERANCES: dict[str, float | None] = {
 }
 
 
+# The fingerprint keys a baseline's provenance keeps beside the package versions.
+SOFTWARE_SYSTEM_KEYS = ("python", "driver", "cuda_driver", "cuda_torch", "nccl")
+# And the bloomperf checkout it was measured with (from ``provenance.provenance``).
+COMMIT_KEY = "bloomperf_commit"
+DIRTY_KEY = "bloomperf_dirty"
+
+
 @dataclass(frozen=True)
 class Provenance:
     id: str
@@ -655,11 +662,30 @@ def describe_software(environment: dict[str, Any]) -> dict[str, str]:
     """Package versions, Python, driver and CUDA from the run's environment fingerprint."""
     packages = environment.get("packages")
     software = {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
-    for key in ("python", "driver", "cuda_driver", "cuda_torch", "nccl"):
+    for key in SOFTWARE_SYSTEM_KEYS:
         value = environment.get(key)
         if value not in (None, ""):
             software[key] = str(value)
+    git = (environment.get("provenance") or {}).get("git") or {}
+    if git.get("commit"):  # what the report's "What changed" compares a later run's with
+        software[COMMIT_KEY] = str(git["commit"])
+        if git.get("dirty") is not None:
+            software[DIRTY_KEY] = "yes" if git["dirty"] else "no"
     return software
+
+
+def software_environment(p: Provenance) -> dict[str, Any]:
+    """A provenance entry's software as the fingerprint ``describe_software`` read it from (what
+    ``provenance.what_changed`` compares): the system keys, and the rest as packages."""
+    software = dict(p.software)
+    commit, dirty = software.pop(COMMIT_KEY, None), software.pop(DIRTY_KEY, None)
+    system = {k: v for k, v in software.items() if k in SOFTWARE_SYSTEM_KEYS}
+    packages = {k: v for k, v in software.items() if k not in SOFTWARE_SYSTEM_KEYS}
+    environment = {**system, "packages": packages}
+    if commit:
+        dirty_flag = None if dirty is None else dirty == "yes"
+        environment["provenance"] = {"git": {"commit": commit, "dirty": dirty_flag}}
+    return environment
 
 
 def baseline_cell_text(c: BaselineCell | None) -> str:

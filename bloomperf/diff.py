@@ -24,7 +24,7 @@ from bloomperf.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.github_output import job_outputs, render_github, write_job_outputs
 from bloomperf.history import add_detection_options, detection_settings, history_section
 from bloomperf.inputs import add_input_arguments, baseline_for
-from bloomperf.provenance import what_changed
+from bloomperf.provenance import NOTHING_CHANGED, what_changed
 from bloomperf.resultfiles import read_many, read_results, refuse_synthetic
 from bloomperf.results import RunResult
 
@@ -157,7 +157,7 @@ def run_diff(args: argparse.Namespace) -> int:
 def render_what_changed(results: list[str], fmt: str) -> str:
     """Between two runs: the checkout, system and package versions that differ."""
     before, after = (read_results(Path(r)).environment for r in results)
-    lines = what_changed(before, after) or ["nothing recorded differs (commit, driver, packages)"]
+    lines = what_changed(before, after) or [NOTHING_CHANGED]
     if fmt == "markdown":
         return "\n### What changed between the runs\n\n" + "".join(f"- {x}\n" for x in lines)
     return "\nWhat changed between the runs:\n" + "".join(f"  {x}\n" for x in lines)

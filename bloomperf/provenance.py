@@ -19,6 +19,8 @@ from typing import Any
 
 GIT_TIMEOUT_S = 10.0
 # Fingerprint keys whose change can explain a step, in the order they are listed.
+# What two runs' environments say when ``what_changed`` finds no difference.
+NOTHING_CHANGED = "nothing recorded differs (commit, driver, CUDA, NCCL, packages)"
 SYSTEM_KEYS = ("python", "driver", "cuda_driver", "cuda_torch", "nccl", "topology", "hostname")
 
 
@@ -119,7 +121,7 @@ def _describe_commit(git: Mapping[str, Any]) -> str:
 
 
 def _show(value: Any) -> str:
-    if value is None:
+    if value is None or value == "":  # the fingerprint's "" (no driver on CPU) reads as none
         return "none"
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "none"

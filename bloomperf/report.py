@@ -17,8 +17,9 @@ summary, next to the PNG files it links) and the PNGs themselves:
 * ``trend.png`` (with ``--history``): ms/token of every cell over the nights, the nights where a
   persistent change started marked (``bloomperf.history`` finds them).
 
-The verdicts come from ``bloomperf.compare`` and the baseline from ``bloomperf.baseline``: the
-report draws, it does not judge.
+The page opens with the verdicts and what changed in the software since the previous night (or
+the baseline; ``bloomperf.report_changes``). The verdicts come from ``bloomperf.compare`` and the
+baseline from ``bloomperf.baseline``: the report draws, it does not judge.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from bloomperf.history import (
 )
 from bloomperf.inputs import add_input_arguments, baseline_for
 from bloomperf.jsonfile import refuse_overwriting_inputs
+from bloomperf.report_changes import WhatChanged, what_changed_since
 from bloomperf.report_figure import save_figure
 from bloomperf.report_heatmap import ratio_heatmap
 from bloomperf.report_latency import LATENCY_FILES, write_latency_plots
@@ -67,12 +69,14 @@ REPORT_FILES = (
 
 @dataclass(frozen=True)
 class Report:
-    """What ``write_report`` produced: the files and the history changes it marked."""
+    """What ``write_report`` produced: the files, the history changes it marked, and what
+    changed in the software since the run it compared with."""
 
     html: Path
     markdown: Path
     plots: tuple[Path, ...]
     changes: tuple[Change, ...] = ()
+    what_changed: tuple[WhatChanged, ...] = ()  # since the previous night, or the baseline
 
 
 def write_report(
@@ -117,8 +121,11 @@ def write_report(
         changes = detect_changes(nights, **settings)
         tolerance = settings.get("tolerance", DEFAULT_TOLERANCE)
         plots["trend"] = plot_trend(nights, changes, out / "trend.png", tolerance)
-    html_path, md_path = write_pages(out, run, comparison, plots, nights, changes, latency.notes)
-    return Report(html_path, md_path, tuple(plots.values()), tuple(changes))
+    changed = what_changed_since(run, nights, baseline)
+    html_path, md_path = write_pages(
+        out, run, comparison, plots, nights, changes, latency.notes, changed
+    )
+    return Report(html_path, md_path, tuple(plots.values()), tuple(changes), tuple(changed))
 
 
 def add_command(subparsers: Any) -> None:

@@ -16,6 +16,7 @@ from bloomperf.comparison_text import table_rows
 from bloomperf.formatting import clean, markdown_table
 from bloomperf.history import Change, Night, describe_change, render_changes
 from bloomperf.jsonfile import write_text_atomic
+from bloomperf.report_changes import WhatChanged, html_lines, markdown_lines
 from bloomperf.report_environment import environment_rows, plots_note, shown_baseline
 from bloomperf.report_latency import LATENCY_HEADINGS, flag_lines
 from bloomperf.results import RunResult
@@ -80,6 +81,7 @@ def write_pages(
     nights: Sequence[Night],
     changes: Sequence[Change],
     notes: dict[str, str] | None = None,
+    changed: Sequence[WhatChanged] = (),
 ) -> tuple[Path, Path]:
     notes = notes or {}
     title = f"bloomperf: {run.model.name} on {run.topology}"
@@ -103,6 +105,7 @@ def write_pages(
     md += ["## Verdicts", "", *markdown_table(header, body), ""]
     failures = [clean(f) for f in comparison.failures()] + flag_lines(run)
     md += [f"- {f}" for f in failures] + ([""] if failures else [])
+    md += markdown_lines(changed)
     for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
         shown = f"![{heading}]({plots[key].name})" if key in plots else notes[key]
         md += [f"## {heading}", "", shown, ""]
@@ -124,6 +127,7 @@ def write_pages(
     ]
     if failures:
         doc.append("<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in failures) + "</ul>")
+    doc += html_lines(changed)
     for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
         shown = embedded(plots[key]) if key in plots else f"<p>{html.escape(notes[key])}</p>"
         doc += [f"<h2>{heading}</h2>", shown]
