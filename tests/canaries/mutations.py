@@ -317,7 +317,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "history-site-marks-no-change",
-        "bloomperf/history_site.py",
+        "bloomperf/history_trend.py",
         "    return [c for c in topology.changes if c.cell == cell]",
         "    return []",
         (
