@@ -127,7 +127,10 @@ def load_text(verdicts: list[CellVerdict]) -> str:
     m = next((m for v in verdicts if (m := v.metric("load_time")) and m.measured), None)
     if m is None:
         return "–"
-    return f"{format_value('load_time', m.measured)}{change_text(m)}{verdict_word(m.status)}"
+    change = change_text(m)
+    # A change shown says "not judged" itself; "(+49.5%, not judged) (not judged)" would stutter.
+    word = "" if m.status == NOT_JUDGED and change else verdict_word(m.status)
+    return f"{format_value('load_time', m.measured)}{change}{word}"
 
 
 def verdict_word(status: str) -> str:
@@ -142,7 +145,9 @@ def memory_text(verdicts: list[CellVerdict]) -> str:
     measured = [m.measured for _, m in metrics if m.measured]
     if not measured:
         return "–"
-    figure = f"≤ {max(measured) / GIB:.0f} GiB"
+    peak = max(measured) / GIB
+    # Whole GiB for a GPU's tens of them; a CPU's tiny model peaks below one ("≤ 0 GiB").
+    figure = f"≤ {peak:.0f} GiB" if peak >= 10 else f"≤ {peak:.2g} GiB"
     moved = [
         f"{STATUS_WORDS[m.status]} at bs{b}"
         for b, m in metrics

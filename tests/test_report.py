@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.baseline import Baseline, BaselineCell, matching_load_time
+from bloomperf.baseline import Baseline, BaselineCell, load_baseline, matching_load_time
 from bloomperf.cli import main
 from bloomperf.compare import CellVerdict, compare_metric, judge
 from bloomperf.comparison_text import cell_text, table_rows
@@ -22,6 +22,7 @@ from tests.builders import (
     BLOG_BASELINE,
     REGRESSED_RUN,
     REPO,
+    RESULTS,
     GiB,
     add_night,
     blog_cells,
@@ -190,6 +191,14 @@ def test_a_memory_regression_is_named_in_its_cell() -> None:
     memory = compare_metric("peak_memory", [60.0 * GiB], 50.0 * GiB, 0.1)
     cell = CellVerdict("accelerate", "bf16", 8, "regressed", "ok", "ok", (ms, memory), 10.0)
     assert cell_text(cell) == "10.00 ms; memory 60.00 GiB (+20.0%) REGRESSED"
+
+
+def test_a_cpu_row_says_not_judged_once_and_its_memory_below_one_gib() -> None:
+    """The real tiny CPU run against the shipped CPU baseline: load time not judged on CPU."""
+    run = read_results(RESULTS / "cpu.tiny.steps.results.json")
+    baseline = load_baseline(REPO / "bloomperf" / "baselines" / "cpu.tiny.json")
+    rows = {row[0]: row for row in table_rows(judge(run, baseline))[1]}
+    assert rows["Accelerate fp32"][-2:] == ["0.0872 s (+49.5%, not judged)", "≤ 0.43 GiB (same)"]
 
 
 def test_the_environment_reads_as_sizes_counts_and_provenance_without_paths(
