@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -14,7 +15,8 @@ import pytest
 from nvml_replay import NvmlReplay
 
 import bloomperf.topology
-from bloomperf.cli import main as cli_main
+from bloomperf.calibrate import calibrate_command
+from bloomperf.cli import build_parser
 from bloomperf.errors import BloomperfError
 from bloomperf.lock import hold_device_lock, lock_path
 from bloomperf.options import resolve_options
@@ -158,7 +160,7 @@ def test_a_run_locks_exactly_the_gpus_its_groups_use() -> None:
 
 
 def test_calibrate_and_run_on_the_same_gpus_exclude_each_other(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run holds its GPUs (by UUID, as `bloomperf run` locks them); `bloomperf calibrate` on the
     same GPUs is refused before it measures anything. Topology detection runs bloomperf's real
@@ -172,11 +174,12 @@ def test_calibrate_and_run_on_the_same_gpus_exclude_each_other(
     topology = bloomperf.topology.detect_topology()
     run_key = lock_key(topology, resolve_options({"device": "cuda", "backends": "accelerate"}))
     assert run_key.count("GPU-") == 4
+    args = build_parser().parse_args(["calibrate", *argv, "--repeats", "2"])
     proc = start_holder(run_key, tmp_path)
     try:
-        assert cli_main(["calibrate", *argv, "--repeats", "2"]) == 2
+        with pytest.raises(BloomperfError, match=rf"PID {proc.pid}\) holds GPU GPU-") as info:
+            calibrate_command(args, io.StringIO(), io.StringIO())
     finally:
         proc.kill()
         proc.wait(timeout=10)
-    error = capsys.readouterr().err
-    assert f"PID {proc.pid}) holds GPU GPU-" in error, error
+    assert info.value.exit_code == 2
