@@ -131,8 +131,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "parameter-formula-wrong",
         "bloomperf/models.py",
-        "per_layer = 12 * hidden * hidden + 13 * hidden",
-        "per_layer = 12 * hidden * hidden + 12 * hidden",
+        "return 13 * hidden",
+        "return 12 * hidden",
         ("tests/test_models.py::test_parameter_count_matches_transformers",),
         "memory predictions, skip decisions and int8 maps all rest on the parameter count",
     ),
