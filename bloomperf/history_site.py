@@ -228,6 +228,9 @@ def read_topologies(root: Path, baselines: Path | None, settings: dict[str, Any]
 
 def publish_site(root: Path, out: Path, baselines: Path | None = None, **settings: Any) -> Site:
     """Write the site of the history ``root`` into ``out`` (see the module docstring)."""
+    if out.resolve() == root.resolve() or root.resolve() in out.resolve().parents:
+        # Pages among the nights would be published from, and merged into, the history itself.
+        raise BloomperfError(f"--out {out}: is inside the history {root}; write the site elsewhere")
     topologies = read_topologies(root, baselines, settings)
     sections: list[str] = []
     pages: list[Path] = []

@@ -140,6 +140,8 @@ def test_bad_history_is_one_line_exit_2(
         (twice / name).mkdir(parents=True)
         night_file = history / EIGHT / f"{night(0)}.json"
         (twice / name / night_file.name).write_bytes(night_file.read_bytes())
+    assert main(["history", "publish", str(history), "--out", str(history / EIGHT / "site")]) == 2
+    assert "--out" in capsys.readouterr().err and not (history / EIGHT / "site").exists()
     for root, where in (
         (tmp_path / "missing", "missing"),
         (tmp_path / "empty", "empty"),
