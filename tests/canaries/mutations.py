@@ -326,4 +326,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
         "the published trend page of a regressed cell would show no step and no cause",
     ),
+    Mutation(
+        "report-what-changed-against-itself",
+        "bloomperf/report_changes.py",
+        "        return nights[mine[0] - 1] if mine[0] > 0 else None",
+        "        return nights[mine[0]]",
+        (
+            "tests/test_report_changes.py::"
+            "test_since_the_previous_night_the_report_lists_commit_driver_nccl_and_torch",
+        ),
+        "the report would compare a night with itself: 'nothing changed' on the night torch moved",
+    ),
 )
