@@ -37,6 +37,7 @@ from bloomperf.formatting import (
     row_label,
     table_layout,
 )
+from bloomperf.hardware import known_topology
 from bloomperf.results import Outcome
 
 # The metrics a table cell names beside ms/token when they moved (load time has its own column:
@@ -97,7 +98,8 @@ def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         "Solution (dtype)",
         *(f"Batch {s}" for s in sizes),
         "Load time",
-        "Peak memory (all GPUs)",
+        # Summed over the GPUs of a GPU topology; on a CPU the process's, over no GPU at all.
+        "Peak memory (all GPUs)" if known_topology(comparison.topology) else "Peak memory",
     ]
     body = []
     for row in rows:
