@@ -162,13 +162,15 @@ def index_section(topology: Topology, pages: dict[str, str]) -> list[str]:
     name = html.escape(topology.name)
     nights = topology.nights
     rows = []
-    for verdict in topology.latest.cells:
-        found = cell_changes(topology, verdict.id)
+    # The order of the pages: the newest night's cells, then those it no longer ran.
+    for cell, page_link in pages.items():
+        found = cell_changes(topology, cell)
         worse = sum(c.worse for c in found)
         kinds = [f"{worse} worse" if worse else "", f"{len(found) - worse} better"]
         changes = ", ".join(k for k in kinds if k and not k.startswith("0 ")) or "none"
-        trend = link(pages[verdict.id], "trend") if verdict.id in pages else ""
-        rows.append([html.escape(verdict.id), html.escape(cell_text(verdict)), changes, trend])
+        verdict = topology.newest_verdict(cell)
+        newest = cell_text(verdict) if verdict is not None else "not run"
+        rows.append([html.escape(cell), html.escape(newest), changes, link(page_link, "trend")])
     return [
         f"<h2 id='{name}'>{name}</h2>",
         f"<p>{len(nights)} nights, {html.escape(nights[0].label)} … "
@@ -247,7 +249,7 @@ def publish_site(root: Path, out: Path, baselines: Path | None = None, **setting
     contents = "".join(f"<li>{link('#' + t.name, t.name)}</li>" for t in topologies)
     body = [
         "<h1>bloomperf nightly history</h1>",
-        f"<p>Published {html.escape(utc_now())}; {len(topologies)} topologies.</p>",
+        f"<p>Published {html.escape(utc_now())}. Topologies:</p>",
         f"<ul>{contents}</ul>",
         *sections,
     ]

@@ -25,6 +25,7 @@ from tests.builders import (
 
 EIGHT = BLOG_TOPOLOGY
 SLOW_CELL = "accelerate-bf16-bs8"
+DROPPED_CELL = "accelerate-int8-bs8"
 STEP_NIGHT = 8  # the first night of the slower level
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -49,6 +50,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         save_run(on_night(run, night(day)), tmp / "artifacts" / "night-8x" / f"{day}.json")
     for day in range(4):
         run = on_night(scaled_run(cpu, 1 + rng.uniform(-0.02, 0.02)), night(day))
+        if day == 3:  # the newest night no longer runs one cell
+            run = replace(run, cells=tuple(c for c in run.cells if c.id != DROPPED_CELL))
         save_run(run, tmp / "artifacts" / "night-cpu" / f"{day}.json")
     history = tmp / "history"
     assert main(["history", "merge", str(tmp / "artifacts"), "--into", str(history)]) == 0
@@ -83,6 +86,13 @@ def test_every_page_links_only_to_files_of_the_site(site: tuple[Path, Path]) -> 
             checked += 1
     assert checked > 30
     index = (out / "index.html").read_text(encoding="utf-8")
+    # Every trend page is linked from the index, a cell the newest night did not run too.
+    linked = set(links(out / "index.html"))
+    for page in out.glob("*/*.html"):
+        assert str(page.relative_to(out)) in linked, page
+    rows = re.findall(rf"<tr><td>{DROPPED_CELL}</td>.*?</tr>", index)
+    (row,) = [r for r in rows if f'href="cpu/{DROPPED_CELL}.html"' in r]
+    assert "<td>not run</td>" in row
     for topology in (EIGHT, "cpu"):
         assert f'href="{topology}/report/index.html"' in index
         assert (
