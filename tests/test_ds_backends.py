@@ -23,6 +23,18 @@ pytest.importorskip("deepspeed")
 TIMEOUT_S = 900
 TP_CASES: list[list[Any]] = [["ds-autotp", {}]]
 ZERO_CASES: list[list[Any]] = [["ds-zero", {}], ["ds-zero", {"zero_offload": "cpu"}]]
+# --ds-config's offload_param overrides zero_offload: the option then says the opposite of
+# what ZeRO did, so a rank echoing the option is caught.
+OVERRIDDEN_OFFLOAD_CASES: list[list[Any]] = [
+    ["ds-zero", {"ds_config": {"zero_optimization": {"offload_param": {"device": "cpu"}}}}],
+    [
+        "ds-zero",
+        {
+            "zero_offload": "cpu",
+            "ds_config": {"zero_optimization": {"offload_param": {"device": "none"}}},
+        },
+    ],
+]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +117,25 @@ def test_single_rank_tp_and_zero_match_plain_model(tiny: Path, tmp_path: Path) -
         "tp": 1,
         "checkpoint": "hf",
     }
-    assert [r["details"]["offload"] for r in results[1:]] == ["none", "cpu"]
+    zero = [r["details"] for r in results[1:]]
+    assert [d["offload"] for d in zero] == ["none", "cpu"]
+    # The partitions sit in CPU memory either way on a CPU run (on a GPU, "none" keeps them on
+    # the rank's GPU): ZeRO's own ds_tensor, one rank holding all of it.
+    assert [d["partition"]["device"] for d in zero] == ["cpu", "cpu"]
+    assert [d["partition"]["rank_numel"] - d["partition"]["ds_numel"] for d in zero] == [0, 0]
+
+
+def test_zero_reports_the_offload_deepspeed_applied_not_the_option(
+    tiny: Path, tmp_path: Path
+) -> None:
+    argv = [sys.executable, "-m", "tests.ds_backend_probe"]
+    run_group(argv, {}, probe_env(tiny, OVERRIDDEN_OFFLOAD_CASES), tmp_path)
+    (results,) = read_ranks(tmp_path, 1)
+    for result in results:
+        assert_same_tokens(result)
+    # Read from ZeRO-3's engine after deepspeed.initialize; the option is reported beside it.
+    assert [r["details"]["offload"] for r in results] == ["cpu", "none"]
+    assert [r["details"]["zero_offload"] for r in results] == ["none", "cpu"]
 
 
 def test_two_ranks_tp_presharded_and_zero_match_plain_model(tiny: Path, tmp_path: Path) -> None:
@@ -157,4 +187,5 @@ def test_two_ranks_tp_presharded_and_zero_match_plain_model(tiny: Path, tmp_path
         # The blog's meta-device path by default: DeepSpeed read bloomperf's checkpoint itself.
         assert [r["details"]["checkpoint"] for r in tp] == ["unsharded", "pre-sharded", "hf"]
         assert [r["details"]["ranks"] for r in zero] == [2, 2]
+        assert [r["details"]["offload"] for r in zero] == ["none", "cpu"]
         assert [r["details"]["aggregate_batch_factor"] for r in zero] == [2, 2]

@@ -271,7 +271,7 @@ def measure_with_nvml(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_sampler: Callable[[int], Any]
 ) -> tuple[CellResult, CellResult]:
     """Two cells of one group, the workers' memory read by ``make_sampler(pid)``: the real
-    NVML code, on this machine's missing library or on answers recorded on a GPU machine."""
+    NVML code, on this machine's missing library or on hand-written NVML answers."""
     monkeypatch.setattr(
         bloomperf.launch, "create_sampler", lambda device, pid, visible=None: make_sampler(pid)
     )

@@ -1,4 +1,4 @@
-"""Memory samplers (RSS on real processes, NVML on recorded answers and here)."""
+"""Memory samplers (RSS on real processes, NVML on hand-written answers and here)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def test_mark_before_start_is_a_programming_error() -> None:
         RssSampler(os.getpid()).mark()
 
 
-# ---- NVML on recorded answers -------------------------------------------------------------------
+# ---- NVML on hand-written answers ---------------------------------------------------------------
 
 
 def test_nvml_peaks_over_time_per_device_and_per_process() -> None:
@@ -332,6 +332,9 @@ def test_process_query_stops_when_nvml_only_lists_host_pids() -> None:
     wait_for_queries(nvml, 4)  # two samples of an idle GPU pair: nothing listed yet
     host_pid = 4_000_000 + os.getpid()  # above any pid_max this namespace can hand out
     nvml.set_processes(1, [(host_pid, 30 * GB)])  # the worker starts, seen under its host PID
+    # Counted from here: on a loaded machine this thread may come back from the wait above
+    # after more idle samples than two (seen: 20 queries in all, not 14).
+    queries_before = nvml.process_queries
     time.sleep(0.3)
     reading = sampler.mark()
     sampler.stop()
@@ -344,7 +347,7 @@ def test_process_query_stops_when_nvml_only_lists_host_pids() -> None:
     queries = nvml.process_queries
     time.sleep(0.05)
     assert nvml.process_queries == queries  # never again
-    assert queries < 4 + 2 * 5 + 4  # stopped after about five samples, not 300
+    assert queries - queries_before <= 2 * 5 + 2  # stopped after about five samples, not 300
 
 
 def test_process_query_goes_on_past_someone_elses_process() -> None:

@@ -192,7 +192,7 @@ def test_slurm_and_mpi_ranks_take_their_numbers_from_their_launcher() -> None:
 
 
 def node_answer(recording: str, hostname: str) -> dict[str, Any]:
-    """What ``python -m bloomperf.nodes probe`` prints on a node, here from recorded NVML."""
+    """What ``python -m bloomperf.nodes probe`` prints on a node, from hand-written NVML."""
     from nvml_replay import NvmlReplay
 
     from bloomperf.topology import detect_topology, topology_to_dict

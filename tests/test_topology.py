@@ -1,4 +1,4 @@
-"""Topology detection on recorded NVML answers and on this machine; the `topology` command."""
+"""Topology detection on hand-written NVML answers and on this machine; the `topology` command."""
 
 from __future__ import annotations
 

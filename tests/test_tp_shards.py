@@ -66,4 +66,8 @@ def test_each_zero_rank_holds_half_of_each_parameter(tmp_path: Path) -> None:
     for result in run_probe([["ds-zero", {}]], tmp_path):
         # ZeRO-3's own record: query_key_value's 3·hidden x hidden weights, half on each rank.
         whole = 3 * hidden * hidden
-        assert result["details"]["partition"] == {"ds_numel": whole, "rank_numel": whole // 2}
+        assert result["details"]["partition"] == {
+            "ds_numel": whole,
+            "rank_numel": whole // 2,
+            "device": "cpu",
+        }

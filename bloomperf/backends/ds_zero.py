@@ -73,7 +73,7 @@ class DeepSpeedZeroBackend(Backend):
         local_rank = self._local_rank
         self._device = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
         self._world_size = request.world_size
-        self._offload = str(request.options.get("zero_offload") or "none")
+        self._offload_option = str(request.options.get("zero_offload") or "none")
         config = AutoConfig.from_pretrained(str(request.checkpoint))
         ds_config = merged_config(
             zero3_config(request, config.hidden_size), request.options.get("ds_config") or {}
@@ -111,7 +111,8 @@ class DeepSpeedZeroBackend(Backend):
             "path": "ds-zero",
             "zero_stage": 3,
             "ranks": self._world_size,
-            "offload": self._offload,
+            "offload": applied_offload(self.engine),
+            "zero_offload": self._offload_option,  # asked for; --ds-config may override it
             "checkpoint": "hf",
             "kernel_inject": False,
             # Each rank could serve its own batch; the measured cycle runs the same one on all.
@@ -126,16 +127,30 @@ class DeepSpeedZeroBackend(Backend):
         del self.model, self.engine
 
 
-def zero_partition(model: Any) -> dict[str, int] | None:
-    """ZeRO-3's own record for the first query_key_value weight: its full size (ds_numel) and
-    the part this rank holds (ds_tensor), which proves the parameters really are partitioned."""
+def zero_partition(model: Any) -> dict[str, Any] | None:
+    """ZeRO-3's own record for the first query_key_value weight: its full size (ds_numel), the
+    part this rank holds (ds_tensor), which proves the parameters really are partitioned, and
+    where that part lives (a GPU, "cpu" when offloaded there, or "nvme" when swapped out)."""
     for name, parameter in model.named_parameters():
         if name.endswith("query_key_value.weight") and hasattr(parameter, "ds_tensor"):
+            part = parameter.ds_tensor
+            on_nvme = getattr(part, "final_location", None) == "nvme"
             return {
                 "ds_numel": int(parameter.ds_numel),
-                "rank_numel": int(parameter.ds_tensor.numel()),
+                "rank_numel": int(part.numel()),
+                "device": "nvme" if on_nvme else str(part.device),
             }
     return None
+
+
+def applied_offload(engine: Any) -> str:
+    """The parameter offload ZeRO-3's engine applied (none | cpu | nvme), read from its
+    DeepSpeedZeRoOffload after ``deepspeed.initialize``, not from the zero_offload option: a
+    ``--ds-config`` offload_param overrides that option, and on a CPU run the partition's
+    device reads "cpu" either way."""
+    offload = getattr(engine.optimizer, "parameter_offload", engine.optimizer)
+    device = getattr(offload, "offload_device", None)
+    return "none" if device is None else str(getattr(device, "value", device))
 
 
 def zero3_config(request: LoadRequest, hidden_size: int) -> dict[str, Any]:

@@ -337,4 +337,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
         "the report would compare a night with itself: 'nothing changed' on the night torch moved",
     ),
+    Mutation(
+        "offload-echoed",
+        "bloomperf/backends/ds_zero.py",
+        '"offload": applied_offload(self.engine),',
+        '"offload": self._offload_option,',
+        (
+            "tests/test_ds_backends.py::"
+            "test_zero_reports_the_offload_deepspeed_applied_not_the_option",
+        ),
+        "results would claim an offload ZeRO did not apply (a --ds-config override): the memory "
+        "and speed of one layout filed under another",
+    ),
 )
