@@ -349,4 +349,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "results would claim an offload ZeRO did not apply (a --ds-config override): the memory "
         "and speed of one layout filed under another",
     ),
+    Mutation(
+        "nvml-peak-is-the-last-sample",
+        "bloomperf/measure/memory.py",
+        "self._peak_total = max(self._peak_total, sum(used))",
+        "self._peak_total = sum(used)",
+        ("tests/test_memory.py::test_nvml_peaks_over_time_per_device_and_per_process",),
+        "GPU memory would read the last level, not the peak: a cell near OOM would look roomy",
+    ),
+    Mutation(
+        "nvml-error-drops-the-peaks",
+        "bloomperf/measure/memory.py",
+        '            self._failure = f"NVML failed mid-run: {exc}"',
+        '            self._failure, self._samples = f"NVML failed mid-run: {exc}", 0',
+        ("tests/test_memory.py::test_nvml_error_mid_run_keeps_the_peaks_taken_before",),
+        "a GPU lost late in a cell would throw away the memory measured before it",
+    ),
 )
