@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from bloomperf.checkpoints import default_cache_dir
 from bloomperf.errors import BloomperfError
 from bloomperf.interleave import (
     CYCLES,
@@ -34,7 +35,6 @@ from bloomperf.interleave import (
 )
 from bloomperf.jsonfile import write_json_atomic
 from bloomperf.matrix import Cell
-from bloomperf.models import default_cache_dir
 from bloomperf.options import (
     add_cli_options,
     parse_positive_float,

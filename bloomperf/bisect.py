@@ -27,10 +27,10 @@ from typing import Any, TextIO
 from packaging.version import InvalidVersion, Version
 
 from bloomperf.ab import add_comparison_arguments, comparison_settings, package_source
+from bloomperf.checkpoints import default_cache_dir
 from bloomperf.errors import BloomperfError
 from bloomperf.interleave import Comparison, Settings
 from bloomperf.jsonfile import write_json_atomic
-from bloomperf.models import default_cache_dir
 from bloomperf.options import resolve_options
 from bloomperf.overlay import Arm, InstallFailure, PackageSource, parse_settings, prepare_arm
 from bloomperf.overlay import resolve_python as resolve_interpreter

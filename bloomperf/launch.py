@@ -27,7 +27,8 @@ from bloomperf.devices import VisibleDevice, worker_environment
 from bloomperf.dslaunch import cleanup_shm, shm_segments
 from bloomperf.errors import BloomperfError
 from bloomperf.failures import read_rank_reports, root_cause
-from bloomperf.measure.memory import MemorySampler, create_sampler
+from bloomperf.measure.memory import create_sampler
+from bloomperf.measure.sampler import MemorySampler
 from bloomperf.protocol import (
     TOKEN_ENV,
     ConnectionClosed,

@@ -19,18 +19,17 @@ from typing import Any, TextIO
 
 from bloomperf.accelerate_map import on_machine
 from bloomperf.backends.accelerate import gpu_max_memory
-from bloomperf.hardware import GiB, GpuSpec, parse_topology_id
-from bloomperf.launch import group_command
-from bloomperf.matrix import Cell, Group
-from bloomperf.memory_model import CUDA_CONTEXT_BYTES, MemoryPrediction, predict_cell
-from bloomperf.models import (
-    MODEL_SHAPES,
+from bloomperf.checkpoints import (
     PreparedModel,
-    check_layers,
     checkpoint_folder_name,
     default_cache_dir,
     resolve_model,
 )
+from bloomperf.hardware import GiB, GpuSpec, parse_topology_id
+from bloomperf.launch import group_command
+from bloomperf.matrix import Cell, Group
+from bloomperf.memory_model import CUDA_CONTEXT_BYTES, MemoryPrediction, predict_cell
+from bloomperf.models import MODEL_SHAPES, check_layers
 from bloomperf.options import resolve_options
 from bloomperf.run import DEFAULT_MODEL, Session, resolve_device, worker_options
 from bloomperf.scenario import Scenario

@@ -2,7 +2,7 @@
 
 A regression that appears overnight is attributed by what differs between the nights: the
 bloomperf checkout (git commit, uncommitted edits), the driver, CUDA, NCCL and package versions.
-``provenance()`` records the first part (the rest is ``topology.environment_fingerprint``'s) and
+``provenance()`` records the first part (the rest is ``fingerprint.environment_fingerprint``'s) and
 ``what_changed()`` lists the differences between two runs' environments, for ``bloomperf diff``
 and ``bloomperf history changes``.
 """

@@ -1,6 +1,6 @@
 """The report's environment section: the fingerprint a person can read at a glance.
 
-``topology.environment_fingerprint`` and ``provenance.provenance`` record everything, raw: bytes,
+``fingerprint.environment_fingerprint`` and ``provenance.provenance`` record everything, raw: bytes,
 one GPU name per GPU, absolute paths of the machine that ran. The report shows the same facts as
 rows of (what, value): sizes in GiB, "8 × NVIDIA A100-SXM4-80GB", the commit and the CI run
 first, and no path of the runner's disk (they say nothing to a reader elsewhere, and leak user

@@ -19,11 +19,12 @@ from bloomperf.baseline import (
     oom_boundary,
     refuse_output_among_baselines,
 )
+from bloomperf.checkpoints import PreparedModel, resolve_model
 from bloomperf.devices import VisibleDevice, group_indices
+from bloomperf.fingerprint import environment_fingerprint
 from bloomperf.formatting import utc_now
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
-from bloomperf.models import PreparedModel, resolve_model
 from bloomperf.results import (
     CellResult,
     ModelInfo,
@@ -36,7 +37,7 @@ from bloomperf.roofline import efficiency
 from bloomperf.runner import GroupRunner, Measure, measure_plainly
 from bloomperf.scenario import SuiteCell
 from bloomperf.suite_prediction import cell_prediction, predicted_skip_reason
-from bloomperf.topology import Topology, detect_topology, environment_fingerprint
+from bloomperf.topology import Topology, detect_topology
 from bloomperf.utilisation import cell_utilisation
 from bloomperf.workload import PROMPTS
 

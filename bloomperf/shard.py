@@ -48,8 +48,8 @@ def add_command(subparsers: Any) -> None:
 
 def run_shard(args: argparse.Namespace) -> int:
     from bloomperf.backends import backend_class
+    from bloomperf.checkpoints import resolve_model
     from bloomperf.dslaunch import cleanup_shm, rank_group_command, shm_segments
-    from bloomperf.models import resolve_model
 
     if args.tp < 1:
         raise BloomperfError(f"--tp: must be at least 1, got {args.tp}")

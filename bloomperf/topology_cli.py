@@ -10,12 +10,12 @@ import argparse
 import json
 from typing import Any
 
+from bloomperf.fingerprint import environment_fingerprint
 from bloomperf.multinode import LAUNCHERS
 from bloomperf.nodes import TOPOLOGY_KIND, TOPOLOGY_SCHEMA_VERSION, run_nodes_command
 from bloomperf.topology import (
     describe,
     detect_topology,
-    environment_fingerprint,
     topology_to_dict,
 )
 

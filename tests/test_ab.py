@@ -13,11 +13,11 @@ import pytest
 
 import bloomperf
 from bloomperf.ab import exit_code
+from bloomperf.checkpoints import resolve_model
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
 from bloomperf.interleave import Comparison
 from bloomperf.matrix import Cell
-from bloomperf.models import resolve_model
 from bloomperf.overlay import (
     PackageSource,
     build_overlay,

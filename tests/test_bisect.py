@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bloomperf.bisect import SKIPPED, Step, list_versions, search, versions_between
+from bloomperf.checkpoints import resolve_model
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
-from bloomperf.models import resolve_model
 from bloomperf.overlay import PackageSource
 from bloomperf.paired import INCONCLUSIVE, SAME, SLOWER
 from tests.wheels import build_wheel, slowdown_package

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from leftovers import leaked_segments, marked_env, marked_processes
 
+from bloomperf.checkpoints import resolve_model
 from bloomperf.dslaunch import cleanup_shm, mapped_paths, rank_group_command, shm_segments
-from bloomperf.models import resolve_model
 
 pytest.importorskip("deepspeed")
 

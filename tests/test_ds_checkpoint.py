@@ -25,14 +25,9 @@ from bloomperf.backends.ds_checkpoint import (
     host_memory_reason,
 )
 from bloomperf.backends.ds_inference import INT8_NEEDS_CHECKPOINT, host_memory_bytes
-from bloomperf.models import (
-    MODEL_SHAPES,
-    bloom_config,
-    resolve_model,
-    split_shards,
-    tensor_specs,
-    write_tokenizer,
-)
+from bloomperf.checkpoint_builder import split_shards, tensor_specs, write_tokenizer
+from bloomperf.checkpoints import resolve_model
+from bloomperf.models import MODEL_SHAPES, bloom_config
 
 deepspeed = pytest.importorskip("deepspeed")
 GIB = 2**30

@@ -27,11 +27,12 @@ from leftovers import alive, marked_env, marked_processes
 from nvml_replay import NvmlReplay
 
 import bloomperf.launch
+from bloomperf.checkpoints import resolve_model
 from bloomperf.cli import main as cli_main
 from bloomperf.failures import classify_failure
 from bloomperf.matrix import Cell
-from bloomperf.measure.memory import NvmlSampler, create_sampler
-from bloomperf.models import resolve_model
+from bloomperf.measure.memory import create_sampler
+from bloomperf.measure.nvml_sampler import NvmlSampler
 from bloomperf.options import resolve_options
 from bloomperf.results import CellResult, Outcome, load_run, run_to_dict, save_run
 from bloomperf.run import Session

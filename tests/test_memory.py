@@ -15,12 +15,10 @@ from nvml_replay import NvmlReplay, nvml_error_here
 
 from bloomperf.devices import VisibleDevice
 from bloomperf.errors import BloomperfError
-from bloomperf.measure.memory import (
-    NvmlSampler,
-    RssSampler,
-    create_sampler,
-    process_tree_pids,
-)
+from bloomperf.measure.memory import create_sampler
+from bloomperf.measure.nvml_sampler import NvmlSampler
+from bloomperf.measure.rss_sampler import RssSampler
+from bloomperf.measure.sampler import process_tree_pids
 
 MB = 1_000_000
 GB = 1_000_000_000
@@ -273,9 +271,9 @@ def test_create_sampler_picks_by_device() -> None:
 
 def test_controller_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, bloomperf.measure.memory, bloomperf.topology\n"
+        "import sys, bloomperf.measure.memory, bloomperf.topology, bloomperf.fingerprint\n"
         "t = bloomperf.topology.detect_topology()\n"
-        "bloomperf.topology.environment_fingerprint(t)\n"
+        "bloomperf.fingerprint.environment_fingerprint(t)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

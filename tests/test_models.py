@@ -16,17 +16,17 @@ import torch
 from safetensors import safe_open
 from transformers import AutoTokenizer, BloomConfig, BloomForCausalLM
 
-from bloomperf import models
+from bloomperf import checkpoint_builder, checkpoints, models
 from bloomperf.backends.compat import dtype_argument
-from bloomperf.errors import BloomperfError
-from bloomperf.models import (
-    MODEL_SHAPES,
+from bloomperf.checkpoint_builder import build_checkpoint
+from bloomperf.checkpoints import (
     PreparedModel,
-    build_checkpoint,
     checkpoint_folder_name,
     default_cache_dir,
     resolve_model,
 )
+from bloomperf.errors import BloomperfError
+from bloomperf.models import MODEL_SHAPES
 from bloomperf.workload import PROMPTS
 
 TINY = MODEL_SHAPES["tiny"]
@@ -145,7 +145,7 @@ def test_truncated_model_keeps_the_first_layers(tmp_path: Path, tiny: PreparedMo
 def test_sharded_checkpoint_loads_like_a_single_file(
     tmp_path: Path, tiny: PreparedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(models, "MAX_SHARD_BYTES", 200_000)
+    monkeypatch.setattr(checkpoint_builder, "MAX_SHARD_BYTES", 200_000)
     build_checkpoint(TINY, None, tmp_path)
     shards = sorted(p.name for p in tmp_path.glob("*.safetensors"))
     assert len(shards) > 1
@@ -241,7 +241,7 @@ def test_cache_is_reused_without_rebuilding(
     def must_not_build(*args: object, **kwargs: object) -> None:
         raise AssertionError("rebuilt a cached model")
 
-    monkeypatch.setattr(models, "build_checkpoint", must_not_build)
+    monkeypatch.setattr(checkpoints, "build_checkpoint", must_not_build)
     second = resolve_model("tiny", cache_dir=tmp_path)
     assert second == first
     assert (second.path / "model.safetensors").stat().st_mtime_ns == mtime
@@ -259,7 +259,7 @@ def test_config_change_builds_a_new_folder(
     assert rebuilt.path != tiny.path
     assert BloomConfig.from_pretrained(rebuilt.path).n_head == 8
     assert checkpoint_folder_name(TINY, 2, seed=1) != checkpoint_folder_name(TINY, 2)
-    monkeypatch.setattr(models, "BUILDER_VERSION", models.BUILDER_VERSION + 1)
+    monkeypatch.setattr(checkpoints, "BUILDER_VERSION", checkpoints.BUILDER_VERSION + 1)
     assert checkpoint_folder_name(TINY, 2) != tiny.path.name
 
 
@@ -272,7 +272,7 @@ def test_failed_build_leaves_nothing_behind(
     def fail(folder: Path, vocab_size: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(models, "write_tokenizer", fail)
+    monkeypatch.setattr(checkpoint_builder, "write_tokenizer", fail)
     with pytest.raises(BloomperfError) as excinfo:
         resolve_model("tiny", cache_dir=tmp_path)
     assert "No space left" in one_line_error(excinfo, "--model")
@@ -281,7 +281,7 @@ def test_failed_build_leaves_nothing_behind(
 
 def test_concurrent_builds_build_once(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from bloomperf.models import resolve_model; "
+        "import sys; from pathlib import Path; from bloomperf.checkpoints import resolve_model; "
         "print(resolve_model('tiny', cache_dir=Path(sys.argv[1])).path)"
     )
     procs = [

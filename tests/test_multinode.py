@@ -36,9 +36,9 @@ from cluster import (
     running,
 )
 
+from bloomperf.checkpoints import resolve_model
 from bloomperf.dslaunch import rank_group_command, shm_segments
 from bloomperf.matrix import Cell
-from bloomperf.models import resolve_model
 from bloomperf.multinode import GROUP_ENV
 from bloomperf.options import resolve_options
 from bloomperf.results import Outcome

@@ -13,6 +13,7 @@ import pytest
 from bloomperf.backends import BACKEND_NAMES, DTYPES, backend_class
 from bloomperf.baseline import find_baseline
 from bloomperf.boundaries import BoundaryCheck, check_boundaries, predict_boundary
+from bloomperf.checkpoints import resolve_model
 from bloomperf.cli import main
 from bloomperf.errors import BloomperfError
 from bloomperf.hardware import GPU_SPECS, GiB, GpuSpec, known_topology, parse_topology_id
@@ -25,7 +26,7 @@ from bloomperf.memory_model import (
     predict_cpu_rss,
     zero_largest_gather,
 )
-from bloomperf.models import MODEL_SHAPES, resolve_model
+from bloomperf.models import MODEL_SHAPES
 from bloomperf.options import resolve_options
 from bloomperf.predict import PREDICT_KIND, PREDICT_SCHEMA_VERSION
 from bloomperf.roofline import efficiency, roofline_ms_per_token

@@ -113,7 +113,7 @@ def test_a_clean_run_keeps_its_logs_beside_the_results_and_no_temporary_folder(
 
 
 def test_a_failing_cell_names_its_log_and_quotes_the_tail(tmp_path: Path) -> None:
-    from bloomperf.models import resolve_model
+    from bloomperf.checkpoints import resolve_model
 
     built = resolve_model("tiny", None, tmp_path / "cache").path
     broken = tmp_path / "broken-tiny"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bloomperf.checkpoints import resolve_model
 from bloomperf.launch import GroupSpec, WorkerFailure, WorkerGroup
-from bloomperf.models import resolve_model
 from bloomperf.protocol import TOKEN_ENV, MalformedMessage, MessageStream
 
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from bloomperf import cli, provenance
+from bloomperf.fingerprint import environment_fingerprint
 from bloomperf.results import load_run, save_run
-from bloomperf.topology import detect_topology, environment_fingerprint
+from bloomperf.topology import detect_topology
 from tests.builders import add_night, night, night_run, ok_cell
 
 

@@ -129,7 +129,8 @@ def test_the_tree_has_no_pickle_no_shell_and_no_remote_code() -> None:
 
 def test_checkpoints_are_written_as_safetensors_only(tmp_path: Path) -> None:
     """The model builder writes no .bin/.pt/.pkl: a pickle in the cache could run code on load."""
-    from bloomperf.models import ModelShape, build_checkpoint
+    from bloomperf.checkpoint_builder import build_checkpoint
+    from bloomperf.models import ModelShape
 
     shape = ModelShape("sec", hidden_size=16, n_layer=1, n_head=2, vocab_size=300)
     build_checkpoint(shape, None, tmp_path)
@@ -193,10 +194,11 @@ def test_no_shell_reaches_the_launcher_through_options(tmp_path: Path) -> None:
 DIRECT_WRITES = {
     "bloomperf/jsonfile.py": "the atomic writer itself",
     "bloomperf/cli.py": "a crash's traceback, into a fresh private mkstemp file",
-    "bloomperf/models.py": "checkpoints are built in a private temp folder, renamed as a whole",
+    "bloomperf/checkpoint_builder.py": "into a private temp folder, renamed as a whole when built",
+    "bloomperf/checkpoints.py": "the build's flock file: empty, never read",
     "bloomperf/launch.py": "the worker spec, in the group's private temp folder",
     "bloomperf/shard.py": "the shard marker, inside DeepSpeed's own freshly written output",
-    "bloomperf/measure/memory.py": "/proc/<pid>/clear_refs: a kernel control file",
+    "bloomperf/measure/rss_sampler.py": "/proc/<pid>/clear_refs: a kernel control file",
 }
 
 
@@ -364,7 +366,7 @@ def test_a_real_deepspeed_launch_from_a_folder_named_with_shell_syntax(tmp_path:
     anywhere on the way would run ``touch PWNED`` or break the path, and fail here."""
     import shutil
 
-    from bloomperf.models import resolve_model
+    from bloomperf.checkpoints import resolve_model
 
     folder = tmp_path / "a b;$(touch PWNED)`touch PWNED`|x"
     folder.mkdir()

@@ -13,15 +13,14 @@ from nvml_replay import NvmlReplay, nvml_error_here
 
 from bloomperf import cli, topology
 from bloomperf.errors import BloomperfError
+from bloomperf.fingerprint import environment_fingerprint, torch_cuda_version
 from bloomperf.topology import (
     detect_topology,
-    environment_fingerprint,
     gpu_id_name,
     planned_topology,
     short_gpu_name,
     topology_from_dict,
     topology_to_dict,
-    torch_cuda_version,
 )
 
 A100_80GB = 85899345920

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from bloomperf.checkpoints import resolve_model
 from bloomperf.dslaunch import cleanup_shm, rank_group_command, shm_segments
-from bloomperf.models import MODEL_SHAPES, resolve_model
+from bloomperf.models import MODEL_SHAPES
 
 pytest.importorskip("deepspeed")
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from bloomperf.backends.accelerate import AccelerateBackend
+from bloomperf.checkpoints import resolve_model
 from bloomperf.matrix import Cell
-from bloomperf.models import resolve_model
 from bloomperf.options import resolve_options
 from bloomperf.results import Outcome
 from bloomperf.run import Session

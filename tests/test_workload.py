@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bloomperf.models import resolve_model
+from bloomperf.checkpoints import resolve_model
 from bloomperf.worker import Worker
 
 NEW_TOKENS = 8

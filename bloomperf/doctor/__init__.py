@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bloomperf.checkpoints import default_cache_dir
 from bloomperf.doctor.check import STATUSES, Check
 from bloomperf.doctor.host import check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
@@ -29,7 +30,6 @@ from bloomperf.doctor.libraries import (
     probe_libraries,
 )
 from bloomperf.doctor.nvml import check_nvml
-from bloomperf.models import default_cache_dir
 
 DOCTOR_KIND = "bloomperf-doctor"
 SCHEMA_VERSION = 1

@@ -40,7 +40,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "sampler-returns-zero",
-        "bloomperf/measure/memory.py",
+        "bloomperf/measure/rss_sampler.py",
         'MemoryReading(source="rss", peak_bytes=peak, reason=self.reason)',
         'MemoryReading(source="rss", peak_bytes=0, reason=self.reason)',
         ("tests/test_memory.py::test_rss_peak_is_seen_after_free_and_reset_at_each_mark",),
