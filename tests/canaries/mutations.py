@@ -351,7 +351,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "nvml-peak-is-the-last-sample",
-        "bloomperf/measure/memory.py",
+        "bloomperf/measure/nvml_sampler.py",
         "self._peak_total = max(self._peak_total, sum(used))",
         "self._peak_total = sum(used)",
         ("tests/test_memory.py::test_nvml_peaks_over_time_per_device_and_per_process",),
@@ -359,7 +359,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "nvml-error-drops-the-peaks",
-        "bloomperf/measure/memory.py",
+        "bloomperf/measure/nvml_sampler.py",
         '            self._failure = f"NVML failed mid-run: {exc}"',
         '            self._failure, self._samples = f"NVML failed mid-run: {exc}", 0',
         ("tests/test_memory.py::test_nvml_error_mid_run_keeps_the_peaks_taken_before",),
