@@ -38,7 +38,6 @@ from bloomperf.baseline import (
     Baseline,
     BaselineCell,
     expected_cell,
-    oom_boundary,
 )
 from bloomperf.formatting import format_value
 from bloomperf.latency import per_cycle
@@ -433,22 +432,6 @@ def missing_cells(run: RunResult, baseline: Baseline) -> tuple[str, ...]:
         for b in baseline.cells
         if (b.backend, b.dtype) in rows and b.id not in ran and b.outcome in (EXPECT_OK, "oom")
     )
-
-
-def cells_beyond_boundary(baseline: Baseline, backend: str, dtype: str) -> set[int]:
-    """Batch sizes the baseline lists beyond its first expected OOM: skip them unless probing.
-
-    A batch size the baseline does not list at all is beyond the boundary when it is larger than
-    ``oom_boundary(baseline, backend, dtype)``.
-    """
-    boundary = oom_boundary(baseline, backend, dtype)
-    if boundary is None:
-        return set()
-    return {
-        c.batch_size
-        for c in baseline.cells
-        if (c.backend, c.dtype) == (backend, dtype) and c.batch_size > boundary
-    }
 
 
 def _order(cell: CellResult) -> tuple[int, int, int]:

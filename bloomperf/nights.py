@@ -24,13 +24,6 @@ METRIC_TTFT = "ttft_ms"
 METRIC_TPOT = "tpot_ms"
 METRIC_OUTCOME = "outcome"
 METRICS = (METRIC_MS, METRIC_MEMORY, METRIC_LOAD, METRIC_TTFT, METRIC_TPOT)
-METRIC_UNITS = {
-    METRIC_MS: "ms/token",
-    METRIC_MEMORY: "bytes",
-    METRIC_LOAD: "s",
-    METRIC_TTFT: "ms",
-    METRIC_TPOT: "ms",
-}
 
 NIGHT_NAME = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<n>[2-9]|[1-9]\d+))?\.json$")
 

@@ -339,7 +339,6 @@ OPTIONS: tuple[Option, ...] = (
         "PCT",
     ),
 )
-OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def add_cli_options(parser: argparse.ArgumentParser) -> None:

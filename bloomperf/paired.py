@@ -31,7 +31,6 @@ SLOWER = "slower"
 FASTER = "faster"
 SAME = "same"
 INCONCLUSIVE = "inconclusive"
-VERDICTS = (SAME, SLOWER, FASTER, INCONCLUSIVE)
 
 # Above this many pairs the signed-rank distribution is replaced by its normal approximation
 # (the difference in the critical rank is below one at this size).

@@ -30,7 +30,7 @@ from bloomperf.protocol import (
     MessageStream,
 )
 from bloomperf.rankenv import adopt_launcher_rank, report_identity
-from bloomperf.workload import Workload
+from bloomperf.workload import generate_kwargs
 
 SPEC_ENV = "BLOOMPERF_WORKER_SPEC"
 LIMITED_RANK_ENV = "BLOOMPERF_TEST_LIMITED_RANK"
@@ -68,7 +68,7 @@ class Worker:
             world_size=self.world_size,
             options=spec["options"],
         )
-        self.generate_kwargs = Workload(new_tokens=int(spec["new_tokens"])).generate_kwargs()
+        self.generate_kwargs = generate_kwargs(int(spec["new_tokens"]))
         self.new_tokens = int(spec["new_tokens"])
         self.inputs: dict[str, Any] = {}
         self.tokenizer: Any = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,21 +20,16 @@ PROMPTS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Workload:
-    new_tokens: int = 100
-    cycles: int = 5
-    warmup: int = 1
-
-    def generate_kwargs(self) -> dict[str, Any]:
-        # min_new_tokens == max_new_tokens: a sequence that meets EOS early must still cost
-        # N tokens, otherwise ms/token silently changes with the weights.
-        return {
-            "max_new_tokens": self.new_tokens,
-            "min_new_tokens": self.new_tokens,
-            "do_sample": False,
-            "use_cache": True,
-        }
+def generate_kwargs(new_tokens: int) -> dict[str, Any]:
+    """``generate`` arguments for the blog's workload: greedy, exactly ``new_tokens`` new tokens."""
+    # min_new_tokens == max_new_tokens: a sequence that meets EOS early must still cost
+    # N tokens, otherwise ms/token silently changes with the weights.
+    return {
+        "max_new_tokens": new_tokens,
+        "min_new_tokens": new_tokens,
+        "do_sample": False,
+        "use_cache": True,
+    }
 
 
 def prompts_for_batch(batch_size: int) -> list[str]:

@@ -267,14 +267,14 @@ _CHILD = """
 import sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from bloomperf.workload import Workload, build_inputs
+from bloomperf.workload import build_inputs, generate_kwargs
 path, batch, new_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(1)
 model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 tokenizer = AutoTokenizer.from_pretrained(path)
 inputs = build_inputs(tokenizer, batch, torch.device("cpu"))
 with torch.inference_mode():
-    model.generate(**inputs, **Workload(new_tokens=new_tokens).generate_kwargs())
+    model.generate(**inputs, **generate_kwargs(new_tokens))
 # VmHWM, not getrusage's ru_maxrss: ru_maxrss survives exec, so a child of a large pytest
 # process would report its parent's peak.
 status = open("/proc/self/status").read()

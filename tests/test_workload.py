@@ -66,9 +66,9 @@ def test_an_output_short_of_n_tokens_fails_the_cycle(worker: Worker) -> None:
 
 
 def test_workload_forces_min_new_tokens() -> None:
-    from bloomperf.workload import Workload
+    from bloomperf.workload import generate_kwargs
 
-    kwargs = Workload(new_tokens=100).generate_kwargs()
+    kwargs = generate_kwargs(100)
     assert kwargs["min_new_tokens"] == kwargs["max_new_tokens"] == 100
     assert kwargs["do_sample"] is False
 

@@ -18,8 +18,6 @@ from bloomperf.dtypes import load_torch_dtype
 from bloomperf.models import ModelShape
 from bloomperf.weights import model_weight_bytes
 
-OFFLOAD_CHOICES = ("none", "cpu", "disk")
-
 
 def max_memory_limits(request: LoadRequest, shape: ModelShape) -> dict[int | str, Any] | None:
     """The ``max_memory`` for ``from_pretrained``, from the one rule in ``accelerate_map``."""

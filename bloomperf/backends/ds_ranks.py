@@ -111,10 +111,3 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def leave_rank_group() -> None:
-    import torch
-
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()

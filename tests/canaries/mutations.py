@@ -158,7 +158,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "min-new-tokens-not-forced",
         "bloomperf/workload.py",
-        '            "min_new_tokens": self.new_tokens,\n',
+        '        "min_new_tokens": new_tokens,\n',
         "",
         ("tests/test_workload.py::test_exactly_n_tokens_even_when_the_model_meets_eos_at_once",),
         "a model meeting EOS early generates fewer tokens than ms/token counts",
