@@ -33,8 +33,7 @@ from bloomperf.interleave import (
     compare_group,
     print_progress,
 )
-from bloomperf.jsonfile import write_json_atomic
-from bloomperf.matrix import Cell
+from bloomperf.jsonfile import json_fields, write_json_atomic
 from bloomperf.options import (
     add_cli_options,
     parse_positive_float,
@@ -295,7 +294,8 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
             "message": result.message[-2000:],
         }
     return {
-        **cell_json(comparison.cell),
+        "id": comparison.cell.id,
+        **json_fields(comparison.cell),
         "outcome": comparison.outcome.value,
         "verdict": comparison.verdict,
         "ratio": estimate.ratio if estimate else None,
@@ -306,7 +306,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "elapsed_s": round(comparison.elapsed_s, 3),
         "message": comparison.message[-2000:],
         "arms": arms,
-        "samples": [sample_json(s) for s in comparison.samples],
+        "samples": [json_fields(s) for s in comparison.samples],
     }
 
 
@@ -314,31 +314,13 @@ def log_json(log: PairLog) -> dict[str, Any]:
     """The cell being measured, as far as it got (kept if the run is interrupted)."""
     estimate = log.estimate
     return {
-        **cell_json(log.cell),
+        "id": log.cell.id,
+        **json_fields(log.cell),
         "pairs": log.pairs,
         "ratio": estimate.ratio if estimate else None,
         "low": estimate.low if estimate else None,
         "high": estimate.high if estimate else None,
-        "samples": [sample_json(s) for s in log.samples],
-    }
-
-
-def cell_json(cell: Cell) -> dict[str, Any]:
-    return {
-        "id": cell.id,
-        "backend": cell.backend,
-        "dtype": cell.dtype,
-        "batch_size": cell.batch_size,
-    }
-
-
-def sample_json(sample: Any) -> dict[str, Any]:
-    return {
-        "arm": sample.arm,
-        "pair": sample.pair,
-        "position": sample.position,
-        "sequence": sample.sequence,
-        "ms_per_token": sample.ms_per_token,
+        "samples": [json_fields(s) for s in log.samples],
     }
 
 

@@ -6,17 +6,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bloomperf.baseline import (
-    accept_run,
+from bloomperf.baseline_accept import accept_run
+from bloomperf.baseline_folders import describe_search
+from bloomperf.baseline_json import save_baseline
+from bloomperf.baseline_search import (
     baseline_path_in,
     default_baselines_dir,
     find_baseline,
-    render_baseline_json,
-    render_baseline_text,
     resolve_baseline,
-    save_baseline,
 )
-from bloomperf.baseline_folders import describe_search
+from bloomperf.baseline_text import render_baseline_json, render_baseline_text
 from bloomperf.compare import incompleteness
 from bloomperf.errors import BloomperfError
 from bloomperf.resultfiles import read_results, refuse_synthetic

@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from bloomperf.baseline import BaselineCell, load_baseline, save_baseline
+from bloomperf.baseline import BaselineCell
+from bloomperf.baseline_json import load_baseline, save_baseline
 from bloomperf.errors import BloomperfError
 from bloomperf.jsonfile import write_json_atomic
 from bloomperf.lock import hold_device_lock

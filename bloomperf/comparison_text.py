@@ -9,24 +9,6 @@ import json
 import math
 from typing import Any
 
-from bloomperf.compare import (
-    BOUNDARY_MOVED_UP,
-    ERROR,
-    EXPECTED_OOM,
-    IMPROVED,
-    INCOMPARABLE,
-    NO_BASELINE,
-    NOT_JUDGED,
-    REGRESSED,
-    SAME,
-    SKIPPED,
-    TIMEOUT,
-    UNEXPECTED_OOM,
-    UNTRUSTWORTHY,
-    CellVerdict,
-    Comparison,
-    MetricVerdict,
-)
 from bloomperf.formatting import (
     GIB,
     clean,
@@ -39,6 +21,22 @@ from bloomperf.formatting import (
 )
 from bloomperf.hardware import known_topology
 from bloomperf.results import Outcome
+from bloomperf.stats import IMPROVED, REGRESSED, SAME
+from bloomperf.verdicts import (
+    BOUNDARY_MOVED_UP,
+    ERROR,
+    EXPECTED_OOM,
+    INCOMPARABLE,
+    NO_BASELINE,
+    NOT_JUDGED,
+    SKIPPED,
+    TIMEOUT,
+    UNEXPECTED_OOM,
+    UNTRUSTWORTHY,
+    CellVerdict,
+    Comparison,
+    MetricVerdict,
+)
 
 # The metrics a table cell names beside ms/token when they moved (load time has its own column:
 # one load serves the whole row).

@@ -17,8 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bloomperf.baseline import Baseline, accept_run
-from bloomperf.compare import Comparison, judge
+from bloomperf.baseline import Baseline
+from bloomperf.baseline_accept import accept_run
+from bloomperf.compare import judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.github_output import job_outputs, render_github, write_job_outputs
@@ -27,6 +28,7 @@ from bloomperf.inputs import add_input_arguments, baseline_for
 from bloomperf.provenance import NOTHING_CHANGED, what_changed
 from bloomperf.resultfiles import read_many, read_results, refuse_synthetic
 from bloomperf.results import RunResult
+from bloomperf.verdicts import Comparison
 
 # ---- comparing ---------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from bloomperf.compare import (
+from bloomperf.verdicts import (
     BOUNDARY_MOVED_UP,
     INCOMPARABLE,
     NO_BASELINE,

@@ -29,7 +29,9 @@ from pathlib import Path
 
 from bloomperf.errors import BloomperfError
 from bloomperf.nights import NIGHT_NAME, load_history, night_date, night_file
-from bloomperf.results import RunResult, load_run, run_to_dict, save_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import RunResult
+from bloomperf.results_json import run_to_dict, save_run
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ def source_files(source: Path) -> list[Path]:
 
 
 def read_incoming(path: Path) -> Incoming:
-    run = load_run(path)
+    run = read_results(path)
     match = NIGHT_NAME.match(path.name)
     # A history file's name is its night (it may have been added with --date); otherwise the
     # run's own start date decides.

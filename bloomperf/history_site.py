@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bloomperf.baseline import Baseline, find_baseline
-from bloomperf.compare import Comparison, judge
+from bloomperf.baseline import Baseline
+from bloomperf.baseline_search import find_baseline
+from bloomperf.compare import judge
 from bloomperf.comparison_text import cell_text
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import format_value, utc_now
@@ -40,6 +41,7 @@ from bloomperf.nights import (
 from bloomperf.progress import emit, format_duration, heartbeat_s, time_left
 from bloomperf.report import write_report
 from bloomperf.report_page import STYLE
+from bloomperf.verdicts import Comparison
 
 
 @dataclass(frozen=True)

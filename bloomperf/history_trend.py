@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.baseline import Baseline
-from bloomperf.compare import REGRESSED, CellVerdict, Comparison
 from bloomperf.formatting import GIB
 from bloomperf.history import Change
 from bloomperf.nights import (
@@ -33,6 +32,8 @@ from bloomperf.nights import (
 )
 from bloomperf.report_figure import new_figure, save_figure
 from bloomperf.report_trend import mark_change
+from bloomperf.stats import REGRESSED
+from bloomperf.verdicts import CellVerdict, Comparison
 
 # The panels of a trend page, top to bottom: metric, title, unit, divisor for that unit.
 PANELS = (

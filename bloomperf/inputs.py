@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bloomperf.baseline import Baseline, find_baseline, resolve_baseline
+from bloomperf.baseline import Baseline
 from bloomperf.baseline_folders import describe_search
+from bloomperf.baseline_search import find_baseline, resolve_baseline
 from bloomperf.results import RunResult
 
 

@@ -1,12 +1,13 @@
-"""Reading and writing the project's JSON files: schema-versioned, atomic, hostile-input safe.
+"""Reading and writing the project's JSON files: atomic, hostile-input safe.
 
-Every stored file is an object ``{"kind": ..., "schema_version": N, ...}``. Reading refuses
-anything else with one line that names the file; writing goes through a temporary file in the
-same folder and ``os.replace`` so a crash, a full disk or Ctrl-C never leaves half a file.
+Reading is bounded and refuses what is not JSON with one line that names the file (``schema``
+checks a document's kind and version); writing goes through a temporary file in the same folder
+and ``os.replace`` so a crash, a full disk or Ctrl-C never leaves half a file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -37,13 +38,6 @@ def max_input_bytes() -> int:
     if not text.isdigit() or int(text) <= 0:
         raise BloomperfError(f"{MAX_INPUT_ENV}: must be a positive number of bytes, not {text!r}")
     return int(text)
-
-
-def read_json(path: Path, kind: str, schema_version: int) -> dict[str, Any]:
-    """Load a stored file of ``kind`` and check its schema version."""
-    data = read_document(path, f"a {kind}")
-    check_header(data, str(path), kind, schema_version)
-    return data
 
 
 def read_document(path: Path, what: str) -> Any:
@@ -135,25 +129,6 @@ def check_depth(data: Any, where: str) -> None:
             stack.extend((v, depth + 1) for v in value)
 
 
-def check_header(data: Any, where: str, kind: str, schema_version: int) -> None:
-    if not isinstance(data, dict):
-        raise BloomperfError(f"{where}: expected a JSON object, found {type(data).__name__}")
-    found_kind = data.get("kind")
-    if found_kind != kind:
-        raise BloomperfError(f"{where}: not a {kind} file (kind is {found_kind!r})")
-    version = data.get("schema_version")
-    if version != schema_version:
-        advice = (
-            "upgrade bloomperf to read it"
-            if isinstance(version, int) and version > schema_version
-            else "re-create it with this bloomperf version"
-        )
-        raise BloomperfError(
-            f"{where}: schema_version {version!r} is not supported "
-            f"(this bloomperf reads {schema_version}); {advice}"
-        )
-
-
 def check_output_target(path: Path) -> None:
     """Refuse to replace anything but a regular file: a device, a FIFO, a folder or a link."""
     try:
@@ -233,6 +208,20 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except ValueError as exc:
         raise BloomperfError(f"{path}: refusing to write non-standard JSON ({exc})") from None
     write_text_atomic(path, text)
+
+
+def json_fields(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields as JSON's own types, in field order (tuples become lists, as they
+    read back): the stored form of every record whose fields are its JSON keys."""
+    return as_json_types(dataclasses.asdict(obj))
+
+
+def as_json_types(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: as_json_types(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json_types(v) for v in value]
+    return value
 
 
 # ---- field readers: each names the file and the field when the value is wrong -------------

@@ -15,7 +15,9 @@ from datetime import date, datetime
 from pathlib import Path
 
 from bloomperf.errors import BloomperfError
-from bloomperf.results import CellResult, Outcome, RunResult, load_run, run_to_dict, save_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import CellResult, Outcome, RunResult
+from bloomperf.results_json import run_to_dict, save_run
 
 METRIC_MS = "ms_per_token"
 METRIC_MEMORY = "peak_memory"
@@ -72,13 +74,13 @@ def add_to_history(result: Path, folder: Path, day: date | None = None) -> tuple
     never enters the history. A run that is already there (same content) is not added again:
     a re-run workflow step must not count one night twice.
     """
-    run = load_run(result)
+    run = read_results(result)
     day = day if day is not None else night_date(run, str(result))
     if folder.exists() and not folder.is_dir():
         raise BloomperfError(f"{folder}: is not a directory")
     content = run_to_dict(run)
     for existing in sorted(folder.glob(f"{day.isoformat()}*.json")) if folder.is_dir() else []:
-        if NIGHT_NAME.match(existing.name) and run_to_dict(load_run(existing)) == content:
+        if NIGHT_NAME.match(existing.name) and run_to_dict(read_results(existing)) == content:
             return existing, False
     path = night_file(folder, day)
     save_run(run, path)
@@ -107,7 +109,7 @@ def load_history(folder: Path) -> list[Night]:
             )
         paths.append(path)
     paths.sort(key=night_order)
-    return [Night(label=p.stem, path=p, run=load_run(p)) for p in paths]
+    return [Night(label=p.stem, path=p, run=read_results(p)) for p in paths]
 
 
 # ---- series -----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bloomperf.compare import Comparison, judge, judge_cell
+from bloomperf.compare import judge, judge_cell
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import clean
@@ -24,10 +24,12 @@ from bloomperf.interrupt import sigterm_as_interrupt
 from bloomperf.matrix import Cell, plan_groups
 from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
 from bloomperf.progress import emit, set_sink
-from bloomperf.results import CellResult, Outcome, RunResult, cell_to_dict, run_to_dict
+from bloomperf.results import CellResult, Outcome, RunResult
+from bloomperf.results_json import cell_to_dict, run_to_dict
 from bloomperf.run import Session, lock_key
 from bloomperf.table import render_run_table
 from bloomperf.topology import Topology, detect_topology
+from bloomperf.verdicts import Comparison
 
 MATRIX_FIXTURE = "bloomperf_cell"
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from bloomperf.backends import BACKEND_NAMES, DTYPES, backend_class
-from bloomperf.baseline import find_baseline
+from bloomperf.baseline_search import find_baseline
 from bloomperf.boundaries import (
     BoundaryCheck,
     PredictedRow,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.baseline import Baseline
-from bloomperf.compare import REGRESSED, judge
+from bloomperf.compare import judge
 from bloomperf.errors import BloomperfError
 from bloomperf.history import (
     DEFAULT_TOLERANCE,
@@ -53,6 +53,7 @@ from bloomperf.report_timing import plot_load_times, plot_ms_per_token
 from bloomperf.report_trend import plot_trend
 from bloomperf.resultfiles import read_many
 from bloomperf.results import RunResult
+from bloomperf.stats import REGRESSED
 
 # Every file a report writes into its --out folder.
 REPORT_FILES = (

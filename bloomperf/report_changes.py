@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bloomperf.baseline import Baseline, software_environment
+from bloomperf.baseline import Baseline
+from bloomperf.baseline_accept import software_environment
 from bloomperf.nights import Night
 from bloomperf.provenance import NOTHING_CHANGED, what_changed
 from bloomperf.report_environment import shown_baseline

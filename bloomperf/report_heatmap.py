@@ -9,18 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bloomperf.compare import (
-    ERROR,
-    IMPROVED,
-    METRICS,
-    REGRESSED,
-    SAME,
-    TIMEOUT,
-    UNEXPECTED_OOM,
-    CellVerdict,
-    Comparison,
-)
 from bloomperf.report_figure import new_figure
+from bloomperf.stats import IMPROVED, REGRESSED, SAME
+from bloomperf.verdicts import ERROR, METRICS, TIMEOUT, UNEXPECTED_OOM, CellVerdict, Comparison
 
 COLOURS = {
     REGRESSED: "#e06666",

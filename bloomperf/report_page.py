@@ -11,7 +11,6 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
-from bloomperf.compare import Comparison
 from bloomperf.comparison_text import table_rows
 from bloomperf.formatting import clean, markdown_table
 from bloomperf.history import Change, Night, describe_change, render_changes
@@ -20,6 +19,7 @@ from bloomperf.report_changes import WhatChanged, html_lines, markdown_lines
 from bloomperf.report_environment import environment_rows, plots_note, shown_baseline
 from bloomperf.report_latency import LATENCY_HEADINGS, flag_lines
 from bloomperf.results import RunResult
+from bloomperf.verdicts import Comparison
 
 # The plots in page order: the ratio heatmap first, where a regression shows at a glance.
 PLOT_HEADINGS = (

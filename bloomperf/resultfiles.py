@@ -12,16 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bloomperf.baseline import BASELINE_KIND
+from bloomperf.baseline_json import BASELINE
 from bloomperf.errors import BloomperfError
-from bloomperf.jsonfile import check_header, get_dict, get_list, read_document
-from bloomperf.results import (
-    RESULTS_KIND,
-    RESULTS_SCHEMA_VERSION,
-    RunResult,
-    cell_from_dict,
-    run_from_dict,
-)
+from bloomperf.jsonfile import get_dict, get_list, read_document
+from bloomperf.results import RunResult
+from bloomperf.results_json import RESULTS, cell_from_dict, run_from_dict
+from bloomperf.schema import upgrade
 
 STORAGE_GLOB = "[0-9][0-9][0-9][0-9]_*.json"
 
@@ -36,10 +32,9 @@ def read_results(path: Path) -> RunResult:
     if not isinstance(data, dict):
         raise BloomperfError(f"{where}: expected a JSON object, found {type(data).__name__}")
     if "kind" in data:
-        if data.get("kind") == BASELINE_KIND:
+        if data.get("kind") == BASELINE.name:
             raise BloomperfError(f"{where}: is a baseline, not results (pass it with --baseline)")
-        check_header(data, where, RESULTS_KIND, RESULTS_SCHEMA_VERSION)
-        return run_from_dict(data, where)
+        return run_from_dict(upgrade(data, where, RESULTS), where)
     if "benchmarks" in data:
         return run_from_benchmark_json(data, where)
     raise BloomperfError(f"{where}: neither a bloomperf results file nor a pytest-benchmark file")
@@ -69,8 +64,7 @@ def run_from_benchmark_json(data: dict[str, Any], where: str) -> RunResult:
         if "bloomperf" not in extra:
             continue  # another plugin's benchmark in the same session
         cell = cell_from_dict(extra["bloomperf"], name)
-        context = get_dict(extra, "bloomperf_run", name)
-        check_header(context, f"{name} bloomperf_run", RESULTS_KIND, RESULTS_SCHEMA_VERSION)
+        context = upgrade(get_dict(extra, "bloomperf_run", name), f"{name} bloomperf_run", RESULTS)
         # pytest-benchmark drops a benchmark that never timed anything (an OOM, an error), so
         # the context may carry such cells itself; a benchmark's own cell always wins.
         this_run = run_from_dict({"cells": [], **context}, name)

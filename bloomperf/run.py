@@ -12,27 +12,16 @@ from typing import Any
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.base import Backend
-from bloomperf.baseline import (
-    Baseline,
-    beyond_boundary,
-    find_baseline,
-    oom_boundary,
-    refuse_output_among_baselines,
-)
+from bloomperf.baseline import Baseline, beyond_boundary, oom_boundary
+from bloomperf.baseline_search import find_baseline, refuse_output_among_baselines
 from bloomperf.checkpoints import PreparedModel, resolve_model
 from bloomperf.devices import VisibleDevice, group_indices
 from bloomperf.fingerprint import environment_fingerprint
 from bloomperf.formatting import utc_now
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Cell, Group, plan_groups
-from bloomperf.results import (
-    CellResult,
-    ModelInfo,
-    Outcome,
-    RunResult,
-    WorkloadInfo,
-    save_run,
-)
+from bloomperf.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
+from bloomperf.results_json import save_run
 from bloomperf.roofline import efficiency
 from bloomperf.runner import GroupRunner, Measure, measure_plainly
 from bloomperf.scenario import SuiteCell

@@ -15,15 +15,8 @@ from typing import Any
 
 from bloomperf.baseline import EXPECT_OK, EXPECT_OOM, Baseline, BaselineCell, Provenance
 from bloomperf.nights import add_to_history
-from bloomperf.results import (
-    CellResult,
-    MemoryReading,
-    ModelInfo,
-    Outcome,
-    RunResult,
-    WorkloadInfo,
-    save_run,
-)
+from bloomperf.results import CellResult, MemoryReading, ModelInfo, Outcome, RunResult, WorkloadInfo
+from bloomperf.results_json import save_run
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINES = REPO / "baselines"

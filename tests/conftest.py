@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from bloomperf.baseline import Baseline, load_baseline
-from bloomperf.results import RunResult, load_run
+from bloomperf.baseline import Baseline
+from bloomperf.baseline_json import load_baseline
+from bloomperf.resultfiles import read_results
+from bloomperf.results import RunResult
 from tests.builders import BLOG_BASELINE, BLOG_RESULTS
 
 
@@ -24,4 +26,4 @@ def blog_baseline() -> Baseline:
 @pytest.fixture(scope="session")
 def blog_run() -> RunResult:
     """That table as a measured run (``make_fixtures``): medians within ±0.2 % of each figure."""
-    return load_run(BLOG_RESULTS)
+    return read_results(BLOG_RESULTS)

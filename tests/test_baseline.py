@@ -10,7 +10,11 @@ from typing import Any
 
 import pytest
 
-from bloomperf import baseline as bl
+from bloomperf.baseline import EXPECT_NOT_RUN, expected_cell, oom_boundary
+from bloomperf.baseline_accept import accept_run
+from bloomperf.baseline_json import baseline_to_dict, check_consistent, load_baseline, save_baseline
+from bloomperf.baseline_search import baseline_file_name, find_baseline, resolve_baseline
+from bloomperf.baseline_text import render_baseline_json, render_baseline_text
 from bloomperf.errors import BloomperfError
 from bloomperf.results import CellResult, Outcome
 from tests.builders import BASELINES, BLOOM, rss, tiny_run
@@ -52,9 +56,9 @@ def shown_rows(text: str, rows: int) -> list[list[str]]:
     ("topology", "table"), [("8xA100-80GB", BLOG_8X80), ("4xA100-80GB", BLOG_4X80)]
 )
 def test_show_prints_the_blogs_table_unchanged(topology: str, table: str) -> None:
-    baseline = bl.resolve_baseline(topology, None, BASELINES)
+    baseline = resolve_baseline(topology, None, BASELINES)
     expected = blog_rows(table)
-    assert shown_rows(bl.render_baseline_text(baseline), len(expected) - 1) == expected
+    assert shown_rows(render_baseline_text(baseline), len(expected) - 1) == expected
 
 
 @pytest.mark.parametrize(
@@ -62,17 +66,17 @@ def test_show_prints_the_blogs_table_unchanged(topology: str, table: str) -> Non
 )
 def test_transcribed_baseline_round_trips_through_json(name: str, tmp_path: Path) -> None:
     path = BASELINES / name
-    baseline = bl.load_baseline(path)
-    assert bl.baseline_to_dict(baseline) == json.loads(path.read_text())
-    shown = json.loads(bl.render_baseline_json(baseline))
+    baseline = load_baseline(path)
+    assert baseline_to_dict(baseline) == json.loads(path.read_text())
+    shown = json.loads(render_baseline_json(baseline))
     copy = tmp_path / name
     copy.write_text(json.dumps(shown))
-    assert replace(bl.load_baseline(copy), path="") == replace(baseline, path="")
+    assert replace(load_baseline(copy), path="") == replace(baseline, path="")
 
 
 def test_show_json_lists_every_cell_with_ms_per_token_and_the_load_times() -> None:
-    baseline = bl.resolve_baseline("8xA100-SXM4-80GB", "bloom-176b", BASELINES)
-    data = json.loads(bl.render_baseline_json(baseline))
+    baseline = resolve_baseline("8xA100-SXM4-80GB", "bloom-176b", BASELINES)
+    data = json.loads(render_baseline_json(baseline))
     cells = {(c["backend"], c["dtype"], c["batch_size"]): c for c in data["cells"]}
     assert len(cells) == 40
     assert cells[("accelerate", "bf16", 1)]["ms_per_token"] == 230.38
@@ -86,35 +90,35 @@ def test_show_json_lists_every_cell_with_ms_per_token_and_the_load_times() -> No
 
 
 def test_oom_boundaries_follow_the_tables() -> None:
-    b8 = bl.resolve_baseline("8xA100-80GB", None, BASELINES)
-    assert bl.oom_boundary(b8, "accelerate", "bf16") == 64
-    assert bl.oom_boundary(b8, "ds-inference", "int8") == 512
-    assert bl.oom_boundary(b8, "ds-zero", "bf16") == 16
-    assert bl.oom_boundary(b8, "ds-autotp", "fp16") is None
-    b4 = bl.resolve_baseline("4xA100-80GB", None, BASELINES)
-    assert bl.oom_boundary(b4, "accelerate", "int8") == 32
-    assert bl.oom_boundary(b4, "ds-inference", "int8") == 128
+    b8 = resolve_baseline("8xA100-80GB", None, BASELINES)
+    assert oom_boundary(b8, "accelerate", "bf16") == 64
+    assert oom_boundary(b8, "ds-inference", "int8") == 512
+    assert oom_boundary(b8, "ds-zero", "bf16") == 16
+    assert oom_boundary(b8, "ds-autotp", "fp16") is None
+    b4 = resolve_baseline("4xA100-80GB", None, BASELINES)
+    assert oom_boundary(b4, "accelerate", "int8") == 32
+    assert oom_boundary(b4, "ds-inference", "int8") == 128
 
 
 def test_find_baseline_by_alias_and_model_alias() -> None:
-    found = bl.find_baseline("8xa100-80gb", "bigscience/bloom", BASELINES)
+    found = find_baseline("8xa100-80gb", "bigscience/bloom", BASELINES)
     assert found is not None and found.topology == "8xA100-SXM4-80GB"
-    assert bl.find_baseline("8xH100-SXM5-80GB", "bloom-176b", BASELINES) is None
-    assert bl.find_baseline("8xA100-SXM4-80GB", "tiny", BASELINES) is None
+    assert find_baseline("8xH100-SXM5-80GB", "bloom-176b", BASELINES) is None
+    assert find_baseline("8xA100-SXM4-80GB", "tiny", BASELINES) is None
 
 
 def test_expected_cell_fills_the_load_time_only_when_the_variant_is_clear() -> None:
-    b8 = bl.resolve_baseline("8xA100-80GB", None, BASELINES)
+    b8 = resolve_baseline("8xA100-80GB", None, BASELINES)
     accel = CellResult("accelerate", "bf16", 8, Outcome.OK, (31.0,), load_time_s=120.0)
-    expected = bl.expected_cell(b8, accel)
+    expected = expected_cell(b8, accel)
     assert expected is not None and expected.load_time_s == 121
     fp16 = CellResult("ds-inference", "fp16", 8, Outcome.OK, (5.7,))
-    assert bl.expected_cell(b8, fp16).load_time_s is None  # type: ignore[union-attr]
+    assert expected_cell(b8, fp16).load_time_s is None  # type: ignore[union-attr]
     unsharded = replace(fp16, details={"checkpoint": "unsharded"})
-    assert bl.expected_cell(b8, unsharded).load_time_s == 662  # type: ignore[union-attr]
+    assert expected_cell(b8, unsharded).load_time_s == 662  # type: ignore[union-attr]
     beyond = CellResult("accelerate", "bf16", 1024, Outcome.OOM)
-    assert bl.expected_cell(b8, beyond).outcome == bl.EXPECT_NOT_RUN  # type: ignore[union-attr]
-    assert bl.expected_cell(b8, CellResult("ds-autotp", "fp16", 1, Outcome.OK)) is None
+    assert expected_cell(b8, beyond).outcome == EXPECT_NOT_RUN  # type: ignore[union-attr]
+    assert expected_cell(b8, CellResult("ds-autotp", "fp16", 1, Outcome.OK)) is None
 
 
 # ---- bad input ------------------------------------------------------------------------------
@@ -150,7 +154,7 @@ def test_bad_baselines_give_one_line_errors(
 ) -> None:
     path = write(tmp_path, mutate(transcribed()))
     with pytest.raises(BloomperfError) as info:
-        bl.load_baseline(path)
+        load_baseline(path)
     text = str(info.value)
     assert text.startswith(str(path)) and message in text and "\n" not in text
 
@@ -169,11 +173,11 @@ def test_accept_writes_a_cpu_baseline_that_judges_memory_but_not_time(tmp_path: 
         CellResult("accelerate", "fp32", 1, Outcome.OK, (1.5, 1.6, 1.4), 0.3, rss(400), rss(420)),
         CellResult("accelerate", "fp32", 8, Outcome.OK, (0.2, 0.21, 0.19), 0.3, rss(400), rss(430)),
     )
-    accepted = bl.accept_run(run, None, source="run.json")
-    path = tmp_path / bl.baseline_file_name(accepted.topology, accepted.model)
-    bl.save_baseline(accepted, path)
+    accepted = accept_run(run, None, source="run.json")
+    path = tmp_path / baseline_file_name(accepted.topology, accepted.model)
+    save_baseline(accepted, path)
     assert path.name == "cpu.tiny.json"
-    loaded = bl.load_baseline(path)
+    loaded = load_baseline(path)
     cell = loaded.cell("accelerate", "fp32", 8)
     assert cell is not None and cell.outcome == "ok"
     assert cell.ms_per_token == 0.2 and cell.ms_per_token_tolerance is None
@@ -185,23 +189,23 @@ def test_accept_writes_a_cpu_baseline_that_judges_memory_but_not_time(tmp_path: 
 
 
 def test_accept_updates_measured_cells_and_keeps_the_provenance_of_the_rest() -> None:
-    b4 = bl.resolve_baseline("4xA100-80GB", None, BASELINES)
+    b4 = resolve_baseline("4xA100-80GB", None, BASELINES)
     run = tiny_run(
         CellResult("ds-inference", "int8", 128, Outcome.OK, (1.9,), 70.0),
         CellResult("ds-inference", "int8", 256, Outcome.OOM),
         topology="4xA100-SXM4-80GB",
     )
     run = replace(run, model=BLOOM)
-    accepted = bl.accept_run(run, b4, source="after.json")
+    accepted = accept_run(run, b4, source="after.json")
     new = accepted.cell("ds-inference", "int8", 128)
     assert new is not None and new.outcome == "ok" and new.ms_per_token == 1.9
     assert new.ms_per_token_tolerance == 0.05 and new.load_time_tolerance == 0.25
     assert accepted.cell("ds-inference", "int8", 256).outcome == "oom"  # type: ignore[union-attr]
-    assert bl.oom_boundary(accepted, "ds-inference", "int8") == 256
+    assert oom_boundary(accepted, "ds-inference", "int8") == 256
     old = accepted.cell("accelerate", "int8", 1)
     assert old == b4.cell("accelerate", "int8", 1)
     assert [p.id for p in accepted.provenance] == [b4.provenance[0].id, new.provenance]
-    bl.check_consistent(accepted, "accepted")
+    check_consistent(accepted, "accepted")
 
 
 def test_accept_refuses_errors_and_timeouts_unless_forced() -> None:
@@ -212,6 +216,6 @@ def test_accept_refuses_errors_and_timeouts_unless_forced() -> None:
     )
     refused = r"accelerate-fp32-bs8 \(timeout\), accelerate-fp32-bs16 \(error\)"
     with pytest.raises(BloomperfError, match=refused):
-        bl.accept_run(run, None, source="run.json")
-    forced = bl.accept_run(run, None, source="run.json", force=True)
+        accept_run(run, None, source="run.json")
+    forced = accept_run(run, None, source="run.json", force=True)
     assert [c.id for c in forced.cells] == ["accelerate-fp32-bs1"]

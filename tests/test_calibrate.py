@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.baseline import accept_run, load_baseline, save_baseline
+from bloomperf.baseline_accept import accept_run
+from bloomperf.baseline_json import load_baseline, save_baseline
 from bloomperf.calibrate import cell_noise
 from bloomperf.results import CellResult, Outcome
 from tests.builders import tiny_run

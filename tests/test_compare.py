@@ -8,13 +8,8 @@ from dataclasses import replace
 import pytest
 
 from bloomperf import compare as cmp
-from bloomperf.baseline import (
-    Baseline,
-    BaselineCell,
-    beyond_boundary,
-    expected_cell,
-    load_baseline,
-)
+from bloomperf.baseline import Baseline, BaselineCell, beyond_boundary, expected_cell
+from bloomperf.baseline_json import load_baseline
 from bloomperf.comparison_text import render_comparison
 from bloomperf.results import CellResult, MemoryReading, Outcome, RunResult
 from tests.builders import BASELINES, cell_of, rss, scaled, scaled_run

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from bloomperf import cli
-from bloomperf.results import CellResult, Outcome, RunResult, load_run, run_to_dict, save_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import CellResult, Outcome, RunResult
+from bloomperf.results_json import run_to_dict, save_run
 from tests.builders import (
     BASELINES,
     BENCHMARK_STORAGE,
@@ -268,7 +270,7 @@ def test_accept_then_diff_a_cpu_run(capsys: pytest.CaptureFixture[str], tmp_path
     code, out, _ = bloomperf(capsys, "diff", results, "--baselines", folder)
     assert code == 0 and "3 cells: 3 same" in out
     # Three times slower on a busy runner: recorded, not judged. Twice the memory: judged.
-    run = scaled_run(load_run(results), 3)
+    run = scaled_run(read_results(results), 3)
     save_run(run, results)
     code, out, _ = bloomperf(capsys, "diff", results, "--baselines", folder)
     assert code == 0 and "3 same" in out

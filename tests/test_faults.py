@@ -34,7 +34,9 @@ from bloomperf.matrix import Cell
 from bloomperf.measure.memory import create_sampler
 from bloomperf.measure.nvml_sampler import NvmlSampler
 from bloomperf.options import resolve_options
-from bloomperf.results import CellResult, Outcome, load_run, run_to_dict, save_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import CellResult, Outcome
+from bloomperf.results_json import run_to_dict, save_run
 from bloomperf.run import Session
 from bloomperf.worker import LIMITED_RANK_ENV
 from tests.builders import TINY, tiny_run
@@ -117,7 +119,7 @@ def test_a_hung_rank_of_two_times_out_and_the_whole_group_is_killed(tmp_path: Pa
     assert "within 20 s" in hung.message
     assert timeout_s <= elapsed < timeout_s + 10  # the limit plus a few seconds
     assert alive(pids) == set()  # every process of the group, the frozen rank included
-    saved = load_run(tmp_path / "s.json")
+    saved = read_results(tmp_path / "s.json")
     assert [c.outcome for c in saved.cells] == [Outcome.OK, Outcome.TIMEOUT]
 
 
@@ -237,7 +239,7 @@ def test_an_oom_on_rank_1_reads_oom_with_rank_1s_message(
     assert oom.message.startswith("rank 1: RuntimeError: "), oom.message
     assert "DefaultCPUAllocator: can't allocate memory" in oom.message
     assert alive(pids) == set()
-    saved = load_run(tmp_path / "s.json")
+    saved = read_results(tmp_path / "s.json")
     assert [c.outcome for c in saved.cells] == [Outcome.OK, Outcome.OOM]
 
 
@@ -414,7 +416,7 @@ def test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells(
         if first.poll() is None:
             first.kill()
             first.wait()
-    run = load_run(out)  # a valid file, complete or not
+    run = read_results(out)  # a valid file, complete or not
     assert not run.complete
     assert len(run.cells) >= 2 and all(c.outcome is Outcome.OK for c in run.cells)
     assert [c.batch_size for c in run.cells] == list(range(1, len(run.cells) + 1))
@@ -456,7 +458,7 @@ def test_sigterm_stops_the_run_as_ctrl_c_does_and_exits_143(tmp_path: Path) -> N
             run.kill()
             run.wait()
     assert "bloomperf: terminated (SIGTERM); " in rest and str(out) in rest, rest
-    saved = load_run(out)  # a valid file, complete or not
+    saved = read_results(out)  # a valid file, complete or not
     assert not saved.complete
     assert len(saved.cells) >= 2 and all(c.outcome is Outcome.OK for c in saved.cells)
     assert marked_processes(tmp_path) == set()  # the worker too, though not in our group
@@ -498,7 +500,7 @@ def test_sigterm_under_pytest_stops_the_worker_groups_and_keeps_the_results(
     )
     try:
         deadline = time.monotonic() + 300
-        while not (out.exists() and len(load_run(out).cells) >= 2):
+        while not (out.exists() and len(read_results(out).cells) >= 2):
             assert run.poll() is None and time.monotonic() < deadline, "no two cells measured"
             time.sleep(0.5)
         run.send_signal(signal.SIGTERM)
@@ -509,7 +511,7 @@ def test_sigterm_under_pytest_stops_the_worker_groups_and_keeps_the_results(
             run.wait()
     assert run.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]
     assert "Terminated" in output, output[-3000:]
-    saved = load_run(out)
+    saved = read_results(out)
     assert not saved.complete and len(saved.cells) >= 2
     assert all(c.outcome is Outcome.OK for c in saved.cells)
     assert marked_processes(tmp_path) == set()
@@ -639,7 +641,7 @@ def test_the_unmodified_fixture_is_accepted(
 ) -> None:
     path = tmp_path / "good.json"
     path.write_text(json.dumps(valid_results()))
-    assert load_run(path).cells[0].batch_size == 1  # so each hostile case fails for its change
+    assert read_results(path).cells[0].batch_size == 1  # so each hostile case fails for its change
 
 
 @pytest.mark.parametrize("kind", HOSTILE_KINDS)

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from bloomperf import cli, diff
-from bloomperf.compare import REGRESSED, compare_metric
+from bloomperf.compare import compare_metric
+from bloomperf.stats import REGRESSED
 from tests.builders import BASELINES, BLOG_BASELINE, BLOG_RESULTS
 
 
@@ -325,7 +326,7 @@ def test_synthetic_results_are_marked_and_refused_unless_allowed(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     from bloomperf.options import resolve_options
-    from bloomperf.results import load_run
+    from bloomperf.resultfiles import read_results
     from bloomperf.run import Session
 
     options = resolve_options(
@@ -333,7 +334,8 @@ def test_synthetic_results_are_marked_and_refused_unless_allowed(
     )
     Session.prepare(options)  # writes the (empty) results file at once
     assert (
-        load_run(tmp_path / "r.json").synthetic == "a 10 % slowdown injected (--slowdown-percent)"
+        read_results(tmp_path / "r.json").synthetic
+        == "a 10 % slowdown injected (--slowdown-percent)"
     )
 
     synthetic = write(tmp_path / "s.json", {**blog(), "synthetic": "a 10 % slowdown injected"})

@@ -19,7 +19,8 @@ from bloomperf.nights import (
     add_to_history,
     load_history,
 )
-from bloomperf.results import CellResult, Outcome, save_run
+from bloomperf.results import CellResult, Outcome
+from bloomperf.results_json import save_run
 from tests.builders import FIRST_NIGHT, add_night, night, night_run, ok_cell
 
 

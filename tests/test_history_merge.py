@@ -11,7 +11,9 @@ import pytest
 
 from bloomperf.cli import main
 from bloomperf.nights import add_to_history, load_history
-from bloomperf.results import RunResult, load_run, save_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import RunResult
+from bloomperf.results_json import save_run
 from tests.builders import BLOG_RESULTS, BLOG_TOPOLOGY, night, on_night, scaled_run
 
 EIGHT, FOUR = BLOG_TOPOLOGY, "4xA100-SXM4-80GB"
@@ -19,7 +21,7 @@ EIGHT, FOUR = BLOG_TOPOLOGY, "4xA100-SXM4-80GB"
 
 def night_of(topology: str, day: int, factor: float = 1.0) -> RunResult:
     """The blog's run as measured on ``topology`` on the ``day``-th night, ms/token × factor."""
-    run = scaled_run(load_run(BLOG_RESULTS), factor)
+    run = scaled_run(read_results(BLOG_RESULTS), factor)
     return replace(on_night(run, night(day)), topology=topology)
 
 

@@ -13,7 +13,9 @@ import pytest
 
 from bloomperf.cli import main
 from bloomperf.progress import set_sink
-from bloomperf.results import RunResult, load_run, save_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import RunResult
+from bloomperf.results_json import save_run
 from tests.builders import (
     BLOG_RESULTS,
     BLOG_TOPOLOGY,
@@ -40,9 +42,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Artifacts of two runners, merged into a history root, then published."""
     tmp = tmp_path_factory.mktemp("site")
     rng = random.Random(5)
-    blog = load_run(BLOG_RESULTS)
+    blog = read_results(BLOG_RESULTS)
     blog = replace(blog, cells=tuple(c for c in blog.cells if c.backend == "accelerate"))
-    cpu = load_run(RESULTS / "cpu.tiny.steps.results.json")
+    cpu = read_results(RESULTS / "cpu.tiny.steps.results.json")
     for day in range(12):
         run = scaled_run(blog, 1 + rng.uniform(-0.02, 0.02))
         if day >= STEP_NIGHT:

@@ -14,7 +14,8 @@ import numpy
 import pytest
 
 from bloomperf.latency import percentile, summarize_steps
-from bloomperf.results import CellResult, Outcome, cell_from_dict, cell_to_dict
+from bloomperf.results import CellResult, Outcome
+from bloomperf.results_json import cell_from_dict, cell_to_dict
 from tests.builders import tiny_run
 
 NEW_TOKENS = 32

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bloomperf.baseline import cell_from_dict, cell_to_dict
+from bloomperf.baseline_json import cell_from_dict, cell_to_dict
 from bloomperf.compare import judge
 from bloomperf.diff import baseline_of_run
 from bloomperf.results import CellResult, Outcome, RunResult

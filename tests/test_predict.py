@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bloomperf.backends import BACKEND_NAMES, DTYPES, backend_class
-from bloomperf.baseline import find_baseline
+from bloomperf.baseline_search import find_baseline
 from bloomperf.boundaries import BoundaryCheck, check_boundaries, predict_boundary
 from bloomperf.checkpoints import resolve_model
 from bloomperf.cli import main

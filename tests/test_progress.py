@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bloomperf import progress
-from bloomperf.results import Outcome, load_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import Outcome
 
 
 def test_bloomperf_run_prints_build_and_load_progress_before_the_first_cell(
@@ -121,7 +122,7 @@ def test_a_failing_cell_names_its_log_and_quotes_the_tail(tmp_path: Path) -> Non
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     done = run_tiny(tmp_path, "--model", str(broken))
     assert done.returncode == 1, done.stderr
-    (cell,) = load_run(tmp_path / "r.json").cells
+    (cell,) = read_results(tmp_path / "r.json").cells
     assert cell.outcome is Outcome.ERROR
     assert "SafetensorError" in cell.message  # the worker's own report first
     match = re.search(r"\nworker log: (\S+)$", cell.message, re.M)
@@ -143,7 +144,7 @@ def test_ds_config_is_merged_over_the_zero_defaults_and_recorded(tmp_path: Path)
     )
     done = run_tiny(tmp_path, "--model", "tiny", "--backends", "ds-zero", "--ds-config", config)
     assert done.returncode == 0, done.stderr
-    (cell,) = load_run(tmp_path / "r.json").cells
+    (cell,) = read_results(tmp_path / "r.json").cells
     assert cell.outcome is Outcome.OK, cell.message
     used = cell.details["ds_config"]
     assert used["zero_optimization"]["stage"] == 3  # a default kept

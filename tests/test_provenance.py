@@ -12,7 +12,8 @@ import pytest
 
 from bloomperf import cli, provenance
 from bloomperf.fingerprint import environment_fingerprint
-from bloomperf.results import load_run, save_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results_json import save_run
 from bloomperf.topology import detect_topology
 from tests.builders import add_night, night, night_run, ok_cell
 
@@ -72,7 +73,7 @@ def test_a_results_file_carries_commit_command_and_packages(
     environment = environment_fingerprint(detect_topology())
     path = tmp_path / "r.json"
     save_run(replace(night_run(date(2026, 11, 1), [ok_cell(44.0)]), environment=environment), path)
-    stored = load_run(path).environment
+    stored = read_results(path).environment
     here = Path(provenance.__file__).resolve().parent
     assert stored["provenance"]["git"]["commit"] == git(here, "rev-parse", "HEAD")
     assert stored["provenance"]["command"] == "bloomperf run --model 'tiny bloom'"

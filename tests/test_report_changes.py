@@ -8,11 +8,13 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
-from bloomperf.baseline import accept_run, load_baseline, save_baseline, software_environment
+from bloomperf.baseline_accept import accept_run, software_environment
+from bloomperf.baseline_json import load_baseline, save_baseline
 from bloomperf.cli import main
 from bloomperf.provenance import NOTHING_CHANGED
 from bloomperf.report import write_report
-from bloomperf.results import RunResult, load_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import RunResult
 from tests.builders import BLOG_BASELINE, RESULTS, add_night, on_night
 
 STEPS = RESULTS / "cpu.tiny.steps.results.json"
@@ -45,7 +47,7 @@ def section(markdown: str) -> str:
 def test_since_the_previous_night_the_report_lists_commit_driver_nccl_and_torch(
     tmp_path: Path,
 ) -> None:
-    fixture = load_run(STEPS)
+    fixture = read_results(STEPS)
     history = tmp_path / "history"
     add_night(history, on_night(fixture, date(2026, 12, 1)), tmp_path)
     tonight = upgraded(fixture, date(2026, 12, 2))
@@ -67,7 +69,7 @@ def test_since_the_previous_night_the_report_lists_commit_driver_nccl_and_torch(
 
 
 def test_a_night_on_the_same_software_says_nothing_changed(tmp_path: Path) -> None:
-    fixture = load_run(STEPS)
+    fixture = read_results(STEPS)
     history = tmp_path / "history"
     add_night(history, on_night(fixture, date(2026, 12, 1)), tmp_path)
     tonight = on_night(fixture, date(2026, 12, 2))
@@ -82,7 +84,7 @@ def test_a_night_on_the_same_software_says_nothing_changed(tmp_path: Path) -> No
 def test_since_a_baseline_accepted_from_a_run_commit_and_versions_are_compared(
     tmp_path: Path,
 ) -> None:
-    fixture = load_run(STEPS)
+    fixture = read_results(STEPS)
     path = tmp_path / "cpu.tiny.json"
     save_baseline(accept_run(fixture, None, source="night.json"), path)
     baseline = load_baseline(path)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from bloomperf.baseline import Baseline
-from bloomperf.compare import REGRESSED, SAME, judge
+from bloomperf.compare import judge
 from bloomperf.report import write_report
 from bloomperf.report_heatmap import COLOURS, cell_text, ratio_heatmap
 from bloomperf.resultfiles import read_results
+from bloomperf.stats import REGRESSED, SAME
 from tests.builders import REGRESSED_RUN
 
 

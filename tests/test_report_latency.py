@@ -11,10 +11,11 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from bloomperf.baseline import accept_run
+from bloomperf.baseline_accept import accept_run
 from bloomperf.report import write_report
 from bloomperf.report_latency import write_latency_plots
-from bloomperf.results import EnergyReading, load_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import EnergyReading
 from bloomperf.telemetry import Telemetry
 from tests.builders import RESULTS, scaled_run
 
@@ -32,7 +33,7 @@ def stored(field: str) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_ttft_tpot_and_percentiles_plot_the_stored_fields(tmp_path: Path) -> None:
-    run = load_run(RUN)
+    run = read_results(RUN)
     baseline = accept_run(scaled_run(run, 0.7), None, source="test", now="2026-12-01")
     plots = write_latency_plots(run, baseline, tmp_path)
     assert set(plots.paths) == {"ttft", "tpot", "tail"}
@@ -63,7 +64,7 @@ def test_ttft_tpot_and_percentiles_plot_the_stored_fields(tmp_path: Path) -> Non
 def test_energy_is_skipped_with_the_reason_on_cpu_and_plotted_when_measured(
     tmp_path: Path,
 ) -> None:
-    run = load_run(RUN)
+    run = read_results(RUN)
     plots = write_latency_plots(run, None, tmp_path / "cpu")
     assert "energy" not in plots.paths
     assert not (tmp_path / "cpu" / "energy_per_token.png").exists()
@@ -83,7 +84,7 @@ def test_energy_is_skipped_with_the_reason_on_cpu_and_plotted_when_measured(
 
 
 def test_the_report_shows_the_plots_the_energy_note_and_the_flags(tmp_path: Path) -> None:
-    run = load_run(RUN)
+    run = read_results(RUN)
     flagged = replace(run.cells[0], telemetry=Telemetry(samples=3, flags=("thermal-throttled",)))
     report = write_report(run.with_cell(flagged), None, tmp_path)
     markdown = report.markdown.read_text()

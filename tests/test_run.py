@@ -17,7 +17,8 @@ import pytest
 
 from bloomperf.matrix import Cell
 from bloomperf.options import resolve_options
-from bloomperf.results import Outcome, load_run
+from bloomperf.resultfiles import read_results
+from bloomperf.results import Outcome
 from bloomperf.run import Session
 
 QUICK = ["--new-tokens", "8", "--cycles", "2", "--no-lock"]
@@ -88,7 +89,7 @@ def test_int8_and_disk_offload_run_through_accelerate(tmp_path: Path) -> None:
     out = tmp_path / "int8.json"
     done = bloomperf("run", *QUICK, "--batch-sizes", "2", "--dtypes", "int8", "--output", str(out))
     assert done.returncode == 0, done.stderr
-    [cell] = load_run(out).cells
+    [cell] = read_results(out).cells
     assert cell.outcome is Outcome.OK
     out = tmp_path / "disk.json"
     offload = tmp_path / "offload"
@@ -107,7 +108,7 @@ def test_int8_and_disk_offload_run_through_accelerate(tmp_path: Path) -> None:
         str(out),
     )
     assert done.returncode == 0, done.stderr
-    [cell] = load_run(out).cells
+    [cell] = read_results(out).cells
     assert cell.outcome is Outcome.OK
     # Part of the weights stays in RAM, the rest is read from disk at every forward pass
     # (safetensors checkpoints are memory-mapped from where they are, so the folder may stay empty).
@@ -129,7 +130,7 @@ def test_cpu_oom_is_caught_and_the_next_cells_still_run(tmp_path: Path) -> None:
         str(out),
     )
     assert done.returncode == 0, done.stderr  # an OOM is a measurement, not a crash
-    cells = {c.id: c for c in load_run(out).cells}
+    cells = {c.id: c for c in read_results(out).cells}
     assert cells["accelerate-fp32-bs1"].outcome is Outcome.OK
     assert cells["accelerate-fp32-bs65536"].outcome is Outcome.OOM
     assert "allocate" in cells["accelerate-fp32-bs65536"].message
@@ -153,7 +154,7 @@ def test_after_an_oom_the_worker_is_restarted_before_the_next_cell(tmp_path: Pat
         str(out),
     )
     assert done.returncode == 0, done.stderr
-    cells = load_run(out).cells
+    cells = read_results(out).cells
     assert [c.outcome for c in cells] == [Outcome.OK, Outcome.OOM, Outcome.OOM]
     assert [c.details["load_count"] for c in cells] == [1, 1, 2]
 
@@ -177,7 +178,7 @@ def test_deepspeed_rank_groups_run_through_the_launcher(tmp_path: Path) -> None:
         timeout=900,
     )
     assert done.returncode == 0, done.stderr
-    cells = {c.id: c for c in load_run(out).cells}
+    cells = {c.id: c for c in read_results(out).cells}
     assert set(cells) == {
         "ds-autotp-fp32-bs1",
         "ds-autotp-fp32-bs3",
@@ -269,7 +270,7 @@ def test_a_hung_worker_times_out_and_its_group_is_killed(tmp_path: Path) -> None
     finally:
         sess.stop()
     assert worker_pids() - before == set()
-    saved = load_run(tmp_path / "s.json")
+    saved = read_results(tmp_path / "s.json")
     assert [c.outcome for c in saved.cells] == [Outcome.TIMEOUT]
 
 

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from bloomperf import cli
-from bloomperf.baseline import BaselineCell, find_baseline, save_baseline
+from bloomperf.baseline import BaselineCell
+from bloomperf.baseline_json import save_baseline
+from bloomperf.baseline_search import find_baseline
 from bloomperf.resultfiles import read_results
 from bloomperf.run_cli import print_verdicts
 from tests.builders import cpu_baseline
