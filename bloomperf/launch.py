@@ -28,6 +28,7 @@ from bloomperf.dslaunch import cleanup_shm, shm_segments
 from bloomperf.errors import BloomperfError
 from bloomperf.failures import read_rank_reports, root_cause
 from bloomperf.measure.memory import create_sampler
+from bloomperf.measure.rank_peaks import ranks_reading
 from bloomperf.measure.sampler import MemorySampler
 from bloomperf.protocol import (
     TOKEN_ENV,
@@ -79,7 +80,7 @@ class WorkerFailure(Exception):
 @dataclass(frozen=True)
 class LoadReport:
     load_time_s: float
-    memory: MemoryReading
+    memory: MemoryReading | None
     details: dict[str, Any]
 
 
@@ -134,7 +135,7 @@ class WorkerGroup:
         loaded = self._expect("loaded", self.spec.load_timeout_s)
         return LoadReport(
             load_time_s=float(loaded["load_time_s"]),
-            memory=self.sampler.mark(),
+            memory=self.phase_memory(loaded.get("ranks")),
             details=dict(loaded.get("details") or {}),
         )
 
@@ -290,6 +291,14 @@ class WorkerGroup:
 
     def mark_memory(self) -> MemoryReading | None:
         return self.sampler.mark() if self.sampler is not None else None
+
+    def phase_memory(self, ranks: list[dict[str, Any]] | None) -> MemoryReading | None:
+        """A phase's memory: this node's sampler, or, for a multi-node group, what each rank
+        reported of itself (no sampler here sees ranks that ssh, mpirun or srun started)."""
+        local = self.mark_memory()
+        if self.multinode and ranks:
+            return ranks_reading(ranks)
+        return local
 
     # -- stop ------------------------------------------------------------------------------
 

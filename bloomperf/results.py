@@ -72,6 +72,9 @@ class MemoryReading:
     # NVML's device total at the phase's start (after the cell's cleanup): what the cell found
     # already in use, so its own share is peak_bytes - start_bytes. None on CPU and in old files.
     start_bytes: int | None = None
+    # Source ``ranks`` (a multi-node group: each rank measured itself): the sum per node, in
+    # the order the nodes first appear by rank.
+    per_node_bytes: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,21 @@ def memory_from_dict(data: Any, where: str) -> MemoryReading | None:
         torch_reserved_bytes=get_int(data, "torch_reserved_bytes", where, optional=True),
         reason=get_str(data, "reason", where, default=""),
         start_bytes=get_int(data, "start_bytes", where, optional=True),
+        per_node_bytes=per_node_from_list(data, where),
     )
+
+
+def per_node_from_list(data: dict[str, Any], where: str) -> tuple[tuple[str, int], ...]:
+    """``[[node, bytes], ...]`` (written by json_fields from the tuple of pairs)."""
+    pairs = get_list(data, "per_node_bytes", where, default=[])
+    nodes: list[tuple[str, int]] = []
+    for pair in pairs:
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise BloomperfError(f"{where}: per_node_bytes must hold [node, bytes] pairs")
+        node = get_str({"node": pair[0]}, "node", f"{where} per_node_bytes")
+        size = get_int({"bytes": pair[1]}, "bytes", f"{where} per_node_bytes") or 0
+        nodes.append((node, size))
+    return tuple(nodes)
 
 
 def cell_from_dict(data: Any, where: str) -> CellResult:

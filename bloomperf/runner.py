@@ -107,7 +107,7 @@ class GroupRunner:
                 message=with_log(failure, group).message,
                 generate_memory=memory,
             )
-        memory = group.mark_memory()
+        memory = group.phase_memory(peaks.get("ranks"))
         if memory is not None:
             memory = replace(
                 memory,

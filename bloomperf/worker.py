@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from bloomperf.failures import failure_report, write_rank_report
+from bloomperf.measure.rank_peaks import gather_peaks, own_peak, reset_own_peak
 from bloomperf.protocol import (
     OP_BEGIN,
     OP_CLOSE,
@@ -73,6 +74,7 @@ class Worker:
         self.inputs: dict[str, Any] = {}
         self.tokenizer: Any = None
         self.loads = 0
+        self.load_ranks: list[dict[str, Any]] = []
         self.tokens_checked = False
 
     # -- load ------------------------------------------------------------------------------
@@ -91,6 +93,7 @@ class Worker:
         self.backend.load(self.request)
         self.backend.synchronize()
         seconds = time.perf_counter() - start
+        self.load_ranks = self.rank_peaks()
         slowdown = float(self.spec["options"].get("slowdown_percent", 0) or 0)
         if slowdown:
             from bloomperf.measure.slowdown import install_slowdown
@@ -111,6 +114,7 @@ class Worker:
 
         self.inputs = {}
         gc.collect()  # the previous cell's tensors, before the allocator gives their memory back
+        reset_own_peak()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
             for index in self.backend.cuda_devices():
@@ -168,6 +172,12 @@ class Worker:
             }
         return {"torch_allocated_bytes": None, "torch_reserved_bytes": None}
 
+    def rank_peaks(self) -> list[dict[str, Any]]:
+        """Every rank's own peak of the phase that just ended (a collective: every rank calls
+        it at the same point). The controller reads them for ranks its sampler cannot see."""
+        own = own_peak(self.rank, self.backend.cuda_devices())
+        return gather_peaks(own, self.world_size)
+
     def act(self, op: int, batch_size: int) -> dict[str, Any]:
         if op == OP_BEGIN:
             self.begin(batch_size)
@@ -175,7 +185,7 @@ class Worker:
         if op == OP_CYCLE:
             return {"event": "sample", **self.cycle()}
         if op == OP_END:
-            return {"event": "ended", **self.torch_peaks()}
+            return {"event": "ended", **self.torch_peaks(), "ranks": self.rank_peaks()}
         raise ValueError(f"unknown op {op}")
 
 
@@ -278,7 +288,14 @@ def main() -> int:
     except Exception as exc:
         stream.send(failure_report(exc, rank, world_size))
         return 1
-    stream.send({"event": "loaded", "load_time_s": load_time, "details": worker.backend.details()})
+    stream.send(
+        {
+            "event": "loaded",
+            "load_time_s": load_time,
+            "details": worker.backend.details(),
+            "ranks": worker.load_ranks,
+        }
+    )
     served = serve_rank0(worker, stream)
     stream.close()
     if not served:

@@ -41,7 +41,7 @@ from bloomperf.dslaunch import rank_group_command, shm_segments
 from bloomperf.matrix import Cell
 from bloomperf.multinode import GROUP_ENV
 from bloomperf.options import resolve_options
-from bloomperf.results import Outcome
+from bloomperf.results import CellResult, Outcome
 from bloomperf.run import Session
 
 pytest.importorskip("deepspeed")
@@ -201,6 +201,18 @@ def group_marks(sess: Session) -> tuple[str, str]:
     return group.group_id, argv[argv.index("--master_port") + 1]
 
 
+def assert_memory_of_both_nodes(cell: CellResult) -> None:
+    """No sampler on the controller sees ranks that pdsh started under sshd: each rank's own
+    VmHWM, gathered by rank 0, is what load and generate record, node by node."""
+    for memory in (cell.load_memory, cell.generate_memory):
+        assert memory is not None and memory.source == "ranks", memory
+        nodes = dict(memory.per_node_bytes)
+        assert set(nodes) == set(HOSTS), nodes
+        # a rank that imported torch and holds the model: far above ssh/pdsh's few MB
+        assert all(size > 100 * 2**20 for size in nodes.values()), nodes
+        assert memory.peak_bytes == sum(nodes.values()) == sum(memory.per_device_bytes)
+
+
 def assert_nothing_left(nodes: SshNodes, marks: tuple[str, str]) -> None:
     group_id, port = marks
     deadline = time.monotonic() + 15
@@ -225,6 +237,7 @@ def test_bloomperf_run_on_two_nodes_then_faults_on_the_second(
         identities = rank_identities(group.log_path.read_text())
         assert identities["0"]["ssh_to"] == HOSTS[0] and identities["1"]["ssh_to"] == HOSTS[1]
         assert [identities[r]["world"] for r in "01"] == ["2", "2"]
+        assert_memory_of_both_nodes(ok)
         first_group = group_marks(sess)
 
         # 1. a rank killed on the second node

@@ -1,0 +1,84 @@
+"""Ranks' own memory peaks: measured in the rank, gathered by rank 0, summed per node."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bloomperf.errors import BloomperfError
+from bloomperf.jsonfile import json_fields
+from bloomperf.measure.rank_peaks import (
+    RANK_SOURCE,
+    gather_peaks,
+    node_name,
+    own_peak,
+    ranks_reading,
+    reset_own_peak,
+)
+from bloomperf.measure.rss_sampler import read_peak_rss
+from bloomperf.results_json import memory_from_dict
+
+MiB = 1024**2
+
+
+def test_node_is_where_the_launcher_sent_the_rank() -> None:
+    # pdsh's ssh session names the hostfile entry, even where two entries are one machine.
+    assert node_name({"SSH_CONNECTION": "127.0.0.1 50000 127.0.0.2 22"}) == "127.0.0.2"
+    assert node_name({"SLURMD_NODENAME": "gpu-17"}) == "gpu-17"
+    assert node_name({}) == os.uname().nodename
+
+
+def test_own_peak_on_cpu_is_this_process_vmhwm_and_reset_starts_a_phase() -> None:
+    ballast = bytearray(64 * MiB)  # touched: it counts in RSS
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    with_ballast = own_peak(3, ()).peak_bytes
+    assert with_ballast is not None and with_ballast >= 64 * MiB
+    del ballast
+    reset_own_peak()
+    after_reset = own_peak(3, ())
+    assert after_reset.measure == "vmhwm" and after_reset.rank == 3
+    assert after_reset.peak_bytes is not None and after_reset.peak_bytes < with_ballast - 32 * MiB
+    assert after_reset.peak_bytes <= read_peak_rss(os.getpid())
+
+
+def test_one_rank_gathers_itself() -> None:
+    own = own_peak(0, ())
+    assert gather_peaks(own, 1) == [vars(own)]
+
+
+def test_reading_sums_ranks_per_node_in_rank_order() -> None:
+    reported = [
+        {"rank": 1, "node": "b", "peak_bytes": 300, "measure": "vmhwm"},
+        {"rank": 0, "node": "a", "peak_bytes": 100, "measure": "vmhwm"},
+        {"rank": 2, "node": "b", "peak_bytes": 50, "measure": "vmhwm"},
+    ]
+    reading = ranks_reading(reported)
+    assert (reading.source, reading.peak_bytes) == (RANK_SOURCE, 450)
+    assert reading.per_device_bytes == (100, 300, 50)
+    assert reading.per_node_bytes == (("a", 100), ("b", 350))
+
+
+def test_a_rank_that_could_not_read_makes_the_phase_unavailable() -> None:
+    reported = [
+        {"rank": 0, "node": "a", "peak_bytes": 100, "measure": "vmhwm"},
+        {"rank": 1, "node": "b", "peak_bytes": None, "measure": "vmhwm"},
+    ]
+    reading = ranks_reading(reported)
+    assert reading.source == "unavailable" and reading.peak_bytes is None
+    assert "1" in reading.reason
+
+
+def test_per_node_figures_survive_the_results_file() -> None:
+    reading = ranks_reading(
+        [
+            {"rank": 0, "node": "a", "peak_bytes": 100, "measure": "vmhwm"},
+            {"rank": 1, "node": "b", "peak_bytes": 200, "measure": "vmhwm"},
+        ]
+    )
+    stored = json.loads(json.dumps(json_fields(reading)))
+    assert memory_from_dict(stored, "results.json") == reading
+    stored["per_node_bytes"] = [["a"]]
+    with pytest.raises(BloomperfError, match="per_node_bytes"):
+        memory_from_dict(stored, "results.json")
