@@ -16,6 +16,7 @@ from bloomperf.baseline_search import (
     resolve_baseline,
 )
 from bloomperf.baseline_text import render_baseline_json, render_baseline_text
+from bloomperf.cli_arguments import add_allow_arguments, add_format_argument, add_run_option
 from bloomperf.compare import incompleteness
 from bloomperf.errors import BloomperfError
 from bloomperf.resultfiles import read_results, refuse_synthetic
@@ -32,16 +33,14 @@ def add_command(subparsers: Any) -> None:
         "topology", help="topology id or alias (e.g. 8xA100-80GB), or a baseline file"
     )
     show.add_argument("--model", help="model name when the topology has baselines for several")
-    show.add_argument("--format", choices=("text", "json"), default="text")
-    show.add_argument(
-        "--baselines", type=Path, help="baselines folder (default: ./baselines, user, shipped)"
-    )
+    add_format_argument(show, "json")
+    add_run_option(show, "baselines")
     show.set_defaults(func=run_show)
     accept = actions.add_parser("accept", help="write results into the baseline of their topology")
     accept.add_argument("results", nargs="+", help="bloomperf results or pytest-benchmark files")
-    accept.add_argument(
-        "--baselines",
-        type=Path,
+    add_run_option(
+        accept,
+        "baselines",
         help="baselines folder (default: ./baselines, else $XDG_DATA_HOME/bloomperf/baselines)",
     )
     accept.add_argument(
@@ -49,15 +48,10 @@ def add_command(subparsers: Any) -> None:
         action="store_true",
         help="accept despite errored or timed-out cells (they are left out)",
     )
-    accept.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="accept results that measured nothing or come from a run that did not finish",
-    )
-    accept.add_argument(
-        "--allow-synthetic",
-        action="store_true",
-        help="accept results of an injected slowdown (--slowdown-percent) into the baseline",
+    add_allow_arguments(
+        accept,
+        incomplete="accept results that measured nothing or come from a run that did not finish",
+        synthetic="accept results of an injected slowdown (--slowdown-percent) into the baseline",
     )
     accept.set_defaults(func=run_accept)
 

@@ -19,6 +19,12 @@ from typing import Any
 
 from bloomperf.baseline import Baseline
 from bloomperf.baseline_accept import accept_run
+from bloomperf.cli_arguments import (
+    add_allow_arguments,
+    add_format_argument,
+    add_history_argument,
+    add_run_option,
+)
 from bloomperf.compare import judge
 from bloomperf.comparison_text import render_comparison
 from bloomperf.errors import EXIT_REGRESSION, BloomperfError
@@ -80,25 +86,19 @@ def add_command(subparsers: Any) -> None:
         "bloomperf results, pytest-benchmark JSON, or a pytest-benchmark storage folder; "
         "two of them without --baseline: before and after",
     )
-    parser.add_argument(
-        "--format",
-        choices=("text", "markdown", "json", "github"),
-        default="text",
+    add_format_argument(
+        parser,
+        "markdown",
+        "json",
+        "github",
         help="github: the text, then an ::error per failing cell and a ::warning per doubtful "
         "one, and the verdict and counts in $GITHUB_OUTPUT",
     )
-    parser.add_argument(
-        "--strict", action="store_true", help="fail when a cell ran where an OOM was expected"
-    )
-    parser.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="pass results that measured nothing or come from a run that did not finish",
-    )
-    parser.add_argument(
-        "--allow-synthetic",
-        action="store_true",
-        help="compare results of an injected slowdown (--slowdown-percent) too",
+    add_run_option(parser, "strict")
+    add_allow_arguments(
+        parser,
+        incomplete="pass results that measured nothing or come from a run that did not finish",
+        synthetic="compare results of an injected slowdown (--slowdown-percent) too",
     )
     parser.add_argument(
         "--tolerance",
@@ -107,11 +107,9 @@ def add_command(subparsers: Any) -> None:
         "none on CPU), e.g. 0.1 for ±10%%",
     )
     # ---- history (bloomperf.history owns the test; this only wires it in) ----
-    parser.add_argument(
-        "--history",
-        type=Path,
-        metavar="DIR",
-        help="history folder: also list persistent changes over the nights, and fail when the "
+    add_history_argument(
+        parser,
+        "history folder: also list persistent changes over the nights, and fail when the "
         "newest night confirmed one for the worse",
     )
     add_detection_options(parser)

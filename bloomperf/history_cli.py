@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from bloomperf.cli_arguments import add_format_argument, add_out_argument, add_run_option
 from bloomperf.history import add_detection_options, detection_settings, history_section
 from bloomperf.history_merge import merge_histories
 from bloomperf.history_site import publish_site
@@ -33,7 +34,7 @@ def add_command(subparsers: Any) -> None:
     add.set_defaults(func=run_add)
     show = actions.add_parser("changes", help="list the persistent changes in a history folder")
     show.add_argument("--dir", type=Path, default=Path("history"), help="default: ./history")
-    show.add_argument("--format", choices=("text", "markdown"), default="text")
+    add_format_argument(show, "markdown")
     add_detection_options(show)
     show.set_defaults(func=run_changes)
     merge = actions.add_parser(
@@ -50,8 +51,8 @@ def add_command(subparsers: Any) -> None:
     merge.set_defaults(func=run_merge)
     publish = actions.add_parser("publish", help="write the history as a static web site")
     publish.add_argument("history", type=Path, help="a history root or one history folder")
-    publish.add_argument("--out", type=Path, required=True, help="folder to write the site into")
-    publish.add_argument("--baselines", type=Path, help="baselines folder (default: the shipped)")
+    add_out_argument(publish, "folder to write the site into")
+    add_run_option(publish, "baselines")  # read as every reader does: the search order
     add_detection_options(publish)
     publish.set_defaults(func=run_publish)
 

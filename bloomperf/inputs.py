@@ -10,6 +10,7 @@ from pathlib import Path
 from bloomperf.baseline import Baseline
 from bloomperf.baseline_folders import describe_search
 from bloomperf.baseline_search import find_baseline, resolve_baseline
+from bloomperf.cli_arguments import add_run_option
 from bloomperf.results import RunResult
 
 
@@ -20,11 +21,7 @@ def add_input_arguments(parser: argparse.ArgumentParser, results_help: str) -> N
         metavar="FILE|TOPOLOGY",
         help="a baseline file, or a topology id or alias (default: the run's own topology)",
     )
-    parser.add_argument(
-        "--baselines",
-        type=Path,
-        help="baselines folder (default: the search order of `baseline show`)",
-    )
+    add_run_option(parser, "baselines")
 
 
 def baseline_for(

@@ -25,6 +25,7 @@ from bloomperf.checkpoints import (
     default_cache_dir,
     resolve_model,
 )
+from bloomperf.cli_arguments import add_format_argument
 from bloomperf.hardware import GiB, GpuSpec, parse_topology_id
 from bloomperf.launch import group_command
 from bloomperf.matrix import Cell, Group
@@ -54,7 +55,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="with --dry-run: plan for this topology (e.g. 8xA100-80GB) instead of this machine",
     )
-    group.add_argument("--format", choices=("text", "json"), default="text", help="plan format")
+    add_format_argument(group, "json", help="plan format")
 
 
 # ---- where the plan runs ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from bloomperf.backends import BACKEND_NAMES, DTYPES, backend_class
+from bloomperf.backends import backend_class
 from bloomperf.baseline_search import find_baseline
 from bloomperf.boundaries import (
     BoundaryCheck,
@@ -18,6 +18,7 @@ from bloomperf.boundaries import (
     check_boundaries,
     predict_row,
 )
+from bloomperf.cli_arguments import add_format_argument, add_run_option, checked, run_option
 from bloomperf.errors import BloomperfError
 from bloomperf.hardware import GiB, parse_topology_id, topology_id
 from bloomperf.matrix import DEFAULT_BATCH_SIZES
@@ -30,6 +31,7 @@ from bloomperf.memory_model import (
     MemoryPrediction,
 )
 from bloomperf.models import MODEL_SHAPES
+from bloomperf.options import parse_positive_int
 from bloomperf.scenario import NEW_TOKENS, PROMPT_TOKENS, Scenario
 from bloomperf.topology import detect_topology
 
@@ -42,42 +44,32 @@ def add_command(subparsers: Any) -> None:
         "predict",
         help="predict peak memory per GPU, the OOM boundary and the roofline of every cell",
     )
-    parser.add_argument("--model", required=True, help=f"shape: {', '.join(MODEL_SHAPES)}")
-    parser.add_argument("--layers", type=int, default=None, help="only the first N blocks")
+    add_run_option(parser, "model", required=True, help=f"shape: {', '.join(MODEL_SHAPES)}")
+    add_run_option(parser, "layers")
     parser.add_argument(
         "--topology",
         required=True,
+        metavar="ID",
         help="[NODESx]GPUSxGPU, e.g. 8xA100-80GB, 2x8xA100-40GB, or 'detect'",
     )
-    parser.add_argument("--backends", default="accelerate,ds-inference,ds-zero")
-    parser.add_argument("--dtypes", default="bf16,fp16,int8")
-    parser.add_argument("--batches", default=",".join(str(b) for b in DEFAULT_BATCH_SIZES["cuda"]))
-    parser.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS)
-    parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS)
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    # The blog's rows and GPU batch sizes; --batches is the older spelling of --batch-sizes.
+    for name, default, *older in (
+        ("backends", "accelerate,ds-inference,ds-zero"),
+        ("dtypes", "bf16,fp16,int8"),
+        ("batch_sizes", ",".join(str(b) for b in DEFAULT_BATCH_SIZES["cuda"]), "--batches"),
+        ("new_tokens", str(NEW_TOKENS)),
+    ):
+        described = f"{run_option(name).help.split(' [')[0]} [{default}]"
+        add_run_option(parser, name, *older, default=default, help=described)
+    parser.add_argument(
+        "--prompt-tokens",
+        type=checked(parse_positive_int),
+        default=PROMPT_TOKENS,
+        metavar="N",
+        help=f"prompt tokens per sequence [{PROMPT_TOKENS}]",
+    )
+    add_format_argument(parser, "json")
     parser.set_defaults(func=run_predict)
-
-
-def _split(text: str, allowed: tuple[str, ...], option: str) -> list[str]:
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    for value in values:
-        if value not in allowed:
-            raise BloomperfError(f"{option}: unknown value {value!r} (known: {', '.join(allowed)})")
-    if not values:
-        raise BloomperfError(f"{option}: empty list")
-    return values
-
-
-def _batches(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
-    except ValueError:
-        raise BloomperfError(
-            f"--batches: {text!r} is not a comma-separated list of integers"
-        ) from None
-    if not values or values[0] < 1:
-        raise BloomperfError("--batches: batch sizes must be positive integers")
-    return values
 
 
 def render_text(rows: list[PredictedRow], batches: tuple[int, ...], title: str) -> str:
@@ -193,18 +185,14 @@ def run_predict(args: argparse.Namespace) -> int:
     shape = MODEL_SHAPES[args.model]
     nodes, per_node, gpus = parse_topology_id(_topology_text(args.topology))
     n_gpus = nodes * per_node
-    backends = _split(args.backends, BACKEND_NAMES, "--backends")
-    dtypes = _split(args.dtypes, DTYPES, "--dtypes")
-    batches = _batches(args.batches)
-    if args.prompt_tokens < 1 or args.new_tokens < 1:
-        raise BloomperfError("--prompt-tokens/--new-tokens: must be at least 1")
+    batches = args.batch_sizes
     tokens = (args.prompt_tokens, args.new_tokens)
     rows = [
         predict_row(
             Scenario(shape, args.layers, backend, dtype, gpus, n_gpus, nodes, *tokens), batches
         )
-        for backend in backends
-        for dtype in dtypes
+        for backend in args.backends
+        for dtype in args.dtypes
         if dtype in backend_class(backend).dtypes
     ]
     topology = topology_id(nodes, per_node, gpus)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.baseline import Baseline
+from bloomperf.cli_arguments import add_history_argument, add_out_argument
 from bloomperf.compare import judge
 from bloomperf.errors import BloomperfError
 from bloomperf.history import (
@@ -134,13 +135,8 @@ def add_command(subparsers: Any) -> None:
         "report", help="HTML + markdown report with plots", description=__doc__
     )
     add_input_arguments(parser, "bloomperf results or pytest-benchmark JSON (merged into one run)")
-    parser.add_argument("--out", type=Path, required=True, help="folder to write the report into")
-    parser.add_argument(
-        "--history",
-        type=Path,
-        metavar="DIR",
-        help="history folder (one results file per night) for the trend plot",
-    )
+    add_out_argument(parser, "folder to write the report into")
+    add_history_argument(parser, "history folder (one results file per night) for the trend plot")
     add_detection_options(parser)
     parser.set_defaults(func=run_report)
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bloomperf.cli_arguments import add_out_argument, add_run_option
 from bloomperf.dtypes import DTYPES
 from bloomperf.errors import BloomperfError
 
@@ -26,9 +27,9 @@ SPEC_ENV = "BLOOMPERF_SHARD_SPEC"
 
 def add_command(subparsers: Any) -> None:
     parser = subparsers.add_parser("shard", help="write a TP pre-sharded DeepSpeed checkpoint")
-    parser.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
-    parser.add_argument("--model", default="tiny", help="registry shape or checkpoint folder")
-    parser.add_argument("--out", type=Path, required=True, help="folder to write")
+    add_run_option(parser, "tp", required=True, help="tensor-parallel degree")
+    add_run_option(parser, "model", default="tiny", help="registry shape or checkpoint folder")
+    add_out_argument(parser, "folder to write")
     parser.add_argument("--dtype", default="fp16", choices=DTYPES)
     parser.add_argument(
         "--backend",
@@ -51,8 +52,6 @@ def run_shard(args: argparse.Namespace) -> int:
     from bloomperf.checkpoints import resolve_model
     from bloomperf.dslaunch import cleanup_shm, rank_group_command, shm_segments
 
-    if args.tp < 1:
-        raise BloomperfError(f"--tp: must be at least 1, got {args.tp}")
     if args.tp == 1 and args.backend == "ds-autotp":
         # inference/engine.py applies no auto-TP policy at TP=1, so nothing would be saved.
         raise BloomperfError(

@@ -10,8 +10,8 @@ import argparse
 import json
 from typing import Any
 
+from bloomperf.cli_arguments import add_node_arguments
 from bloomperf.fingerprint import environment_fingerprint
-from bloomperf.multinode import LAUNCHERS
 from bloomperf.nodes import TOPOLOGY_KIND, TOPOLOGY_SCHEMA_VERSION, run_nodes_command
 from bloomperf.topology import (
     describe,
@@ -35,15 +35,6 @@ def add_command(subparsers: Any) -> None:
     )
     add_node_arguments(parser)
     parser.set_defaults(func=run_topology_command)
-
-
-def add_node_arguments(parser: Any) -> None:
-    """Multi-node: read every node of a DeepSpeed hostfile, through the launcher's transport."""
-    parser.add_argument("--hostfile", help="list every node of this DeepSpeed hostfile")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="pdsh", help="[pdsh]")
-    parser.add_argument("--ssh-port", type=int, default=None, help="ssh port of the nodes")
-    parser.add_argument("--include", default=None, help="DeepSpeed's --include")
-    parser.add_argument("--exclude", default=None, help="DeepSpeed's --exclude")
 
 
 def run_topology_command(args: argparse.Namespace) -> int:

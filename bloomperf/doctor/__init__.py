@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.checkpoints import default_cache_dir
+from bloomperf.cli_arguments import add_format_argument, add_run_option
 from bloomperf.doctor.check import STATUSES, Check
 from bloomperf.doctor.host import check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
@@ -81,20 +82,21 @@ def add_command(subparsers: Any) -> None:
         "JIT, /dev/shm, disk, RAM) and why",
         description="Check the machine; every check ends ok, warn or fail. Exit 1 on a fail.",
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument(
-        "--device",
-        choices=("auto", "cuda", "cpu"),
+    add_format_argument(parser, "json")
+    add_run_option(
+        parser,
+        "device",
         default="auto",
         help="what the runs will use: cuda turns a missing GPU facility into a "
         "fail (default auto: warn)",
     )
-    parser.add_argument(
-        "--model",
+    add_run_option(
+        parser,
+        "model",
         help="model to size disk and RAM for [default: bloom-176b with GPUs, tiny without]",
     )
-    parser.add_argument("--layers", type=int, help="build the model with this many blocks")
-    parser.add_argument("--tp", type=int, help="ranks per DeepSpeed group [default: GPU count]")
+    add_run_option(parser, "layers", help="build the model with this many blocks")
+    add_run_option(parser, "tp", help="ranks per DeepSpeed group [default: GPU count]")
     parser.set_defaults(func=run_doctor_command)
 
 

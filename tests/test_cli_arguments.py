@@ -1,0 +1,56 @@
+"""Arguments several commands share are one definition: the same value is refused alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bloomperf.cli import main
+
+PREDICT = ["predict", "--model", "tiny", "--topology", "1xA100-80GB"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--layers", "0", "--dry-run"], "--layers: must be a positive integer, got 0"),
+        ([*PREDICT, "--layers", "0"], "--layers: must be a positive integer, got 0"),
+        (["doctor", "--layers", "0"], "--layers: must be a positive integer, got 0"),
+        (["shard", "--tp", "0", "--out", "x"], "--tp: must be a positive integer, got 0"),
+        (["doctor", "--tp", "-1"], "--tp: must be a positive integer, got -1"),
+        ([*PREDICT, "--backends", "fast"], "--backends: unknown value 'fast' (valid: accel"),
+        ([*PREDICT, "--batches", "0"], "--batch-sizes/--batches: batch size must be a positive"),
+        (["doctor", "--device", "gpu"], "--device: unknown value 'gpu' (valid: auto, cpu, cuda)"),
+        (["diff", "x.json", "--baselines", ""], "--baselines: is empty"),
+    ],
+)
+def test_a_shared_option_is_checked_as_the_run_checks_it(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_topology_refuses_what_a_run_refuses_before_reaching_the_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its own definitions took any integer and any text, and handed them to pdsh.
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=1\n")
+    for flag, value, message in (
+        ("--ssh-port", "-5", "must be a positive integer, got -5"),
+        ("--include", "localhost;id", "is not NODE[:SLOT[,SLOT...]][@NODE...]"),
+    ):
+        assert main(["topology", "--hostfile", str(hostfile), flag, value]) == 2
+        assert f"{flag}: " in (err := capsys.readouterr().err) and message in err
+
+
+def test_predict_takes_the_run_spelling_and_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = []
+    for flag in ("--batch-sizes", "--batches"):
+        assert main([*PREDICT, flag, "8,1", "--dtypes", "fp32", "--format", "json"]) == 0
+        rows.append(json.loads(capsys.readouterr().out)["rows"])
+    assert rows[0] == rows[1]
+    assert [c["batch_size"] for c in rows[0][0]["cells"]] == [1, 8]
