@@ -362,7 +362,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "bloomperf/measure/nvml_sampler.py",
         '            self._failure = f"NVML failed mid-run: {exc}"',
         '            self._failure, self._samples = f"NVML failed mid-run: {exc}", 0',
-        ("tests/test_memory.py::test_nvml_error_mid_run_keeps_the_peaks_taken_before",),
+        (
+            "tests/test_memory.py::test_nvml_error_mid_run_keeps_the_peaks_taken_before",
+            "tests/test_faults.py::test_nvml_failing_mid_run_reports_why_and_keeps_timings",
+        ),
         "a GPU lost late in a cell would throw away the memory measured before it",
     ),
     Mutation(
