@@ -215,7 +215,7 @@ def run_nodes_command(args: Any) -> int:
         for k, v in forwarded_environment(os.environ).items()
         if k.startswith(("NCCL_", "GLOO_"))
     }
-    if args.json:
+    if args.format == "json":
         print(json.dumps(nodes_to_dict(topology, nodes, sent), indent=2, allow_nan=False))
     else:
         print(describe_nodes(topology, nodes, sent))

@@ -10,7 +10,7 @@ import argparse
 import json
 from typing import Any
 
-from bloomperf.cli_arguments import add_node_arguments
+from bloomperf.cli_arguments import add_format_argument, add_node_arguments
 from bloomperf.fingerprint import environment_fingerprint
 from bloomperf.nodes import TOPOLOGY_KIND, TOPOLOGY_SCHEMA_VERSION, run_nodes_command
 from bloomperf.topology import (
@@ -26,7 +26,11 @@ def add_command(subparsers: Any) -> None:
         help="show this machine's GPUs, interconnect and software (the topology id baselines use)",
         description="Show the topology id, GPUs, NVLinks, driver and software versions.",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_format_argument(parser, "json")
+    # --json came first here; every other command spells it --format json.
+    parser.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="same as --format json"
+    )
     parser.add_argument(
         "--nodes",
         type=int,
@@ -42,7 +46,7 @@ def run_topology_command(args: argparse.Namespace) -> int:
         return run_nodes_command(args)
     topology = detect_topology(nodes=args.nodes)
     environment = environment_fingerprint(topology)
-    if args.json:
+    if args.format == "json":
         document = {
             "kind": TOPOLOGY_KIND,
             "schema_version": TOPOLOGY_SCHEMA_VERSION,

@@ -200,8 +200,9 @@ def test_bad_topology_json_is_one_line_error(change: dict[str, object], message:
         topology_from_dict(data, "results.json topology")
 
 
-def test_topology_command_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["topology", "--json"]) == 0
+@pytest.mark.parametrize("flags", [["--json"], ["--format", "json"]])
+def test_topology_command_prints_json(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["topology", *flags]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert (printed["kind"], printed["schema_version"]) == ("bloomperf-topology", 1)
     assert topology_from_dict(printed["topology"]) == detect_topology()
