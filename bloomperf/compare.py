@@ -21,7 +21,8 @@ metric checks:
 A whole run fails too when it measured nothing (no cell ran or ran out of memory) or did not
 finish (``complete: false``), unless the caller allows incomplete runs: an empty or interrupted
 results file must never pass a gate. ``judge`` applies all of this; ``judge_cell`` is the same rule
-for one cell, as the plugin needs it while the run is still going.
+for one cell, as the plugin needs it while the run is still going. The statuses and the verdict
+types (with the text that explains them) are ``verdicts``'s.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from dataclasses import replace
 
 from bloomperf.baseline import EXPECT_OK, Baseline, BaselineCell, expected_cell
 from bloomperf.latency import per_cycle
-from bloomperf.results import CellResult, Outcome, RunResult, table_order
-from bloomperf.results_json import latency_to_dict
+from bloomperf.results import CellResult, Outcome, RunResult, latency_to_dict, table_order
 from bloomperf.stats import IMPROVED, REGRESSED, SAME, classify_ratio, estimate_ratio
 from bloomperf.verdicts import (
     BOUNDARY_MOVED_UP,

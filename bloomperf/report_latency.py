@@ -26,8 +26,7 @@ from bloomperf.report_figure import (
     row_cells,
     save_figure,
 )
-from bloomperf.results import CellResult, RunResult
-from bloomperf.results_json import latency_to_dict
+from bloomperf.results import CellResult, RunResult, latency_to_dict
 
 Series = dict[str, list[tuple[int, float]]]
 

@@ -187,3 +187,19 @@ class RunResult:
     def with_cell(self, cell: CellResult) -> RunResult:
         kept = tuple(c for c in self.cells if c.id != cell.id)
         return replace(self, cells=(*kept, cell))
+
+
+def latency_to_dict(c: CellResult) -> dict[str, float | None]:
+    """A cell's derived latency and throughput figures: stored with it for readers (never read
+    back) and shown beside its verdict."""
+    steps = c.steps
+    rate = c.tokens_per_s
+    gpus = c.gpu_count
+    return {
+        "ttft_ms": steps.ttft_ms if steps else None,
+        "tpot_ms": steps.tpot_ms if steps else None,
+        "tpot_p90_ms": steps.tpot_p90_ms if steps else None,
+        "tpot_p99_ms": steps.tpot_p99_ms if steps else None,
+        "tokens_per_s": rate,
+        "tokens_per_s_per_gpu": rate / gpus if rate is not None and gpus else None,
+    }

@@ -19,27 +19,13 @@ from bloomperf.results import (
     Outcome,
     RunResult,
     WorkloadInfo,
+    latency_to_dict,
     read_backend_and_dtype,
 )
 from bloomperf.schema import DocumentKind, write_versioned
 from bloomperf.telemetry import telemetry_from_dict, telemetry_to_dict
 
 RESULTS = DocumentKind("bloomperf-results", 1)
-
-
-def latency_to_dict(c: CellResult) -> dict[str, float | None]:
-    """The derived latency and throughput figures, stored for readers (never read back)."""
-    steps = c.steps
-    rate = c.tokens_per_s
-    gpus = c.gpu_count
-    return {
-        "ttft_ms": steps.ttft_ms if steps else None,
-        "tpot_ms": steps.tpot_ms if steps else None,
-        "tpot_p90_ms": steps.tpot_p90_ms if steps else None,
-        "tpot_p99_ms": steps.tpot_p99_ms if steps else None,
-        "tokens_per_s": rate,
-        "tokens_per_s_per_gpu": rate / gpus if rate is not None and gpus else None,
-    }
 
 
 def energy_from_dict(data: Any, where: str) -> EnergyReading | None:

@@ -1,6 +1,8 @@
 """What a verdict says: the statuses a cell can get, and its per-metric and per-cell verdicts
 with the text that explains them. ``compare`` decides them."""
 
+from __future__ import annotations
+
 from collections import Counter
 from dataclasses import dataclass, field
 
