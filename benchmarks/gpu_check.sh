@@ -7,14 +7,15 @@
 #
 # Steps, each in its own time box (a hang costs its box, never the whole budget):
 #   1. install .gpukit/wheels offline into $SITE (deepspeed, bitsandbytes, DeepSpeed's needs)
-#   2. bloomperf doctor and bloomperf topology
+#   2. bloomperf doctor and bloomperf topology; the GPUs' NVML answers (benchmarks/record_nvml.py)
 #   3. a 2-layer bloom-176b: accelerate bf16 and int8, ds-zero bf16, ds-autotp fp16 at a few batch
 #      sizes; then accelerate bf16 at batch sizes up to OOM, against `bloomperf predict`
 #   4. the reference profile (transformers 4.43.4 from .gpukit/wheels-reference) in a second
 #      Python call: DeepSpeed's JIT build of the fused kernels, timed on its own, then
 #      ds-inference fp16
 # Results, worker logs and a summary go to $OUT: log.txt (everything printed), summary.txt (the
-# table, the OOM boundary against the prediction) and gpu-check.tgz (every results JSON and log).
+# table, the OOM boundary against the prediction), nvml-answers.json (the recorder's) and
+# gpu-check.tgz (every results JSON and log).
 #
 # GPU_CHECK_DEVICE=cpu runs the same steps on the tiny model on this CPU in a minute or two (no
 # install, no JIT build; ds-inference is skipped by bloomperf itself): tests/test_gpu_check.py.
@@ -117,6 +118,15 @@ for c in json.load(open(sys.argv[1]))['checks']: print(f\"{c['status']:<4}  {c['
   step "bloomperf topology"
   timed topology "$(box 60)" "$PY" -m bloomperf topology --json > "$WORK/topology.json"
   head -c 1200 "$WORK/topology.json"; echo
+  # The GPUs' real NVML answers, for the CPU suite's replay (copy to tests/data/nvml/).
+  step "record NVML answers into $OUT/nvml-answers.json"
+  if [ "$DEVICE" = cuda ]; then
+    timed record-nvml "$(box 30)" "$PY" benchmarks/record_nvml.py --output "$OUT/nvml-answers.json"
+  else  # a CPU machine may have no NVML: the recorder says why and exits 2, no failure here
+    rc=0
+    "$PY" benchmarks/record_nvml.py --output "$OUT/nvml-answers.json" || rc=$?
+    ((rc == 0 || rc == 2)) || FAILED+=("record-nvml (exit $rc)")
+  fi
   bench accelerate 200 --backends accelerate --dtypes bf16,int8 --batch-sizes "$BATCHES"
   bench ds-zero 120 --backends ds-zero --dtypes bf16 --batch-sizes "$BATCHES"
   bench ds-autotp 120 --backends ds-autotp --dtypes "$AUTOTP_DTYPE" --batch-sizes "$BATCHES"
@@ -148,7 +158,7 @@ step "summary"
 "$PY" - "$WORK" > "$OUT/summary.txt" <<'EOF'
 import json, sys
 from pathlib import Path
-from bloomperf.results import load_run
+from bloomperf.resultfiles import read_results
 
 work = Path(sys.argv[1])
 print(f"{'cell':<28} {'outcome':<8} {'ms/token':>9} {'peak GiB':>9} {'load s':>7}  note")
@@ -157,7 +167,7 @@ for path in sorted(work.glob("*.json")):
     if path.stem in ("doctor", "topology", "predict"):
         continue
     try:
-        run = load_run(path)
+        run = read_results(path)
     except Exception as exc:  # a run killed before its first cell: say so, go on
         print(f"{path.name}: unreadable ({exc})")
         continue

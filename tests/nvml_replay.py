@@ -1,10 +1,17 @@
-"""Hand-written NVML answers, served under pynvml's function names.
+"""NVML answers from a file, served under pynvml's function names.
 
 There is no GPU on the machine that runs the CPU suite; this is the one place where a stand-in is
 legitimate: bloomperf's real NVML code (topology detection, the memory sampler, doctor) is driven
-with answers written down by hand in the shape nvidia-ml-py returns them (tests/data/nvml/*.json
-say which machine each imitates). They were not recorded on a GPU: where the shape or an error
-code of a real driver is in doubt, the test says so. Errors are pynvml's own exception classes.
+with answers in the shape nvidia-ml-py returns them. The files in tests/data/nvml/ today were
+written down by hand (their ``note`` says which machine each imitates); where the shape or an
+error code of a real driver is in doubt, the test says so. ``benchmarks/record_nvml.py`` writes
+the same format from a machine's real NVML (the nightly uploads one per runner), with a
+``recorded`` entry naming the machine. Errors are pynvml's own exception classes.
+
+A device's optional query that failed is named in ``"errors": {key: {"error": class name,
+"value": NVML error code, "text": ...}}`` and raised again; a key absent without an error answers
+NOT_SUPPORTED. ``energy_mj`` and ``telemetry`` (``sm_mhz``, ``mem_mhz``, ``power_mw``, ``temp_c``,
+``reasons``) are answered until a test scripts other values.
 
 A device may list MIG instances (``"mig": [{"uuid": "MIG-...", "memory_total": ...,
 "memory_used": ...}]``); one without that key answers as a GPU without MIG support.
@@ -69,6 +76,13 @@ class NvmlReplay:
         self._last_energy: dict[int, int] = {}
         self._telemetry: dict[int, deque[dict[str, int]]] = {}
         self._last_telemetry: dict[int, dict[str, int]] = {}
+        for index, device in enumerate(self.devices):
+            if "energy_mj" in device:
+                self._energy[index] = deque()
+                self._last_energy[index] = int(device["energy_mj"])
+            if "telemetry" in device:
+                self._telemetry[index] = deque()
+                self._last_telemetry[index] = dict(device["telemetry"])
 
     @classmethod
     def load(cls, name: str) -> NvmlReplay:
@@ -102,7 +116,7 @@ class NvmlReplay:
         with self._lock:
             queue = self._telemetry.get(handle.index)
             if queue is None:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                raise self._missing(handle, "telemetry")
             if queue and key == "sm_mhz":  # a sampler's reading starts with the SM clock
                 self._last_telemetry[handle.index] = queue.popleft()
             return int(self._last_telemetry[handle.index][key])
@@ -154,8 +168,8 @@ class NvmlReplay:
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Handle) -> int:
         if "mig" not in self._device(handle):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return 7  # an A100/H100/H200 has seven MIG slots
+            raise self._missing(handle, "mig")
+        return int(self._device(handle).get("mig_slots", 7))  # an A100/H100/H200 has seven
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Handle, slot: int) -> Handle:
         instances = self._device(handle).get("mig")
@@ -189,21 +203,21 @@ class NvmlReplay:
     def nvmlDeviceGetNvLinkState(self, handle: Handle, link: int) -> int:
         states = self._device(handle)["nvlink_state"]
         if link >= len(states):
-            # What NVML answers for a link the GPU does not have.
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            # What NVML answers for a link the GPU does not have, unless a recording says.
+            raise self._missing(handle, "nvlink_state", pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return int(states[link])
 
     def nvmlDeviceGetMaxClockInfo(self, handle: Handle, clock: int) -> int:
         key = {pynvml.NVML_CLOCK_SM: "max_clock_sm_mhz", pynvml.NVML_CLOCK_MEM: "max_clock_mem_mhz"}
         if clock not in key:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return int(self._device(handle)[key[clock]])
+        return int(self._setting(handle, key[clock]))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Handle) -> int:
         with self._lock:
             queue = self._energy.get(handle.index)
             if queue is None:  # nothing scripted: a GPU older than Volta
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                raise self._missing(handle, "energy_mj")
             if queue:
                 value = queue.popleft()
                 if isinstance(value, BaseException):
@@ -212,7 +226,7 @@ class NvmlReplay:
             return self._last_energy[handle.index]
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: Handle) -> int:
-        return int(self._device(handle)["power_limit_mw"])
+        return int(self._setting(handle, "power_limit_mw"))
 
     # Settings `bloomperf doctor` reads; a device without the key answers NOT_SUPPORTED, as a
     # GPU without the feature does.
@@ -238,15 +252,22 @@ class NvmlReplay:
     def _setting(self, handle: Handle, key: str) -> Any:
         device = self._device(handle)
         if key not in device:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise self._missing(handle, key)
         return device[key]
+
+    def _missing(
+        self, handle: Handle, key: str, code: int = pynvml.NVML_ERROR_NOT_SUPPORTED
+    ) -> pynvml.NVMLError:
+        """The error a recording names for ``key``, else ``code``'s (pynvml picks the class)."""
+        recorded = self._device(handle).get("errors", {}).get(key)
+        return pynvml.NVMLError(int(recorded["value"]) if recorded else code)
 
     def _clock(self, clock: int) -> str:
         return {pynvml.NVML_CLOCK_SM: "sm", pynvml.NVML_CLOCK_MEM: "mem"}[clock]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Handle) -> list[SimpleNamespace]:
         self.process_queries += 1
-        return [SimpleNamespace(**p) for p in self._device(handle)["processes"]]
+        return [SimpleNamespace(**p) for p in self._setting(handle, "processes")]
 
     def _device(self, handle: Handle) -> dict[str, Any]:
         return self.devices[handle.index]

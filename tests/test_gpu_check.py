@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from nvml_replay import nvml_error_here
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
@@ -62,3 +63,11 @@ def test_cpu_dry_mode_runs_every_step(tmp_path: Path) -> None:
     assert any(n.endswith(".log") and ".json.logs/worker-" in n for n in names), names
     assert "work/accelerate.json" in names and "work/predict.json" in names
     assert "=== [+" in log and "done in" in log
+    # The NVML recorder ran: here, without NVML, it said why in one line and wrote nothing.
+    recorded = out / "nvml-answers.json"
+    why = nvml_error_here()
+    if why is None:
+        assert json.loads(recorded.read_text())["recorded"]["by"] == "benchmarks/record_nvml.py"
+    else:
+        assert f"record_nvml: no NVML on this machine: {why}\n" in log
+        assert not recorded.exists()

@@ -213,6 +213,21 @@ def test_the_nights_of_every_runner_are_merged_and_published_to_pages() -> None:
     assert publish["concurrency"]["cancel-in-progress"] is False
 
 
+def test_the_nightly_records_its_nvml_answers_for_the_replay() -> None:
+    steps = load(NIGHTLY)["jobs"]["benchmark"]["steps"]
+    names = [s.get("name") for s in steps]
+    record = steps[names.index("Record NVML answers")]
+    # On the idle GPUs, before the benchmark; a failed recording never fails the night.
+    assert names.index("Pre-flight (topology, idle GPUs)") < names.index("Record NVML answers")
+    assert names.index("Record NVML answers") < names.index("Benchmark (pytest -m gpu)")
+    assert record["continue-on-error"] is True
+    command = shlex.split(record["run"])
+    assert command[:2] == ["python", "benchmarks/record_nvml.py"]
+    assert (REPO / command[1]).is_file()
+    upload = steps[names.index("Upload NVML answers")]
+    assert upload["with"]["path"] == "nvml/" and command[3].startswith("nvml/")
+
+
 def bloomperf_commands(path: Path) -> list[list[str]]:
     """Every `bloomperf …` command line of a workflow's run steps, continuations joined."""
     commands = []
