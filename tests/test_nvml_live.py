@@ -2,7 +2,8 @@
 
 The CPU suite drives this code with replayed answers (tests/nvml_replay.py); here the answers are
 the driver's: a child process really allocates GPU memory and the sampler must see it, on the
-device and under the child's PID, and topology detection must name the GPUs torch.cuda sees.
+device and under the child's PID; topology detection must name the GPUs torch.cuda sees; and
+benchmarks/record_nvml.py's recording of this driver must replay as the driver answers.
 Torch touches the GPU only in child processes, so the pytest process holds no CUDA context (the
 nightly's matrix runs after these tests and measures memory). Without a GPU every test is skipped
 with NVML's reason.
@@ -20,10 +21,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from nvml_replay import nvml_error_here
+from nvml_replay import NvmlReplay, nvml_error_here
 
+from benchmarks.record_nvml import record
+from bloomperf.devices import measured_handle
 from bloomperf.measure.nvml_sampler import NvmlSampler
-from bloomperf.topology import Gpu, detect_topology
+from bloomperf.topology import Gpu, detect_topology, load_nvml
 
 pytestmark = pytest.mark.gpu
 
@@ -81,8 +84,9 @@ def tell(child: subprocess.Popen[str], expect: str) -> None:
     assert child.stdout.readline() == f"{expect}\n"
 
 
-def allocation_seen(gpu: Gpu) -> tuple[Any, int]:
-    """The sampler's reading of the phase in which a child allocated ALLOCATED_GIB, and its PID."""
+def allocation_seen(gpu: Gpu) -> tuple[Any, int, dict[int, int | None]]:
+    """The sampler's reading of the phase in which a child allocated ALLOCATED_GIB, the child's
+    PID, and the processes NVML listed on the GPU (PID: bytes) while the block was held."""
     with child_on(gpu) as child:
         sampler = NvmlSampler(child.pid, devices=[gpu.visible()])
         sampler.start()
@@ -93,11 +97,21 @@ def allocation_seen(gpu: Gpu) -> tuple[Any, int]:
             reading = sampler.mark()
         finally:
             sampler.stop()
-        return reading, child.pid
+        return reading, child.pid, listed_processes(gpu)
+
+
+def listed_processes(gpu: Gpu) -> dict[int, int | None]:
+    nvml = load_nvml()
+    nvml.nvmlInit()
+    try:
+        handle = measured_handle(nvml, gpu.index, gpu.mig_uuid)
+        return {p.pid: p.usedGpuMemory for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+    finally:
+        nvml.nvmlShutdown()
 
 
 def test_the_sampler_sees_a_real_allocation_on_the_device(gpu: Gpu) -> None:
-    reading, _ = allocation_seen(gpu)
+    reading, _, _ = allocation_seen(gpu)
     assert reading.source == "nvml", reading.reason
     assert len(reading.per_device_bytes) == 1 and reading.start_bytes is not None
     rise = reading.per_device_bytes[0] - reading.start_bytes
@@ -107,13 +121,30 @@ def test_the_sampler_sees_a_real_allocation_on_the_device(gpu: Gpu) -> None:
 
 
 def test_the_sampler_attributes_the_allocation_to_the_childs_pid(gpu: Gpu) -> None:
-    reading, pid = allocation_seen(gpu)
-    if reading.process_bytes is None and "PID namespace" in reading.reason:
-        pytest.skip(f"NVML lists host PIDs here (a container): {reading.reason}")
+    reading, pid, listed = allocation_seen(gpu)
+    if pid not in listed:
+        # Inside a container NVML lists host PIDs (or none): no PID of ours can match.
+        pytest.skip(f"NVML lists PIDs {sorted(listed)}, not the child's {pid}: {reading.reason}")
     # NVML lists the child's PID with its context and the block: the sampler summed exactly it.
+    used = listed[pid]
+    assert used is not None and used >= ALLOCATED_GIB * GIB, (pid, listed)
     assert reading.process_bytes is not None, reading.reason
-    assert reading.process_bytes >= ALLOCATED_GIB * GIB, (pid, reading.process_bytes)
-    assert reading.process_bytes <= reading.per_device_bytes[0]
+    assert used <= reading.process_bytes <= reading.per_device_bytes[0], (used, reading)
+
+
+def test_a_recording_of_live_nvml_replays_as_live_nvml(gpu: Gpu) -> None:
+    """benchmarks/record_nvml.py on the real library: what it writes, replayed, is what bloomperf
+    reads from the driver (topology, every answer it recorded)."""
+    nvml = load_nvml()
+    nvml.nvmlInit()
+    try:
+        recorded = json.loads(json.dumps(record(nvml)))
+    finally:
+        nvml.nvmlShutdown()
+    assert [d["uuid"] for d in recorded["devices"]][gpu.index] == gpu.uuid
+    replay = NvmlReplay(recorded)
+    assert record(replay, date=recorded["recorded"]["date"]) == recorded
+    assert detect_topology(replay) == detect_topology()
 
 
 def test_topology_on_live_nvml_names_the_gpus_torch_sees(gpu: Gpu) -> None:
