@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from bloomperf.checkpoints import default_cache_dir
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import markdown_table
 from bloomperf.interleave import (
     CYCLES,
     GROUPS,
@@ -325,21 +326,26 @@ def log_json(log: PairLog) -> dict[str, Any]:
 
 
 def render_table(comparisons: list[Comparison], settings: Settings) -> str:
-    lines = [
-        "| cell | A ms/token | B ms/token | B/A | interval | pairs | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = ["cell", "A ms/token", "B ms/token", "B/A", "interval", "pairs", "verdict"]
+    rows = []
     for c in comparisons:
         e = c.estimate
         a, b = c.median("a"), c.median("b")
         verdict = (
             c.verdict or f"{c.outcome.value}: {c.message.splitlines()[0] if c.message else ''}"
         )
-        lines.append(
-            f"| {c.cell.id} | {f'{a:.3f}' if a else '–'} | {f'{b:.3f}' if b else '–'} | "
-            f"{f'{e.ratio:.3f}' if e else '–'} | "
-            f"{f'[{e.low:.3f}, {e.high:.3f}]' if e else '–'} | {e.pairs if e else 0} | {verdict} |"
+        rows.append(
+            [
+                c.cell.id,
+                f"{a:.3f}" if a else "–",
+                f"{b:.3f}" if b else "–",
+                f"{e.ratio:.3f}" if e else "–",
+                f"[{e.low:.3f}, {e.high:.3f}]" if e else "–",
+                str(e.pairs if e else 0),
+                verdict,
+            ]
         )
+    lines = markdown_table(header, rows)
     lines.append(
         f"(intervals at {settings.look_confidence * 100:.2f} % each: "
         f"{settings.confidence * 100:g} % over all the looks at them)"

@@ -29,6 +29,7 @@ from packaging.version import InvalidVersion, Version
 from bloomperf.ab import add_comparison_arguments, comparison_settings, package_source
 from bloomperf.checkpoints import default_cache_dir
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import markdown_table
 from bloomperf.interleave import Comparison, Settings
 from bloomperf.jsonfile import write_json_atomic
 from bloomperf.options import resolve_options
@@ -284,18 +285,16 @@ def describe_step(step: Step) -> str:
 
 def render_steps(steps: list[Step], settings: Settings) -> str:
     level = f"{settings.look_confidence * 100:.2f} %"
-    lines = [
-        f"| version | verdict vs GOOD | B/A | {level} interval | pairs | cell / reason |",
-        "|---|---|---|---|---|---|",
-    ]
+    header = ["version", "verdict vs GOOD", "B/A", f"{level} interval", "pairs", "cell / reason"]
+    rows = []
     for step in sorted(steps, key=lambda s: Version(s.version)):
         figures = (
-            f"{step.ratio:.3f} | [{step.low:.3f}, {step.high:.3f}] | {step.pairs}"
+            [f"{step.ratio:.3f}", f"[{step.low:.3f}, {step.high:.3f}]", str(step.pairs)]
             if step.ratio is not None
-            else "– | – | –"
+            else ["–", "–", "–"]
         )
-        lines.append(f"| {step.version} | {step.verdict} | {figures} | {step.message} |")
-    return "\n".join(lines)
+        rows.append([step.version, step.verdict, *figures, step.message])
+    return "\n".join(markdown_table(header, rows))
 
 
 def conclusion(package: str, result: Finding) -> str:

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from bloomperf.baseline import BaselineCell
 from bloomperf.baseline_json import load_baseline, save_baseline
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import format_table
 from bloomperf.jsonfile import write_json_atomic
 from bloomperf.lock import hold_device_lock
 from bloomperf.options import add_cli_options, resolve_options
@@ -131,7 +132,7 @@ def render_table(cells: list[CellNoise], repeats: int) -> str:
         "tol memory",
         "tol load",
     )
-    rows = [header]
+    rows = []
     for c in cells:
         rows.append(
             (
@@ -145,18 +146,8 @@ def render_table(cells: list[CellNoise], repeats: int) -> str:
                 _pct(c.load_time.suggested_tolerance) if c.load_time else "-",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [f"noise floor over {repeats} runs (A/A; run CV: the medians' run-to-run variation)"]
-    for n, row in enumerate(rows):
-        lines.append(
-            "  ".join(
-                v.ljust(w) if i == 0 else v.rjust(w)
-                for i, (v, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    title = f"noise floor over {repeats} runs (A/A; run CV: the medians' run-to-run variation)"
+    return "\n".join([title, format_table(header, rows, numbers_right=True, rule=True)])
 
 
 def _pct(value: float) -> str:

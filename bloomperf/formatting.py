@@ -6,9 +6,11 @@ The bottom layer: imports nothing of bloomperf, so every module may use it.
 from __future__ import annotations
 
 import datetime as dt
+import html
 import math
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 GIB = 2**30
@@ -82,25 +84,78 @@ def table_layout(cells: Iterable[Any]) -> tuple[list[tuple[str, str]], list[int]
     return rows, sorted(sizes)
 
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns separated by at least two spaces, so that single spaces stay inside a cell."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(text.ljust(w) for text, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
+def format_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    numbers_right: bool = False,
+    rule: bool = False,
+) -> str:
+    """Columns separated by at least two spaces, so that single spaces stay inside a cell.
+
+    ``numbers_right`` right-aligns every column after the first (columns of figures);
+    ``rule`` underlines the header with dashes.
+    """
+    table = [[_one_line(c) for c in r] for r in [header, *rows]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            text.rjust(w) if numbers_right and i else text.ljust(w)
+            for i, (text, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    lines = [line(r) for r in table]
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A pipe table; a ``|`` inside a cell is escaped so that it cannot open a column."""
+
     def cell(text: str) -> str:
-        return clean(text).replace("|", "\\|").replace("\n", " ")
+        return _one_line(text).replace("|", "\\|")
 
     return [
         "| " + " | ".join(cell(h) for h in header) + " |",
         "|" + "---|" * len(header),
         *("| " + " | ".join(cell(c) for c in row) + " |" for row in rows),
     ]
+
+
+@dataclass(frozen=True)
+class Html:
+    """A table cell that is already HTML (a link): put into ``html_table`` as it is."""
+
+    markup: str
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[str | Html]]) -> str:
+    """An HTML table; text cells are escaped, and coloured by what they say."""
+
+    def cell(value: str | Html) -> str:
+        if isinstance(value, Html):
+            return f"<td>{value.markup}</td>"
+        return f"<td{_verdict_class(value)}>{html.escape(clean(value))}</td>"
+
+    head = "".join(f"<th>{html.escape(clean(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(cell(c) for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_FAILED_RUNS = ("ERROR", "TIMEOUT")
+
+
+def _verdict_class(text: str) -> str:
+    """Red for a failed verdict or a change for the worse, green for an improvement."""
+    if "REGRESSED" in text or "UNEXPECTED" in text or "worse" in text or text in _FAILED_RUNS:
+        return ' class="bad"'
+    return ' class="good"' if "improved" in text or "better" in text else ""
+
+
+def _one_line(text: str) -> str:
+    return clean(text).replace("\n", " ")
 
 
 def clean(text: str) -> str:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.errors import BloomperfError
-from bloomperf.formatting import format_value
+from bloomperf.formatting import format_value, markdown_table
 from bloomperf.nights import (
     METRIC_MEMORY,
     METRIC_MS,
@@ -318,8 +318,7 @@ def render_changes(
     if fmt == "markdown":
         lines = [f"### {title}", ""]
         if rows:
-            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(r) + " |" for r in rows]
+            lines += markdown_table(header, rows)
         else:
             lines.append("No persistent change in any cell.")
         return "\n".join(lines) + "\n"

@@ -27,7 +27,7 @@ from bloomperf.baseline_search import find_baseline
 from bloomperf.compare import judge
 from bloomperf.comparison_text import cell_text
 from bloomperf.errors import BloomperfError
-from bloomperf.formatting import format_value, utc_now
+from bloomperf.formatting import Html, format_value, html_table, utc_now
 from bloomperf.history import Change, changed_at, describe_change, detect_changes
 from bloomperf.history_trend import Topology, cell_changes, plot_cell, shown_panels
 from bloomperf.jsonfile import write_text_atomic
@@ -87,19 +87,6 @@ def page(title: str, body: Sequence[str]) -> str:
     return "\n".join([head, f"<style>{STYLE}</style></head><body>", *body, "</body></html>"]) + "\n"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A table of cells that are already HTML (escaped text or links)."""
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td{css(c)}>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def css(text: str) -> str:
-    if "REGRESSED" in text or "UNEXPECTED" in text or "worse" in text:
-        return ' class="bad"'
-    return ' class="good"' if "improved" in text or "better" in text else ""
-
-
 def link(href: str, text: str) -> str:
     return f'<a href="{html.escape(href)}">{html.escape(text)}</a>'
 
@@ -110,33 +97,35 @@ def verdict_line(comparison: Comparison) -> str:
     return f"<p class='verdict {word.lower()}'>{word}: {summary}</p>"
 
 
-def night_row(night: Night, cell: str, panels: Sequence[tuple[str, str, str, float]]) -> list[str]:
+def night_row(
+    night: Night, cell: str, panels: Sequence[tuple[str, str, str, float]]
+) -> list[str | Html]:
     found = find_cell(night.run, cell)
     if found is None:
-        return [html.escape(night.label), "not run", *[""] * len(panels), ""]
+        return [night.label, "not run", *[""] * len(panels), ""]
     figures = []
     for metric, _, _, _ in panels:
         value = series([night], cell, metric)
-        figures.append(html.escape(format_value(metric, value[0][1])) if value else "–")
+        figures.append(format_value(metric, value[0][1]) if value else "–")
     provenance = night.run.environment.get("provenance") or {}
     commit = str((provenance.get("git") or {}).get("commit") or "")[:12]
     url = provenance.get("ci_run_url")
-    where = link(url, commit or "run") if url else html.escape(commit)
-    return [html.escape(night.label), html.escape(found.outcome.value), *figures, where]
+    where = Html(link(url, commit or "run")) if url else commit
+    return [night.label, found.outcome.value, *figures, where]
 
 
 def change_table(topology: Topology, changes: Sequence[Change]) -> str:
     rows = [
         [
-            html.escape(c.night_label),
-            html.escape(c.metric),
-            html.escape(describe_change(c)),
+            c.night_label,
+            c.metric,
+            describe_change(c),
             "worse" if c.worse else "better",
-            html.escape("; ".join(changed_at(topology.nights, c.night)) or "nothing recorded"),
+            "; ".join(changed_at(topology.nights, c.night)) or "nothing recorded",
         ]
         for c in changes
     ]
-    return table(["Night", "Metric", "Change", "Kind", "What changed that night"], rows)
+    return html_table(["Night", "Metric", "Change", "Kind", "What changed that night"], rows)
 
 
 def cell_page(topology: Topology, cell: str, plot: Path | None) -> str:
@@ -156,14 +145,14 @@ def cell_page(topology: Topology, cell: str, plot: Path | None) -> str:
     panels = shown_panels(topology.nights, cell)
     header = ["Night", "Outcome", *(title for _, title, _, _ in panels), "Commit"]
     rows = [night_row(n, cell, panels) for n in reversed(topology.nights)]
-    body += ["<h2>Nights, newest first</h2>", table(header, rows)]
+    body += ["<h2>Nights, newest first</h2>", html_table(header, rows)]
     return page(title, body)
 
 
 def index_section(topology: Topology, pages: dict[str, str]) -> list[str]:
     name = html.escape(topology.name)
     nights = topology.nights
-    rows = []
+    rows: list[list[str | Html]] = []
     # The order of the pages: the newest night's cells, then those it no longer ran.
     for cell, page_link in pages.items():
         found = cell_changes(topology, cell)
@@ -172,14 +161,14 @@ def index_section(topology: Topology, pages: dict[str, str]) -> list[str]:
         changes = ", ".join(k for k in kinds if k and not k.startswith("0 ")) or "none"
         verdict = topology.newest_verdict(cell)
         newest = cell_text(verdict) if verdict is not None else "not run"
-        rows.append([html.escape(cell), html.escape(newest), changes, link(page_link, "trend")])
+        rows.append([cell, newest, changes, Html(link(page_link, "trend"))])
     return [
         f"<h2 id='{name}'>{name}</h2>",
         f"<p>{len(nights)} nights, {html.escape(nights[0].label)} … "
         f"{html.escape(nights[-1].label)}; {html.escape(nights[-1].run.model.name)}; "
         f"{link(f'{topology.name}/report/index.html', 'report of the newest night')}</p>",
         verdict_line(topology.latest),
-        table(["Cell", "Newest night", "Persistent changes", "Trend"], rows),
+        html_table(["Cell", "Newest night", "Persistent changes", "Trend"], rows),
     ]
 
 

@@ -20,6 +20,7 @@ from bloomperf.boundaries import (
 )
 from bloomperf.cli_arguments import add_format_argument, add_run_option, checked, run_option
 from bloomperf.errors import BloomperfError
+from bloomperf.formatting import format_table
 from bloomperf.hardware import GiB, parse_topology_id, topology_id
 from bloomperf.matrix import DEFAULT_BATCH_SIZES
 from bloomperf.memory_model import (
@@ -74,17 +75,15 @@ def add_command(subparsers: Any) -> None:
 
 def render_text(rows: list[PredictedRow], batches: tuple[int, ...], title: str) -> str:
     header = ["backend dtype", *(f"bs{b}" for b in batches), "boundary"]
-    table = [header]
+    table = []
     for row in rows:
         cells = []
         for cell, bound in zip(row.cells, row.roofline_ms_per_token, strict=True):
             memory = f"{cell.peak_per_gpu_bytes / GiB:.1f}G" if cell.fits else "OOM"
             cells.append(f"{memory} {_ms(bound)}")
         table.append([_row_name(row), *cells, str(row.boundary or "none")])
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = [title, "cells: predicted peak GiB per GPU (or OOM) and roofline ms/token"]
-    for r in table:
-        lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    lines.append(format_table(header, table))
     lines.append("")
     lines.append("per row: the peak GPU at the largest batch that fits, and why the next does not")
     lines.extend(_row_details(row) for row in rows)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bloomperf.comparison_text import table_rows
-from bloomperf.formatting import clean, markdown_table
+from bloomperf.formatting import clean, html_table, markdown_table
 from bloomperf.history import Change, Night, describe_change, render_changes
 from bloomperf.jsonfile import write_text_atomic
 from bloomperf.report_changes import WhatChanged, html_lines, markdown_lines
@@ -28,22 +28,6 @@ PLOT_HEADINGS = (
     ("memory", "Peak memory"),
     ("load", "Load time"),
 )
-
-
-def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    def cls(text: str) -> str:
-        if "REGRESSED" in text or "UNEXPECTED" in text or text in ("ERROR", "TIMEOUT"):
-            return ' class="bad"'
-        if "improved" in text:
-            return ' class="good"'
-        return ""
-
-    head = "".join(f"<th>{html.escape(clean(h))}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td{cls(c)}>{html.escape(clean(c))}</td>" for c in row) + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def change_rows(changes: Sequence[Change]) -> list[list[str]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bloomperf.formatting import GIB, ms_number, table_layout
+from bloomperf.formatting import GIB, format_table, ms_number, table_layout
 from bloomperf.results import CellResult, Outcome, RunResult
 
 CELL_TEXT = {
@@ -33,7 +33,7 @@ def render_run_table(run: RunResult) -> str:
     for cell in run.cells:
         rows[(cell.backend, cell.dtype)][cell.batch_size] = cell
     header = ["backend dtype", *(f"bs {b}" for b in batches), "load s", "peak GiB"]
-    lines = [header]
+    lines = []
     for (backend, dtype), cells in rows.items():
         loads = [c.load_time_s for c in cells.values() if c.load_time_s is not None]
         peaks = [c.peak_memory_bytes for c in cells.values() if c.peak_memory_bytes is not None]
@@ -45,15 +45,7 @@ def render_run_table(run: RunResult) -> str:
                 f"{max(peaks) / GIB:.2f}" if peaks else "",
             ]
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    text = [
-        "  ".join(
-            col.ljust(w) if i == 0 else col.rjust(w)
-            for i, (col, w) in enumerate(zip(line, widths, strict=True))
-        )
-        for line in lines
-    ]
-    text.insert(1, "  ".join("-" * w for w in widths))
+    text = format_table(header, lines, numbers_right=True, rule=True).splitlines()
     title = (
         f"{run.model.name} on {run.topology}: ms/token "
         f"({run.workload.new_tokens} new tokens, median of {run.workload.cycles} cycles)"
