@@ -20,7 +20,7 @@ from bloomperf.boundaries import (
 )
 from bloomperf.cli_arguments import add_format_argument, add_run_option, checked, run_option
 from bloomperf.errors import BloomperfError
-from bloomperf.formatting import format_table
+from bloomperf.formatting import format_table, markdown_table
 from bloomperf.hardware import GiB, parse_topology_id, topology_id
 from bloomperf.matrix import DEFAULT_BATCH_SIZES
 from bloomperf.memory_model import (
@@ -208,20 +208,14 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def render_checks(checks: list[BoundaryCheck], title: str) -> str:
-    lines = [
-        f"**{title}**",
-        "",
-        "| backend | dtype | reference: largest batch run (first OOM) | predicted | |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    header = ["backend", "dtype", "reference: largest batch run (first OOM)", "predicted", ""]
+    rows = []
     for c in checks:
         if c.steps_off == 0:
             verdict = "equal"
         else:
             side = "optimistic" if c.steps_off > 0 else "pessimistic"
             verdict = f"{abs(c.steps_off)} step{'s' if abs(c.steps_off) > 1 else ''} {side}"
-        lines.append(
-            f"| {c.backend} | {c.dtype} | {c.reference} ({c.reference_oom}) "
-            f"| {c.predicted} | {verdict} |"
-        )
-    return "\n".join(lines)
+        reference = f"{c.reference} ({c.reference_oom})"
+        rows.append([c.backend, c.dtype, reference, str(c.predicted), verdict])
+    return "\n".join([f"**{title}**", "", *markdown_table(header, rows)])

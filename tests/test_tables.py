@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 
 from bloomperf.bisect import Step, render_steps
+from bloomperf.boundaries import BoundaryCheck
 from bloomperf.formatting import Html, format_table, html_table, markdown_table
 from bloomperf.interleave import Settings
+from bloomperf.predict import render_checks
 
 HOSTILE = "OOM | torch<2.4 & \x1b[31mred\x1b[0m\nnext"
 
@@ -67,4 +69,14 @@ def test_html_cells_are_coloured_by_the_verdict_they_show() -> None:
         '<td class="bad">2 worse</td>',
         '<td class="good">improved</td>',
         "<td>ok</td>",
+    ]
+
+
+def test_the_predicted_boundary_table_is_a_markdown_table_with_one_column_per_field() -> None:
+    checks = [BoundaryCheck("accelerate", "bf16", 8, 16, 4, -1)]
+    lines = render_checks(checks, "OOM boundary").splitlines()
+    assert lines[2:] == [
+        "| backend | dtype | reference: largest batch run (first OOM) | predicted |  |",
+        "|---|---|---|---|---|",
+        "| accelerate | bf16 | 8 (16) | 4 | 1 step pessimistic |",
     ]
