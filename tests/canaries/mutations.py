@@ -377,4 +377,24 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a 2-node group's memory would be the controller's ssh clients, not the ranks: "
         "multi-node peaks read a few MB and never regress",
     ),
+    Mutation(
+        "markdown-cell-bar-unescaped",
+        "bloomperf/formatting.py",
+        'return _one_line(text).replace("|", "\\\\|")',
+        "return _one_line(text)",
+        (
+            "tests/test_tables.py::test_a_bar_in_a_markdown_cell_is_escaped_so_the_row_keeps_its_columns",
+        ),
+        "a message or version with a '|' would open a column: a report's table shifts under a PR",
+    ),
+    Mutation(
+        "html-cell-unescaped",
+        "bloomperf/formatting.py",
+        "{html.escape(clean(value))}</td>",
+        "{clean(value)}</td>",
+        (
+            "tests/test_tables.py::test_html_cells_are_escaped_and_only_marked_markup_goes_in_as_it_is",
+        ),
+        "a result's message could write markup into the report and history pages",
+    ),
 )
