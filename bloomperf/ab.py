@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bloomperf.checkpoints import default_cache_dir
+from bloomperf.config import RunConfig
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import markdown_table
 from bloomperf.interleave import (
@@ -120,7 +121,7 @@ def add_command(subparsers: Any) -> None:
     parser.set_defaults(func=ab_command)
 
 
-def comparison_settings(args: Any, options: dict[str, Any], device: str) -> Settings:
+def comparison_settings(args: Any, options: RunConfig, device: str) -> Settings:
     """The Settings from the command line, each value checked with the option named."""
     for name, value in (("--tolerance", args.tolerance), ("--confidence", args.confidence)):
         if not 0.0 < value < 1.0:
@@ -142,8 +143,8 @@ def comparison_settings(args: Any, options: dict[str, Any], device: str) -> Sett
         min_pairs=args.min_pairs,
         max_pairs=max(args.max_pairs, args.min_pairs),
         max_time_s=args.max_time,
-        warmup=options.get("warmup") or 1,
-        cycles_per_round=options.get("cycles") or 5,
+        warmup=options.warmup,
+        cycles_per_round=options.cycles,
         mode=mode,
         seed=args.seed,
     )
@@ -160,8 +161,8 @@ def package_source(args: Any) -> PackageSource:
 def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     options = resolve_options(vars(args))
     topology = detect_topology()
-    settings = comparison_settings(args, options, resolve_device(options.get("device"), topology))
-    cache_dir = options.get("cache_dir") or default_cache_dir()
+    settings = comparison_settings(args, options, resolve_device(options.device, topology))
+    cache_dir = options.cache_dir or default_cache_dir()
     source = package_source(args)
     arms = []
     for name in ("a", "b"):
@@ -182,13 +183,13 @@ def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) ->
                 cache_dir,
             )
         )
-    output = options.get("output") or Path("results") / (
+    output = options.output or Path("results") / (
         f"bloomperf-ab-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     )
     from bloomperf.lock import hold_device_lock
 
-    with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
-        session = Session.prepare({**options, "output": None}, topology)
+    with hold_device_lock(lock_key(topology), enabled=not options.no_lock):
+        session = Session.prepare(replace(options, output=None), topology)
         for line in describe_differences(differences(arms[0], arms[1])) or ["(no difference)"]:
             print(f"  differs: {line}", file=err)
         comparisons = compare_arms(session, arms[0], arms[1], settings, output, err)

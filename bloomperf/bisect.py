@@ -20,7 +20,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -187,7 +187,7 @@ def add_command(subparsers: Any) -> None:
 def bisect_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     options = resolve_options(vars(args))
     topology = detect_topology()
-    settings = comparison_settings(args, options, resolve_device(options.get("device"), topology))
+    settings = comparison_settings(args, options, resolve_device(options.device, topology))
     source = package_source(args)
     python = resolve_interpreter(args.python, "--python") if args.python else sys.executable
     settings_env = parse_settings(args.env, "--env")
@@ -195,8 +195,8 @@ def bisect_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr
         list_versions(args.package, source, args.pre, python), args.good, args.bad
     )
     names = [str(v) for v in versions]
-    cache_dir = options.get("cache_dir") or default_cache_dir()
-    output = options.get("output") or Path("results") / (
+    cache_dir = options.cache_dir or default_cache_dir()
+    output = options.output or Path("results") / (
         f"bloomperf-bisect-{args.package}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     )
     print(
@@ -221,8 +221,8 @@ def bisect_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr
     write_json_atomic(output, document)
     from bloomperf.lock import hold_device_lock
 
-    with hold_device_lock(lock_key(topology), enabled=not options.get("no_lock")):
-        session = Session.prepare({**options, "output": None}, topology)
+    with hold_device_lock(lock_key(topology), enabled=not options.no_lock):
+        session = Session.prepare(replace(options, output=None), topology)
 
         def test(version: str) -> Step:
             print(f"bloomperf bisect: testing {args.package} {version}", file=err, flush=True)

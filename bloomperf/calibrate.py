@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from bloomperf.baseline import BaselineCell
 from bloomperf.baseline_json import load_baseline, save_baseline
+from bloomperf.config import RunConfig
 from bloomperf.errors import BloomperfError
 from bloomperf.formatting import format_table
 from bloomperf.jsonfile import write_json_atomic
@@ -67,11 +68,11 @@ def parse_repeats(text: str) -> int:
     return value
 
 
-def run_repeats(options: dict[str, Any], repeats: int, err: TextIO) -> dict[str, list[CellResult]]:
+def run_repeats(options: RunConfig, repeats: int, err: TextIO) -> dict[str, list[CellResult]]:
     """Every cell of the matrix, measured ``repeats`` times, each repeat a full fresh run."""
     by_cell: dict[str, list[CellResult]] = defaultdict(list)
     for repeat in range(1, repeats + 1):
-        session = Session.prepare({**options, "output": None})
+        session = Session.prepare(replace(options, output=None))
         try:
             for cell in all_cells(session):
                 result = session.measure_cell(cell)
@@ -223,7 +224,7 @@ def calibrate_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.std
     options = resolve_options(vars(args))
     if args.write_tolerances is not None:
         load_baseline(args.write_tolerances)  # refuse a bad baseline before measuring for minutes
-    probe = Session.prepare({**options, "output": None})
+    probe = Session.prepare(replace(options, output=None))
     print(
         f"bloomperf calibrate: {probe.model.name} on {probe.topology.id}, "
         f"{sum(len(g.batch_sizes) for g in probe.groups)} cells x {args.repeats} runs",
@@ -231,16 +232,16 @@ def calibrate_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.std
     )
     # The devices `bloomperf run` with these options would lock (GPU UUIDs, or the CPU), so a
     # calibration and a run on the same GPUs exclude each other.
-    with hold_device_lock(lock_key(probe.topology, options), enabled=not options.get("no_lock")):
+    with hold_device_lock(lock_key(probe.topology, options), enabled=not options.no_lock):
         by_cell = run_repeats(options, args.repeats, err)
     cells = [n for n in (cell_noise(r) for r in by_cell.values()) if n is not None]
     if not cells:
         raise BloomperfError("calibrate: no cell was measured in two runs (see the lines above)")
     print(render_table(cells, args.repeats), file=out)
-    if options.get("output") is not None:
+    if options.output is not None:
         data = noise_to_dict(cells, args.repeats, probe.topology.id, probe.model.name)
-        write_json_atomic(options["output"], data)
-        print(f"noise floor: {options['output']}", file=out)
+        write_json_atomic(options.output, data)
+        print(f"noise floor: {options.output}", file=out)
     if args.write_tolerances is not None:
         changed = write_tolerances(args.write_tolerances, cells)
         print(f"tolerances: {changed} cells updated in {args.write_tolerances}", file=out)

@@ -33,8 +33,8 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from bloomperf.config import LaunchOptions
 from bloomperf.devices import ORDER_ENV, PCI_ORDER, VISIBLE_ENV
 from bloomperf.errors import BloomperfError
 
@@ -67,7 +67,7 @@ def extensions_dir() -> Path:
 
 def rank_group_command(
     world_size: int,
-    options: dict[str, Any],
+    options: LaunchOptions,
     python: str = sys.executable,
     module: str = WORKER_MODULE,
     gpus: Sequence[int] | None = None,
@@ -79,14 +79,14 @@ def rank_group_command(
     ``gpus``: the NVML indices of the group's GPUs on this node (one rank each); None on CPU.
     ``rank_env``: what every rank needs; ``workdir`` holds a multi-node group's .deepspeed_env.
     """
-    port = int(options.get("master_port") or free_port())
+    port = options.master_port or free_port()
     env = {
         "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()),
         # Rank output goes to the group's log; unbuffered, so it is complete when a rank dies.
         "PYTHONUNBUFFERED": "1",
         **(rank_env or {}),
     }
-    if options.get("hostfile"):
+    if options.hostfile is not None:
         from bloomperf.multinode import multinode_command
 
         folder = workdir or Path(tempfile.mkdtemp(prefix="bloomperf-group-"))
@@ -107,10 +107,8 @@ def rank_group_command(
             str(port),
             *tail,
         ], env
-    slots = int(options.get("num_gpus") or options.get("num_procs") or world_size)
-    check_world(world_size, slots, "--num_gpus")
     env["LOCAL_SIZE"] = str(world_size)  # read by DeepSpeed's CPU accelerator only
-    return [*runner, "--num_gpus", str(slots), "--master_port", str(port), *tail], env
+    return [*runner, "--num_gpus", str(world_size), "--master_port", str(port), *tail], env
 
 
 def include_argument(gpus: Sequence[int]) -> str:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
+from bloomperf.config import LaunchOptions
 from bloomperf.errors import BloomperfError
 from bloomperf.jsonfile import read_text_bounded
 
@@ -60,13 +60,13 @@ def parse_hostfile(lines: list[str], where: str = "hostfile") -> dict[str, int]:
     return hosts
 
 
-def active_hosts(hosts: dict[str, int], options: dict[str, Any]) -> dict[str, list[int]]:
+def active_hosts(hosts: dict[str, int], options: LaunchOptions) -> dict[str, list[int]]:
     """``{host: slot ids}`` that DeepSpeed's runner will launch on, in hostfile order."""
-    include, exclude = str(options.get("include") or ""), str(options.get("exclude") or "")
+    include, exclude = options.include or "", options.exclude or ""
     if include and exclude:
         raise BloomperfError("--include and --exclude: use one or the other, not both")
-    if (include or exclude) and (options.get("num_nodes") or options.get("num_gpus")):
-        raise BloomperfError("--include/--exclude cannot be combined with --num-nodes/--num-gpus")
+    if (include or exclude) and options.num_nodes:
+        raise BloomperfError("--include/--exclude cannot be combined with --num-nodes")
     pool = {host: list(range(slots)) for host, slots in hosts.items()}
     if include:
         wanted = parse_node_spec(include, pool, "--include")
@@ -80,10 +80,8 @@ def active_hosts(hosts: dict[str, int], options: dict[str, Any]) -> dict[str, li
             for h, slots in pool.items()
         }
     pool = {h: slots for h, slots in pool.items() if slots}
-    if options.get("num_nodes"):
-        pool = dict(list(pool.items())[: int(options["num_nodes"])])
-    if options.get("num_gpus"):
-        pool = {h: list(range(int(options["num_gpus"]))) for h in pool}
+    if options.num_nodes:
+        pool = dict(list(pool.items())[: options.num_nodes])
     return pool
 
 

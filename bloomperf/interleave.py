@@ -209,7 +209,7 @@ def shared_cpus(specs: list[GroupSpec]) -> Iterator[None]:
 def threads_of(spec: GroupSpec) -> int:
     """The threads per rank an arm's workers will use: its OMP_NUM_THREADS, else --threads."""
     try:
-        return max(1, int(spec.env.get("OMP_NUM_THREADS") or spec.options.get("threads") or 1))
+        return max(1, int(spec.env.get("OMP_NUM_THREADS") or spec.launch.threads))
     except ValueError:
         return 1
 

@@ -8,7 +8,6 @@ The controller never imports torch for this and never holds a CUDA context.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -23,6 +22,8 @@ from typing import Any, NoReturn
 
 import psutil
 
+from bloomperf.backends.options import BackendOptions
+from bloomperf.config import LaunchOptions
 from bloomperf.devices import VisibleDevice, worker_environment
 from bloomperf.dslaunch import cleanup_shm, shm_segments
 from bloomperf.errors import BloomperfError
@@ -35,8 +36,8 @@ from bloomperf.protocol import (
     ConnectionClosed,
     MalformedMessage,
     MessageStream,
+    WorkerSpec,
     new_token,
-    spec_to_dict,
 )
 from bloomperf.results import MemoryReading
 from bloomperf.worker import SPEC_DATA_ENV, SPEC_ENV
@@ -52,7 +53,10 @@ class GroupSpec:
     device: str
     new_tokens: int
     world_size: int = 1
-    options: dict[str, Any] = field(default_factory=dict)
+    options: BackendOptions = field(default_factory=BackendOptions)  # for the backend
+    launch: LaunchOptions = field(default_factory=LaunchOptions)  # for starting the group
+    memory_limit_bytes: int | None = None
+    slowdown_percent: float | None = None
     load_timeout_s: float = 1800.0
     cell_timeout_s: float = 1800.0
     log_dir: Path | None = None
@@ -92,7 +96,7 @@ class WorkerGroup:
         self.process: subprocess.Popen[bytes] | None = None
         self.stream: MessageStream | None = None
         self.sampler: MemorySampler | None = None
-        self.multinode = bool(spec.options.get("hostfile")) and spec.world_size > 1
+        self.multinode = spec.launch.hostfile is not None and spec.world_size > 1
         self.token = ""
         self.lost: str | None = None  # why a multi-node group lost a node (NodeWatch)
         self.watch: Any = None
@@ -115,7 +119,7 @@ class WorkerGroup:
         if self.multinode:
             from bloomperf.multinode import control_address
 
-            host = control_address(self.spec.options)
+            host = control_address(self.spec.launch)
         listener = socket.create_server((host, 0))
         self._shm_before = shm_segments()
         try:
@@ -140,28 +144,30 @@ class WorkerGroup:
         )
 
     def _launch(self, control: str) -> subprocess.Popen[bytes]:
-        spec = spec_to_dict(
+        spec = WorkerSpec(
             backend=self.spec.backend,
             dtype=self.spec.dtype,
             checkpoint=str(self.spec.checkpoint),
             device=self.spec.device,
-            options=self.spec.options,
             new_tokens=self.spec.new_tokens,
             control=control,
-        )
+            options=self.spec.options,
+            memory_limit_bytes=self.spec.memory_limit_bytes,
+            slowdown_percent=self.spec.slowdown_percent,
+        ).to_json()
         rank_env = {TOKEN_ENV: self.token} if self.token else {}
         if self.multinode:  # ranks on other nodes cannot read our temporary folder
             from bloomperf.multinode import encode_spec
 
-            rank_env[SPEC_DATA_ENV] = encode_spec(json.dumps(spec).encode())
+            rank_env[SPEC_DATA_ENV] = encode_spec(spec.encode())
         else:
             spec_file = self._workdir / "spec.json"
-            spec_file.write_text(json.dumps(spec))
+            spec_file.write_text(spec)
             rank_env[SPEC_ENV] = str(spec_file)
         if self.spec.device == "cpu":
             # One thread per rank by default: on a small shared CPU, spinning OpenMP pools turn
             # any other load into a many-fold slowdown (seen here: 17 vs 130 ms/token).
-            threads = str(self.spec.options.get("threads") or 1)
+            threads = str(self.spec.launch.threads)
             rank_env["OMP_NUM_THREADS"] = rank_env["MKL_NUM_THREADS"] = threads
         rank_env.update(self.spec.env)  # an arm's own settings win: they are what is being compared
         argv, extra_env = self._command(rank_env)
@@ -191,7 +197,7 @@ class WorkerGroup:
         from bloomperf.multinode import NodeWatch, hostfile_hosts
 
         assert self.process is not None
-        self.watch = NodeWatch(self.process, hostfile_hosts(self.spec.options), self._node_lost)
+        self.watch = NodeWatch(self.process, hostfile_hosts(self.spec.launch), self._node_lost)
 
     def _node_lost(self, reason: str) -> None:
         """From the watch thread: wake the controller, which is waiting on rank 0's socket."""
@@ -329,7 +335,7 @@ class WorkerGroup:
         if self.multinode and self.group_id:
             from bloomperf.multinode import cleanup_nodes
 
-            cleanup_nodes(self.spec.options, self.group_id)
+            cleanup_nodes(self.spec.launch, self.group_id)
             self.group_id = ""
         if self.stream is not None:
             self.stream.close()
@@ -361,9 +367,9 @@ def group_command(
         )
     from bloomperf.dslaunch import rank_group_command
 
-    if not on_gpus or spec.options.get("hostfile"):
+    if not on_gpus or spec.launch.hostfile is not None:
         return rank_group_command(
-            spec.world_size, spec.options, python=python, rank_env=rank_env, workdir=workdir
+            spec.world_size, spec.launch, python=python, rank_env=rank_env, workdir=workdir
         )
     mig = [d.mig_uuid for d in spec.devices if d.mig_uuid]
     if mig:
@@ -373,7 +379,7 @@ def group_command(
         )
     gpus = [d.index for d in spec.devices]
     return rank_group_command(
-        spec.world_size, spec.options, python, gpus=gpus, rank_env=rank_env, workdir=workdir
+        spec.world_size, spec.launch, python, gpus=gpus, rank_env=rank_env, workdir=workdir
     )
 
 

@@ -7,9 +7,9 @@ A group is what one worker process group serves: it loads the model once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from bloomperf.backends import BACKEND_NAMES
+from bloomperf.config import RunConfig
 from bloomperf.results import cell_id
 
 DEFAULT_BACKENDS: dict[str, tuple[str, ...]] = {
@@ -62,12 +62,12 @@ class Group:
         return [Cell(self.backend, self.dtype, b) for b in self.batch_sizes]
 
 
-def plan_groups(options: dict[str, Any], device: str) -> list[Group]:
+def plan_groups(options: RunConfig, device: str) -> list[Group]:
     """Groups in table order (the blog's backend order), batch sizes ascending."""
-    backends = options.get("backends") or DEFAULT_BACKENDS[device]
-    batch_sizes = tuple(sorted(options.get("batch_sizes") or DEFAULT_BATCH_SIZES[device]))
+    backends = options.backends or DEFAULT_BACKENDS[device]
+    batch_sizes = tuple(sorted(options.batch_sizes or DEFAULT_BATCH_SIZES[device]))
     groups: list[Group] = []
     for backend in sorted(backends, key=BACKEND_NAMES.index):
-        dtypes = options.get("dtypes") or DEFAULT_DTYPES[device][backend]
+        dtypes = options.dtypes or DEFAULT_DTYPES[device][backend]
         groups.extend(Group(backend, dtype, batch_sizes) for dtype in dtypes)
     return groups

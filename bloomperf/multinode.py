@@ -39,6 +39,7 @@ from typing import Any
 
 import psutil
 
+from bloomperf.config import LaunchOptions
 from bloomperf.errors import BloomperfError
 from bloomperf.hostfile import active_hosts, rank_count, read_hostfile
 from bloomperf.jsonfile import write_text_atomic
@@ -62,7 +63,7 @@ CLEANUP_TIMEOUT_S = 60.0
 
 def multinode_command(
     world_size: int,
-    options: dict[str, Any],
+    options: LaunchOptions,
     python: str,
     module: str,
     env: dict[str, str],
@@ -70,16 +71,16 @@ def multinode_command(
     env_file: Path,
 ) -> tuple[list[str], dict[str, str]]:
     """DeepSpeed's runner over the hostfile; ``env`` (for every rank) goes to .deepspeed_env."""
-    hostfile = Path(str(options["hostfile"]))
+    hostfile = hostfile_of(options)
     hosts = active_hosts(read_hostfile(hostfile), options)
     if rank_count(hosts) != world_size:
         raise BloomperfError(
             f"{hostfile}: gives {rank_count(hosts)} ranks, but the group needs {world_size}"
         )
-    launcher = str(options.get("launcher") or "pdsh")
+    launcher = options.launcher
     if launcher not in LAUNCHERS:
         raise BloomperfError(f"--launcher: {launcher!r} is not one of {', '.join(LAUNCHERS)}")
-    master = str(options.get("master_addr") or next(iter(hosts)))
+    master = options.master_addr or next(iter(hosts))
     group_id = secrets.token_hex(8)
     rank_env = {
         **forwarded_environment(os.environ),
@@ -91,9 +92,15 @@ def multinode_command(
     write_env_file(env_file, rank_env)
     argv = [python, "-u", "-m", "deepspeed.launcher.runner", "--hostfile", str(hostfile)]
     argv += ["--launcher", launcher, "--master_addr", master, "--master_port", str(port)]
-    for key in ("ssh_port", "include", "exclude", "num_nodes", "launcher_args"):
-        if options.get(key):
-            argv += [f"--{key}", str(options[key])]
+    for key, value in (
+        ("ssh_port", options.ssh_port),
+        ("include", options.include),
+        ("exclude", options.exclude),
+        ("num_nodes", options.num_nodes),
+        ("launcher_args", options.launcher_args),
+    ):
+        if value:
+            argv += [f"--{key}", str(value)]
     if launcher == "slurm":
         argv.append("--no_ssh_check")  # srun reaches the nodes; they need no ssh from here
     argv += ["--no_local_rank", str(ENTRY_SCRIPT), module]
@@ -134,14 +141,14 @@ def encode_spec(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode()
 
 
-def control_address(options: dict[str, Any]) -> str:
+def control_address(options: LaunchOptions) -> str:
     """The address the controller listens on, reachable from rank 0's node (the first host).
 
     ``--control-addr`` if given; else the local address of the route to that host (what the
     kernel would use to reach it), so that nothing listens on every interface.
     """
-    if options.get("control_addr"):
-        return str(options["control_addr"])
+    if options.control_addr:
+        return options.control_addr
     first = hostfile_hosts(options)[0]
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -224,26 +231,32 @@ def stop_runner(runner: subprocess.Popen[bytes]) -> None:
             pass
 
 
-def hostfile_hosts(options: dict[str, Any]) -> list[str]:
-    return list(active_hosts(read_hostfile(Path(str(options["hostfile"]))), options))
+def hostfile_of(options: LaunchOptions) -> Path:
+    if options.hostfile is None:
+        raise BloomperfError("--hostfile: a multi-node group needs one")
+    return options.hostfile
+
+
+def hostfile_hosts(options: LaunchOptions) -> list[str]:
+    return list(active_hosts(read_hostfile(hostfile_of(options)), options))
 
 
 def on_every_node(
-    options: dict[str, Any], remote: list[str], timeout: float, label: bool = False
+    options: LaunchOptions, remote: list[str], timeout: float, label: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """Run ``remote`` once on every active host: srun under Slurm, else pdsh over ssh (as
     DeepSpeed's PDSHRunner: PDSH_RCMD_TYPE=ssh, the port in PDSH_SSH_ARGS_APPEND). pdsh labels
     output lines ``host: ``; ``label`` asks srun for ``task: `` labels too."""
     hosts = hostfile_hosts(options)
     env = dict(os.environ)
-    if options.get("launcher") == "slurm":
+    if options.launcher == "slurm":
         argv = ["srun", "--nodes", str(len(hosts)), "--ntasks-per-node", "1"]
         argv += ["--nodelist", ",".join(hosts), *(["--label"] if label else []), *remote]
     else:
         env["PDSH_RCMD_TYPE"] = "ssh"
-        if options.get("ssh_port"):
+        if options.ssh_port:
             append = env.get("PDSH_SSH_ARGS_APPEND", "")
-            env["PDSH_SSH_ARGS_APPEND"] = f"{append} -p {options['ssh_port']}"
+            env["PDSH_SSH_ARGS_APPEND"] = f"{append} -p {options.ssh_port}"
         argv = ["pdsh", "-S", "-w", ",".join(hosts), *remote]
     try:
         return subprocess.run(
@@ -256,7 +269,7 @@ def on_every_node(
         return subprocess.CompletedProcess(argv, 124, "", f"no answer within {timeout:g} s")
 
 
-def cleanup_nodes(options: dict[str, Any], group_id: str) -> None:
+def cleanup_nodes(options: LaunchOptions, group_id: str) -> None:
     """Run ``cleanup`` on every node of the group (best effort: teardown must not raise)."""
     remote = [sys.executable, "-m", "bloomperf.multinode", "cleanup", group_id]
     try:

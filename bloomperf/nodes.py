@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bloomperf.config import LaunchOptions
 from bloomperf.errors import BloomperfError
 from bloomperf.topology import (
     GiB,
@@ -87,8 +88,8 @@ def probe() -> dict[str, Any]:
 # ---- on the controller ------------------------------------------------------------------------
 
 
-def read_nodes(options: dict[str, Any]) -> list[NodeFacts]:
-    """Probe every active host of ``options['hostfile']``; one-line error if one does not answer."""
+def read_nodes(options: LaunchOptions) -> list[NodeFacts]:
+    """Probe every active host of ``options.hostfile``; one-line error if one does not answer."""
     from bloomperf.multinode import hostfile_hosts, on_every_node
 
     hosts = hostfile_hosts(options)
@@ -193,7 +194,7 @@ def nodes_to_dict(
     }
 
 
-def read_cluster(options: dict[str, Any]) -> tuple[Topology, list[NodeFacts]]:
+def read_cluster(options: LaunchOptions) -> tuple[Topology, list[NodeFacts]]:
     nodes = read_nodes(options)
     return cluster_topology(nodes), nodes
 
@@ -202,13 +203,13 @@ def run_nodes_command(args: Any) -> int:
     """``bloomperf topology --hostfile H``: every node, and the id a run on them is filed under."""
     from bloomperf.multinode import forwarded_environment
 
-    options = {
-        "hostfile": args.hostfile,
-        "launcher": args.launcher,
-        "ssh_port": args.ssh_port,
-        "include": args.include,
-        "exclude": args.exclude,
-    }
+    options = LaunchOptions(
+        hostfile=Path(args.hostfile),
+        launcher=args.launcher,
+        ssh_port=args.ssh_port,
+        include=args.include,
+        exclude=args.exclude,
+    )
     topology, nodes = read_cluster(options)
     sent = {
         k: v

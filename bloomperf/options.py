@@ -9,162 +9,34 @@ is parsed and validated here, and an error names where the bad value came from.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bloomperf import accelerate_map
 from bloomperf.backends import BACKEND_NAMES, DTYPES
-from bloomperf.backends.ds_inference import LOAD_CHOICES, read_shard_marker
+from bloomperf.backends.ds_inference import LOAD_CHOICES
+from bloomperf.config import RunConfig
 from bloomperf.errors import BloomperfError
 from bloomperf.multinode import LAUNCHERS
+from bloomperf.option_parsers import (
+    parse_batch_sizes,
+    parse_choice,
+    parse_ds_config,
+    parse_flag,
+    parse_host,
+    parse_max_memory,
+    parse_names,
+    parse_node_filter,
+    parse_path,
+    parse_percent,
+    parse_positive_float,
+    parse_positive_int,
+    parse_sharded,
+    parse_text,
+    parse_work_folder,
+)
 from bloomperf.sizes import parse_size
-
-
-def parse_names(valid: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(n.strip() for n in text.split(",") if n.strip())
-        if not names:
-            raise ValueError("is empty")
-        for name in names:
-            if name not in valid:
-                raise ValueError(f"unknown value {name!r} (valid: {', '.join(valid)})")
-        return names
-
-    return parse
-
-
-def parse_batch_sizes(text: str) -> tuple[int, ...]:
-    sizes = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            size = int(part)
-        except ValueError:
-            raise ValueError(f"{part!r} is not an integer batch size") from None
-        if size <= 0:
-            raise ValueError(f"batch size must be a positive integer, got {size}")
-        sizes.append(size)
-    if not sizes:
-        raise ValueError("is empty")
-    return tuple(sorted(set(sizes)))
-
-
-def parse_positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise ValueError(f"must be a positive integer, got {value}")
-    return value
-
-
-def parse_positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"must be a positive number, got {text}")
-    return value
-
-
-def parse_percent(text: str) -> float:
-    value = parse_positive_float(text)
-    if value > 1000:
-        raise ValueError(f"must be at most 1000, got {text}")
-    return value
-
-
-def parse_node_filter(text: str) -> str:
-    """DeepSpeed's ``NAME[:SLOT[,SLOT...]][@NAME...]``; no character a shell would act on."""
-    if not re.fullmatch(
-        r"[A-Za-z0-9][A-Za-z0-9._-]*(:\d+(,\d+)*)?(@[A-Za-z0-9][A-Za-z0-9._-]*(:\d+(,\d+)*)?)*",
-        text,
-    ):
-        raise ValueError(f"{text!r} is not NODE[:SLOT[,SLOT...]][@NODE...]")
-    return text
-
-
-def parse_host(text: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
-        raise ValueError(f"{text!r} is not a host name or address")
-    return text
-
-
-def parse_choice(valid: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in valid:
-            raise ValueError(f"unknown value {text!r} (valid: {', '.join(valid)})")
-        return text
-
-    return parse
-
-
-def parse_text(text: str) -> str:
-    if not text.strip():
-        raise ValueError("is empty")
-    return text
-
-
-def parse_path(text: str) -> Path:
-    return Path(parse_text(text))
-
-
-def parse_ds_config(text: str) -> dict[str, Any]:
-    """A DeepSpeed config JSON file, read now: a missing or malformed file is a usage error."""
-    path = parse_path(text)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"{path}: not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
-    return data
-
-
-def parse_max_memory(text: str) -> str:
-    return accelerate_map.parse_choice(parse_text(text).strip())
-
-
-def parse_work_folder(text: str) -> Path:
-    """A folder bloomperf or a library will write into (offload, NVMe): it must be a folder, or
-    creatable under a writable one; said now, not minutes later when the model stage fails."""
-    folder = parse_path(text)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{folder} exists and is not a folder")
-    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{folder}: {existing} is not a writable folder")
-    return folder
-
-
-def parse_sharded(text: str) -> Path:
-    """A folder ``bloomperf shard`` wrote: its marker must be there and readable."""
-    folder = parse_path(text)
-    if not folder.is_dir():
-        raise ValueError(f"{folder} is not a folder")
-    try:
-        read_shard_marker(folder)
-    except BloomperfError as exc:
-        raise ValueError(str(exc)) from None
-    return folder
-
-
-def parse_flag(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"{text!r} is not a boolean (use 1/0, true/false)")
 
 
 @dataclass(frozen=True)
@@ -341,48 +213,24 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-def add_cli_options(parser: argparse.ArgumentParser) -> None:
+def add_options(add: Callable[..., Any], flag: Callable[[Option], str], dest_prefix: str) -> None:
+    """Register every option with ``add`` (argparse's ``add_argument``, pytest's ``addoption``)."""
     for option in OPTIONS:
-        if option.flag:
-            parser.add_argument(
-                option.cli_flag,
-                dest=option.name,
-                action="store_const",
-                const="1",
-                default=None,
-                help=option.help,
-            )
-        else:
-            parser.add_argument(
-                option.cli_flag,
-                dest=option.name,
-                default=None,
-                metavar=option.metavar,
-                help=option.help,
-            )
+        how: dict[str, Any] = (
+            {"action": "store_const", "const": "1"} if option.flag else {"metavar": option.metavar}
+        )
+        add(flag(option), dest=dest_prefix + option.name, default=None, help=option.help, **how)
+
+
+def add_cli_options(parser: argparse.ArgumentParser) -> None:
+    add_options(parser.add_argument, lambda option: option.cli_flag, "")
 
 
 def add_pytest_options(group: Any, parser: Any) -> None:
     """Register the same options on pytest (``group`` from ``parser.getgroup``)."""
+    add_options(group.addoption, lambda option: option.pytest_flag, "bloomperf_")
     for option in OPTIONS:
-        if option.flag:
-            group.addoption(
-                option.pytest_flag,
-                dest="bloomperf_" + option.name,
-                action="store_const",
-                const="1",
-                default=None,
-                help=option.help,
-            )
-        else:
-            group.addoption(
-                option.pytest_flag,
-                dest="bloomperf_" + option.name,
-                default=None,
-                metavar=option.metavar,
-                help=option.help,
-            )
-        parser.addini(option.ini_key, help=option.help if option.help != argparse.SUPPRESS else "")
+        parser.addini(option.ini_key, help=option.help)
 
 
 def resolve_options(
@@ -390,8 +238,9 @@ def resolve_options(
     ini: Mapping[str, str | None] | None = None,
     env: Mapping[str, str] | None = None,
     flag_style: str = "cli",
-) -> dict[str, Any]:
-    """Parse every option from its first source (command line > env > ini); None if unset."""
+) -> RunConfig:
+    """Parse every option from its first source (command line > env > ini); an option set
+    nowhere keeps ``RunConfig``'s default."""
     env = os.environ if env is None else env
     ini = ini or {}
     resolved: dict[str, Any] = {}
@@ -411,6 +260,4 @@ def resolve_options(
                 except ValueError as exc:
                     raise BloomperfError(f"{where}: {exc}") from None
                 break
-        else:
-            resolved[option.name] = None
-    return resolved
+    return RunConfig(**resolved)

@@ -14,7 +14,6 @@ import json
 import os
 import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, TextIO
 
 from bloomperf.accelerate_map import on_machine
@@ -26,13 +25,14 @@ from bloomperf.checkpoints import (
     resolve_model,
 )
 from bloomperf.cli_arguments import add_format_argument
+from bloomperf.config import RunConfig
 from bloomperf.hardware import GiB, GpuSpec, parse_topology_id
 from bloomperf.launch import group_command
 from bloomperf.matrix import Cell, Group
 from bloomperf.memory_model import CUDA_CONTEXT_BYTES, MemoryPrediction, predict_cell
 from bloomperf.models import MODEL_SHAPES, check_layers
 from bloomperf.options import resolve_options
-from bloomperf.run import DEFAULT_MODEL, Session, resolve_device, worker_options
+from bloomperf.run import DEFAULT_MODEL, Session, resolve_device
 from bloomperf.scenario import Scenario
 from bloomperf.suite_prediction import cell_prediction
 from bloomperf.topology import Topology, detect_topology
@@ -68,14 +68,14 @@ def planned_topology(text: str | None, visible: str | None) -> tuple[Topology, G
     return plan_machine(text, visible), parse_topology_id(text)[2]
 
 
-def planned_model(options: dict[str, Any], device: str) -> PreparedModel:
+def planned_model(options: RunConfig, device: str) -> PreparedModel:
     """The model the run would use, without building it: a registry shape from its config."""
-    name = options.get("model") or DEFAULT_MODEL[device]
+    name = options.model or DEFAULT_MODEL[device]
     if name not in MODEL_SHAPES:
-        return resolve_model(name, options.get("layers"), options.get("cache_dir"))
+        return resolve_model(name, options.layers, options.cache_dir)
     shape = MODEL_SHAPES[name]
-    layers = check_layers(options.get("layers"), shape.n_layer, shape.name)
-    cache = Path(options.get("cache_dir") or default_cache_dir())
+    layers = check_layers(options.layers, shape.n_layer, shape.name)
+    cache = options.cache_dir or default_cache_dir()
     folder = cache / "models" / checkpoint_folder_name(shape, layers)
     return PreparedModel(shape.name, folder, layers, shape.parameters(layers), shape)
 
@@ -128,7 +128,7 @@ def plan_device_map(session: Session, dtype: str, n_gpus: int, gpu: GpuSpec) -> 
         return {"error": "the checkpoint's config is no BLOOM shape bloomperf knows"}
     if session.topology.nodes > 1:
         return {"error": "Accelerate runs on one node only (one process drives every GPU)"}
-    options = worker_options(session.options)
+    options = session.backend_options
     given = gpu_max_memory(options, replace(shape, n_layer=layers), dtype, n_gpus, gpu.memory_bytes)
     # On the machine, transformers lowers each entry to the GPU's free memory (``get_max_memory``):
     # the capacity less the CUDA context, as the memory model counts it.
@@ -162,7 +162,7 @@ def plan_cell(
         suite_cell = session.suite_cell(cell.backend, cell.dtype, cell.batch_size)
         planned["predicted"] = cell_prediction(suite_cell)
         return planned
-    choice = str(session.options.get("max_memory") or "auto")
+    choice = session.options.max_memory
     scenario = Scenario(
         shape,
         layers,
@@ -191,16 +191,16 @@ def prediction_dict(memory: MemoryPrediction) -> dict[str, Any]:
     }
 
 
-def build_plan(options: dict[str, Any], topology_text: str | None, err: TextIO) -> dict[str, Any]:
+def build_plan(options: RunConfig, topology_text: str | None, err: TextIO) -> dict[str, Any]:
     topology, gpu = planned_topology(topology_text, os.environ.get("CUDA_VISIBLE_DEVICES"))
     if gpu is None and topology.device == "cuda":
         from bloomperf.hardware import known_topology
 
         known = known_topology(topology.id)
         gpu = known[2] if known else None
-    device = "cuda" if topology_text else resolve_device(options.get("device"), topology)
+    device = "cuda" if topology_text else resolve_device(options.device, topology)
     model = planned_model(options, device)
-    session = Session.prepare({**options, "output": None, "device": device}, topology, model)
+    session = Session.prepare(replace(options, output=None, device=device), topology, model)
     print(
         f"bloomperf: planning {model.name} ({model.layers} layers) on {topology.id}, "
         f"{len(session.groups)} groups",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -152,19 +153,19 @@ class BloomperfController:
             sigterm = sigterm_as_interrupt()
             sigterm.__enter__()
             self._locks.append(sigterm)
-            lock = hold_device_lock(lock_key(topology), enabled=not self.options.get("no_lock"))
+            lock = hold_device_lock(lock_key(topology), enabled=not self.options.no_lock)
             lock.__enter__()
             self._locks.append(lock)
-            options = {**self.options, "device": device}
+            options = replace(self.options, device=device)
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 # Build and load progress live, past pytest's capture (dots otherwise).
                 set_sink(reporter.write_line)
-            if options.get("output") is None:
+            if options.output is None:
                 # Always keep a complete results file: pytest-benchmark's JSON leaves out cells
                 # that timed nothing (OOM, error, timeout).
                 stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-                options["output"] = Path("results") / f"pytest-{device}-{stamp}.json"
+                options = replace(options, output=Path("results") / f"pytest-{device}-{stamp}.json")
             self.sessions[device] = Session.prepare(options, topology)
         return self.sessions[device]
 
@@ -187,9 +188,7 @@ class BloomperfController:
         self._contexts.setdefault(device, []).append(context)
         if result.outcome is Outcome.SKIPPED:
             pytest.skip(result.message)
-        verdict = judge_cell(
-            session.run, session.baseline, result, strict=bool(self.options.get("strict"))
-        )
+        verdict = judge_cell(session.run, session.baseline, result, strict=self.options.strict)
         failure = verdict.fails()
         if failure:
             pytest.fail(clean(failure), pytrace=False)
@@ -221,8 +220,8 @@ class BloomperfController:
         return judge(
             session.run,
             session.baseline,
-            strict=bool(self.options.get("strict")),
-            allow_incomplete=bool(self.options.get("allow_incomplete")),
+            strict=self.options.strict,
+            allow_incomplete=self.options.allow_incomplete,
         )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)

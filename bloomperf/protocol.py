@@ -22,7 +22,10 @@ from __future__ import annotations
 import json
 import secrets
 import socket
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from bloomperf.backends.options import BackendOptions
 
 # Ops broadcast from rank 0 to the other ranks as small integers (a tensor, not an object).
 OP_CLOSE = 0
@@ -95,23 +98,28 @@ class MessageStream:
             pass
 
 
-def spec_to_dict(
-    *,
-    backend: str,
-    dtype: str,
-    checkpoint: str,
-    device: str,
-    options: dict[str, Any],
-    new_tokens: int,
-    control: str,
-) -> dict[str, Any]:
-    """What a worker needs to know, written to the file named by BLOOMPERF_WORKER_SPEC."""
-    return {
-        "backend": backend,
-        "dtype": dtype,
-        "checkpoint": checkpoint,
-        "device": device,
-        "options": options,
-        "new_tokens": new_tokens,
-        "control": control,
-    }
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to know, from the controller (as JSON: ``to_json``/``from_json``)."""
+
+    backend: str
+    dtype: str
+    checkpoint: str
+    device: str
+    new_tokens: int
+    control: str  # host:port of the controller's listener
+    options: BackendOptions = field(default_factory=BackendOptions)
+    memory_limit_bytes: int | None = None  # the worker caps its address space (CPU)
+    slowdown_percent: float | None = None  # a synthetic slowdown, for testing the gate
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> WorkerSpec:
+        """The spec back; a field this version does not know is an error, not ignored."""
+        data = json.loads(text)
+        try:
+            return cls(**{**data, "options": BackendOptions(**data.get("options") or {})})
+        except TypeError as exc:
+            raise MalformedMessage(f"worker spec: {exc}") from None

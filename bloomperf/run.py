@@ -8,13 +8,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.base import Backend
+from bloomperf.backends.options import BackendOptions
 from bloomperf.baseline import Baseline, beyond_boundary, oom_boundary
 from bloomperf.baseline_search import find_baseline, refuse_output_among_baselines
 from bloomperf.checkpoints import PreparedModel, resolve_model
+from bloomperf.config import RunConfig
 from bloomperf.devices import VisibleDevice, group_indices
 from bloomperf.fingerprint import environment_fingerprint
 from bloomperf.formatting import utc_now
@@ -31,30 +32,6 @@ from bloomperf.utilisation import cell_utilisation
 from bloomperf.workload import PROMPTS
 
 DEFAULT_MODEL = {"cpu": "tiny", "cuda": "bloom-176b"}
-# Options that travel to the worker (and its backend) in the worker spec.
-WORKER_OPTIONS = (
-    "max_memory",
-    "offload",
-    "offload_folder",
-    "memory_limit",
-    "tp",
-    "zero_offload",
-    "sharded",
-    "load",
-    "nvme_path",
-    "ds_config",
-    "hostfile",
-    "num_nodes",
-    "launcher",
-    "launcher_args",
-    "ssh_port",
-    "include",
-    "exclude",
-    "master_addr",
-    "control_addr",
-    "slowdown_percent",
-    "threads",
-)
 
 
 def resolve_device(requested: str | None, topology: Topology) -> str:
@@ -63,26 +40,19 @@ def resolve_device(requested: str | None, topology: Topology) -> str:
     return str(requested)
 
 
-def worker_options(options: dict[str, Any]) -> dict[str, Any]:
-    """JSON-ready backend options: paths as strings, the memory cap under its worker name."""
-    selected: dict[str, Any] = {}
-    for name in WORKER_OPTIONS:
-        value = options.get(name)
-        if value is None:
-            continue
-        selected[name] = str(value) if isinstance(value, Path) else value
-    if "memory_limit" in selected:
-        selected["memory_limit_bytes"] = selected.pop("memory_limit")
-    if selected.get("offload") == "disk" and "offload_folder" not in selected:
-        selected["offload_folder"] = tempfile.mkdtemp(prefix="bloomperf-offload-")
-    return selected
+def backend_options(config: RunConfig) -> BackendOptions:
+    """What the run's backends read; disk offload without a folder gets a temporary one."""
+    folder = None
+    if config.offload == "disk" and config.offload_folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="bloomperf-offload-"))
+    return config.backend_options(folder)
 
 
 @dataclass
 class Session:
     """One run's state: the plan, a runner per group, and the results so far (saved each cell)."""
 
-    options: dict[str, Any]
+    options: RunConfig
     topology: Topology
     device: str
     model: PreparedModel
@@ -93,26 +63,26 @@ class Session:
     @classmethod
     def prepare(
         cls,
-        options: dict[str, Any],
+        options: RunConfig,
         topology: Topology | None = None,
         model: PreparedModel | None = None,
     ) -> Session:
         """``model``: already resolved (``run --dry-run`` plans without building one)."""
-        if topology is None and options.get("hostfile"):
+        if topology is None and options.hostfile is not None:
             from bloomperf.nodes import read_cluster  # every node, read on the node
 
-            topology, _ = read_cluster(options)
+            topology, _ = read_cluster(options.launch_options())
         topology = topology or detect_topology()
-        device = resolve_device(options.get("device"), topology)
+        device = resolve_device(options.device, topology)
         if model is None:
-            name = options.get("model") or DEFAULT_MODEL[device]
-            model = resolve_model(name, options.get("layers"), options.get("cache_dir"))
+            name = options.model or DEFAULT_MODEL[device]
+            model = resolve_model(name, options.layers, options.cache_dir)
         run = RunResult(
             model=ModelInfo(model.name, str(model.path), model.layers, model.parameters),
             workload=WorkloadInfo(
-                new_tokens=options.get("new_tokens") or 100,
-                cycles=options.get("cycles") or 5,
-                warmup=options.get("warmup") or 1,
+                new_tokens=options.new_tokens,
+                cycles=options.cycles,
+                warmup=options.warmup,
                 prompts=PROMPTS,
             ),
             topology=topology.id,
@@ -121,16 +91,25 @@ class Session:
             synthetic=synthetic_reason(options),
         )
         groups = plan_groups(options, device)
-        baseline = find_baseline(topology.id, model.name, options.get("baselines"))
+        baseline = find_baseline(topology.id, model.name, options.baselines)
         session = cls(
-            options, topology, device, model, groups, run, options.get("output"), baseline
+            options,
+            topology,
+            device,
+            model,
+            groups,
+            run,
+            options.output,
+            baseline,
+            backend_options=backend_options(options),
         )
         if session.output is not None:
-            refuse_output_among_baselines(session.output, options.get("baselines"))
+            refuse_output_among_baselines(session.output, options.baselines)
             save_run(run, session.output)  # an unwritable output fails now, not after a cell
         return session
 
     baseline: Baseline | None = None
+    backend_options: BackendOptions = field(default_factory=BackendOptions)
     active: GroupRunner | None = None
     oom_at: dict[tuple[str, str], int] = field(default_factory=dict)
     ok_at: dict[tuple[str, str], int] = field(default_factory=dict)  # largest batch that ran
@@ -159,28 +138,38 @@ class Session:
             device=self.device,
             new_tokens=self.run.workload.new_tokens,
             world_size=world_size,
-            options=worker_options(self.options),
-            load_timeout_s=self.options.get("load_timeout") or 1800.0,
-            cell_timeout_s=self.options.get("cell_timeout") or 1800.0,
-            devices=group_gpus(self.topology, self.device, self.options, cell.backend, world_size),
+            options=self.backend_options,
+            launch=self.options.launch_options(),
+            memory_limit_bytes=self.options.memory_limit,
+            slowdown_percent=self.options.slowdown_percent,
+            load_timeout_s=self.options.load_timeout,
+            cell_timeout_s=self.options.cell_timeout,
+            devices=group_gpus(
+                self.topology, self.device, self.multinode, cell.backend, world_size
+            ),
             log_dir=logs_dir(self.output) if self.output is not None else None,
         )
 
     def world_size(self, backend: type[Backend]) -> int:
         """Ranks of the backend's group: under a hostfile it may span every node's GPUs (the
         topology lists one node's)."""
-        nodes = self.topology.nodes if self.options.get("hostfile") else 1
-        return backend.world_size(self.device, len(self.topology.gpus) * nodes, self.options)
+        nodes = self.topology.nodes if self.multinode else 1
+        visible = len(self.topology.gpus) * nodes
+        return backend.world_size(self.device, visible, self.backend_options)
+
+    @property
+    def multinode(self) -> bool:
+        return self.options.hostfile is not None
 
     def skip_reason(self, cell: Cell) -> str | None:
         """Why a cell is not run: the stack cannot, or it is beyond a known OOM boundary."""
         backend = backend_class(cell.backend)
-        options = worker_options(self.options)
+        options = self.backend_options
         reason = backend.unmet_requirement(cell.dtype, self.device, options)
         reason = reason or backend.host_memory_reason(
             self.model.path, self.world_size(backend), cell.dtype, options
         )
-        if reason or self.options.get("probe"):
+        if reason or self.options.probe:
             return reason
         oom_at = self.oom_at.get(cell.group)
         if oom_at is not None and cell.batch_size > oom_at:
@@ -275,11 +264,11 @@ def with_prediction(result: CellResult, session: Session) -> CellResult:
 
 
 def group_gpus(
-    topology: Topology, device: str, options: dict[str, Any], backend_name: str, world_size: int
+    topology: Topology, device: str, multinode: bool, backend_name: str, world_size: int
 ) -> tuple[VisibleDevice, ...]:
     """This node's GPUs for one group: every visible one for accelerate, else one per rank
     (a multi-node group's ranks are placed by DeepSpeed's launcher from the hostfile)."""
-    if device != "cuda" or not topology.gpus or options.get("hostfile"):
+    if device != "cuda" or not topology.gpus or multinode:
         return ()
     visible = [g.visible() for g in topology.gpus]
     spans = backend_class(backend_name).spans_visible_gpus
@@ -287,25 +276,25 @@ def group_gpus(
     return tuple(d for d in visible if d.index in chosen)
 
 
-def synthetic_reason(options: dict[str, Any]) -> str:
+def synthetic_reason(options: RunConfig) -> str:
     """Why this run's figures are not real measurements, recorded in its results."""
-    percent = options.get("slowdown_percent")
+    percent = options.slowdown_percent
     return f"a {percent:g} % slowdown injected (--slowdown-percent)" if percent else ""
 
 
-def lock_key(topology: Topology, options: dict[str, Any] | None = None) -> str:
+def lock_key(topology: Topology, options: RunConfig | None = None) -> str:
     """The devices a run occupies: its GPUs by UUID (runs on disjoint GPUs do not block each
     other; a MIG instance locks its whole GPU), or the CPU. With ``options``: exactly the GPUs
     its groups use (``--tp 4`` on 8 visible GPUs leaves the other 4 to another run)."""
     gpus = topology.gpus
-    device = resolve_device((options or {}).get("device"), topology)
-    if options is not None and device == "cuda" and not options.get("hostfile"):
+    device = resolve_device(options.device if options else None, topology)
+    if options is not None and device == "cuda" and options.hostfile is None:
         used: set[int] = set()
         for group in plan_groups(options, device):
             backend = backend_class(group.backend)
-            world_size = backend.world_size(device, len(gpus), options)
+            world_size = backend.world_size(device, len(gpus), options.backend_options())
             used |= {
-                d.index for d in group_gpus(topology, device, options, group.backend, world_size)
+                d.index for d in group_gpus(topology, device, False, group.backend, world_size)
             }
         gpus = tuple(g for g in gpus if g.index in used)
     return ",".join(g.uuid or str(g.index) for g in gpus) or "cpu"

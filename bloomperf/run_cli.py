@@ -9,12 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from bloomperf.baseline import Baseline
 from bloomperf.compare import judge
 from bloomperf.comparison_text import render_comparison
+from bloomperf.config import RunConfig
 from bloomperf.errors import EXIT_REGRESSION
 from bloomperf.formatting import clean
 from bloomperf.interrupt import interruption
@@ -39,11 +41,11 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
     if getattr(args, "dry_run", False):
         return run_dry(args, out, err)
     options = resolve_options(vars(args))
-    if options.get("output") is None:
+    if options.output is None:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        options["output"] = Path("results") / f"bloomperf-{stamp}.json"
+        options = replace(options, output=Path("results") / f"bloomperf-{stamp}.json")
     topology = detect_topology()
-    with hold_device_lock(lock_key(topology, options), enabled=not options.get("no_lock")):
+    with hold_device_lock(lock_key(topology, options), enabled=not options.no_lock):
         session = Session.prepare(options, topology)
         total = sum(len(g.batch_sizes) for g in session.groups)
         print(
@@ -74,14 +76,14 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
 
 
 def print_verdicts(
-    run: RunResult, baseline: Baseline | None, options: dict[str, Any], out: TextIO
+    run: RunResult, baseline: Baseline | None, options: RunConfig, out: TextIO
 ) -> int:
     """The gate's verdict on the finished run (the plugin's and `diff`'s rule) → exit status."""
     comparison = judge(
         run,
         baseline,
-        strict=bool(options.get("strict")),
-        allow_incomplete=bool(options.get("allow_incomplete")),
+        strict=options.strict,
+        allow_incomplete=options.allow_incomplete,
     )
     if baseline is not None:
         print(f"\nverdicts against {baseline.path}:", file=out)

@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bloomperf.backends.options import BackendOptions
 from bloomperf.cli_arguments import add_out_argument, add_run_option
+from bloomperf.config import LaunchOptions
 from bloomperf.dtypes import DTYPES
 from bloomperf.errors import BloomperfError
 
@@ -57,11 +59,15 @@ def run_shard(args: argparse.Namespace) -> int:
         raise BloomperfError(
             "--tp 1: DeepSpeed's auto-TP saves no shards at TP=1; load the checkpoint itself"
         )
-    reason = backend_class(args.backend).unmet_requirement(args.dtype, args.device, {})
+    reason = backend_class(args.backend).unmet_requirement(
+        args.dtype, args.device, BackendOptions()
+    )
     if reason:
         raise BloomperfError(f"--backend {args.backend}: {reason}")
     checkpoint = resolve_model(args.model).path
-    reason = backend_class(args.backend).host_memory_reason(checkpoint, args.tp, args.dtype, {})
+    reason = backend_class(args.backend).host_memory_reason(
+        checkpoint, args.tp, args.dtype, BackendOptions()
+    )
     if reason:
         raise BloomperfError(f"--tp {args.tp}: {reason}")
     spec = {
@@ -74,7 +80,7 @@ def run_shard(args: argparse.Namespace) -> int:
     argv: list[str] = [sys.executable, "-m", "bloomperf.shard"]
     extra_env: dict[str, str] = {}
     if args.tp > 1:
-        argv, extra_env = rank_group_command(args.tp, {}, module="bloomperf.shard")
+        argv, extra_env = rank_group_command(args.tp, LaunchOptions(), module="bloomperf.shard")
     before = shm_segments()
     env = {**os.environ, **extra_env, SPEC_ENV: json.dumps(spec)}
     if args.device == "cpu":

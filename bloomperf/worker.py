@@ -10,7 +10,6 @@ the timed region.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import resource
 import socket
@@ -29,6 +28,7 @@ from bloomperf.protocol import (
     OP_END,
     TOKEN_ENV,
     MessageStream,
+    WorkerSpec,
 )
 from bloomperf.rankenv import adopt_launcher_rank, report_identity
 from bloomperf.workload import generate_kwargs
@@ -53,24 +53,24 @@ def limit_memory(limit_bytes: int | None, rank: int) -> None:
 
 
 class Worker:
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: WorkerSpec) -> None:
         from bloomperf.backends import backend_class
         from bloomperf.backends.base import LoadRequest
 
         self.spec = spec
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        self.backend = backend_class(spec["backend"])()
+        self.backend = backend_class(spec.backend)()
         self.request = LoadRequest(
-            checkpoint=Path(spec["checkpoint"]),
-            dtype=spec["dtype"],
-            device=spec["device"],
+            checkpoint=Path(spec.checkpoint),
+            dtype=spec.dtype,
+            device=spec.device,
             rank=self.rank,
             world_size=self.world_size,
-            options=spec["options"],
+            options=spec.options,
         )
-        self.generate_kwargs = generate_kwargs(int(spec["new_tokens"]))
-        self.new_tokens = int(spec["new_tokens"])
+        self.generate_kwargs = generate_kwargs(spec.new_tokens)
+        self.new_tokens = spec.new_tokens
         self.inputs: dict[str, Any] = {}
         self.tokenizer: Any = None
         self.loads = 0
@@ -94,7 +94,7 @@ class Worker:
         self.backend.synchronize()
         seconds = time.perf_counter() - start
         self.load_ranks = self.rank_peaks()
-        slowdown = float(self.spec["options"].get("slowdown_percent", 0) or 0)
+        slowdown = self.spec.slowdown_percent
         if slowdown:
             from bloomperf.measure.slowdown import install_slowdown
 
@@ -249,11 +249,10 @@ def connect(address: str) -> MessageStream:
     return MessageStream(sock)
 
 
-def read_spec() -> dict[str, Any]:
+def read_spec() -> WorkerSpec:
     if os.environ.get(SPEC_DATA_ENV):
-        spec: dict[str, Any] = json.loads(base64.urlsafe_b64decode(os.environ[SPEC_DATA_ENV]))
-        return spec
-    return dict(json.loads(Path(os.environ[SPEC_ENV]).read_text()))
+        return WorkerSpec.from_json(base64.urlsafe_b64decode(os.environ[SPEC_DATA_ENV]))
+    return WorkerSpec.from_json(Path(os.environ[SPEC_ENV]).read_text())
 
 
 def main() -> int:
@@ -261,7 +260,7 @@ def main() -> int:
     spec = read_spec()
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    limit_memory(spec["options"].get("memory_limit_bytes"), rank)
+    limit_memory(spec.memory_limit_bytes, rank)
     if world_size > 1:
         report_identity(launcher)
     if rank != 0:
@@ -273,7 +272,7 @@ def main() -> int:
             report_and_exit(exc, rank, world_size)
         worker.backend.close()
         return 0
-    stream = connect(spec["control"])
+    stream = connect(spec.control)
     stream.send(
         {
             "event": "hello",

@@ -14,6 +14,7 @@ from typing import Any
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.base import LoadRequest
+from bloomperf.backends.options import BackendOptions
 from bloomperf.rankenv import adopt_launcher_rank
 from bloomperf.workload import build_inputs
 
@@ -43,7 +44,7 @@ def run_case(name: str, options: dict[str, Any], model_dir: Path, refs: dict[int
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     backend = backend_class(name)()
-    request = LoadRequest(model_dir, "fp32", "cpu", rank, world, options)
+    request = LoadRequest(model_dir, "fp32", "cpu", rank, world, BackendOptions(**options))
     backend.prepare(request)
     backend.load(request)
     result: dict[str, Any] = {

@@ -22,6 +22,7 @@ from bloomperf.accelerate_map import (
     weight_caps,
 )
 from bloomperf.backends.accelerate import gpu_max_memory
+from bloomperf.backends.options import AccelerateOptions
 from bloomperf.device_map import infer_device_map, meta_model, summarise
 from bloomperf.hardware import GPU_SPECS, GiB
 from bloomperf.models import MODEL_SHAPES, ModelShape
@@ -43,7 +44,7 @@ def planned_map(
 ) -> dict[str, int | str]:
     """The map the accelerate backend passes to ``from_pretrained``, planned by accelerate."""
     checkpoint = replace(shape, n_layer=layers)  # what the backend reads from config.json
-    given = gpu_max_memory({"max_memory": choice}, checkpoint, dtype, n_gpus, memory)
+    given = gpu_max_memory(AccelerateOptions(max_memory=choice), checkpoint, dtype, n_gpus, memory)
     plan = infer_device_map(shape, layers, dtype, given)
     assert plan.refused == "", plan.refused
     return plan.placement

@@ -11,6 +11,7 @@ import torch
 
 from bloomperf.backends.accelerate import AccelerateBackend
 from bloomperf.backends.compat import int8_on_cpu_reason
+from bloomperf.backends.options import BackendOptions
 
 pytest.importorskip("bitsandbytes")
 
@@ -33,7 +34,7 @@ def test_int8_on_cpu_rule_is_what_the_8bit_quantizer_decides() -> None:
 
 
 def test_the_accelerate_backend_skips_int8_on_cpu_for_that_reason() -> None:
-    reason = AccelerateBackend.unmet_requirement("int8", "cpu", {})
+    reason = AccelerateBackend.unmet_requirement("int8", "cpu", BackendOptions())
     assert reason == int8_on_cpu_reason()
-    assert AccelerateBackend.unmet_requirement("int8", "cuda", {}) is None
-    assert AccelerateBackend.unmet_requirement("bf16", "cpu", {}) is None
+    assert AccelerateBackend.unmet_requirement("int8", "cuda", BackendOptions()) is None
+    assert AccelerateBackend.unmet_requirement("bf16", "cpu", BackendOptions()) is None

@@ -16,6 +16,7 @@ import pytest
 from leftovers import leaked_segments, marked_env, marked_processes
 
 from bloomperf.checkpoints import resolve_model
+from bloomperf.config import LaunchOptions
 from bloomperf.dslaunch import cleanup_shm, mapped_paths, rank_group_command, shm_segments
 
 pytest.importorskip("deepspeed")
@@ -175,7 +176,7 @@ def test_two_ranks_tp_presharded_and_zero_match_plain_model(tiny: Path, tmp_path
         *ZERO_CASES,
         ["ds-autotp", {"load": "hf"}],
     ]
-    argv, extra_env = rank_group_command(2, {}, module="tests.ds_backend_probe")
+    argv, extra_env = rank_group_command(2, LaunchOptions(), module="tests.ds_backend_probe")
     run_group(argv, extra_env, probe_env(tiny, cases), tmp_path)
     for results in read_ranks(tmp_path, 2):
         for result in results:

@@ -25,12 +25,16 @@ from bloomperf.backends.ds_checkpoint import (
     host_memory_reason,
 )
 from bloomperf.backends.ds_inference import INT8_NEEDS_CHECKPOINT, host_memory_bytes
+from bloomperf.backends.options import BackendOptions
 from bloomperf.checkpoint_builder import split_shards, tensor_specs, write_tokenizer
 from bloomperf.checkpoints import resolve_model
 from bloomperf.models import MODEL_SHAPES, bloom_config
+from bloomperf.protocol import WorkerSpec
 
 deepspeed = pytest.importorskip("deepspeed")
 GIB = 2**30
+
+HF_LOAD = BackendOptions(load="hf")
 
 
 @pytest.fixture(scope="module")
@@ -103,15 +107,15 @@ def test_ranks_times_weights_beyond_host_ram_is_skipped_with_the_figures(tmp_pat
     assert host_memory_reason(autotp, 8, "unsharded", one_tib) is None
     # Through the backends, with this machine's RAM: from_pretrained on 8 ranks does not fit.
     for name in ("ds-inference", "ds-autotp"):
-        reason = backend_class(name).host_memory_reason(folder, 8, "fp16", {"load": "hf"})
+        reason = backend_class(name).host_memory_reason(folder, 8, "fp16", HF_LOAD)
         assert reason is not None and f"{host_memory_bytes() / GIB:.1f} GiB RAM" in reason
     # fp32 from a bf16 checkpoint doubles the figure.
-    reason = backend_class("ds-autotp").host_memory_reason(folder, 2, "fp32", {"load": "hf"})
+    reason = backend_class("ds-autotp").host_memory_reason(folder, 2, "fp32", HF_LOAD)
     assert reason is not None and f"2 ranks x {2 * weights / GIB:.1f} GiB" in reason
 
 
 def test_a_small_model_is_not_skipped(tiny: Path) -> None:
-    for options in ({}, {"load": "hf"}):
+    for options in (BackendOptions(), HF_LOAD):
         assert backend_class("ds-autotp").host_memory_reason(tiny, 2, "fp32", options) is None
 
 
@@ -121,11 +125,11 @@ def test_int8_needs_a_checkpoint_load_as_deepspeed_quantizes_only_there() -> Non
     assert "#self.apply_weight_quantization()" in (source / "containers/base.py").read_text()
     assert "weight_quantizer.quantize(" in (source / "policy.py").read_text()
     ds_inference = backend_class("ds-inference")
-    reason = ds_inference.unmet_requirement("int8", "cuda", {"load": "hf"})
+    reason = ds_inference.unmet_requirement("int8", "cuda", HF_LOAD)
     assert reason == f"{INT8_NEEDS_CHECKPOINT}; --load hf gives it none"
     assert "commented out in module_inject/containers/base.py" in reason
     # From the checkpoints JSON or a pre-sharded folder, DeepSpeed quantizes as it loads.
-    for options in ({}, {"sharded": "/data/bloom-tp8-int8"}):
+    for options in (BackendOptions(), BackendOptions(sharded="/data/bloom-tp8-int8")):
         unmet = ds_inference.unmet_requirement("int8", "cuda", options)
         assert unmet is None or "transformers" in unmet  # only the profile's own reason
 
@@ -134,8 +138,9 @@ def test_int8_needs_a_checkpoint_load_as_deepspeed_quantizes_only_there() -> Non
 # was already done when the load clock started: the clock starts right before backend.load.
 CLOCK_PROBE = """
 import json, sys
+from bloomperf.protocol import WorkerSpec
 from bloomperf.worker import Worker
-spec = json.loads(sys.argv[1])
+spec = WorkerSpec.from_json(sys.argv[1])
 worker = Worker(spec)
 seen = {}
 real_load = worker.backend.load
@@ -155,17 +160,10 @@ print(json.dumps(seen))
 
 
 def run_clock_probe(tiny: Path, backend: str, dtype: str) -> dict[str, object]:
-    spec = {
-        "backend": backend,
-        "checkpoint": str(tiny),
-        "dtype": dtype,
-        "device": "cpu",
-        "options": {},
-        "new_tokens": 4,
-    }
+    spec = WorkerSpec(backend, dtype, str(tiny), "cpu", new_tokens=4, control="")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "MASTER_ADDR")}
     result = subprocess.run(
-        [sys.executable, "-c", CLOCK_PROBE, json.dumps(spec)],
+        [sys.executable, "-c", CLOCK_PROBE, spec.to_json()],
         env={**env, "CUDA_VISIBLE_DEVICES": ""},
         capture_output=True,
         text=True,

@@ -13,6 +13,8 @@ import pytest
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.compat import installed_version, version_tuple
+from bloomperf.backends.options import BackendOptions
+from bloomperf.config import LaunchOptions
 from bloomperf.devices import VisibleDevice
 from bloomperf.dslaunch import SHM_DIR, cleanup_shm, rank_group_command
 from bloomperf.errors import BloomperfError
@@ -22,11 +24,12 @@ from bloomperf.topology import planned_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 
+NO_OPTIONS = BackendOptions()
 REFERENCE = version_tuple(installed_version("transformers") or "0") <= (4, 43, 4)
 
 
 def test_single_node_command_is_the_deepspeed_launcher() -> None:
-    argv, env = rank_group_command(2, {"master_port": 29555}, python="/py")
+    argv, env = rank_group_command(2, LaunchOptions(master_port=29555), python="/py")
     assert argv[:4] == ["/py", "-u", "-m", "deepspeed.launcher.runner"]
     assert argv[argv.index("--num_gpus") + 1] == "2"
     assert argv[argv.index("--master_port") + 1] == "29555"
@@ -36,8 +39,8 @@ def test_single_node_command_is_the_deepspeed_launcher() -> None:
 
 
 def test_wrong_rank_count_is_one_line() -> None:
-    with pytest.raises(BloomperfError, match="gives 3 ranks, but the group needs 2"):
-        rank_group_command(2, {"num_gpus": 3})
+    with pytest.raises(BloomperfError, match="GPUs: gives 3 ranks, but the group needs 2"):
+        rank_group_command(2, LaunchOptions(), gpus=[0, 1, 2])
 
 
 @pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm")
@@ -62,8 +65,10 @@ def test_cleanup_shm_removes_only_unused_new_segments() -> None:
 
 def test_fused_kernels_are_skipped_on_cpu_with_the_reason() -> None:
     ds_inference = backend_class("ds-inference")
-    assert ds_inference.unmet_requirement("fp16", "cpu", {}) == "fused kernels need a CUDA GPU"
-    on_gpu = ds_inference.unmet_requirement("fp16", "cuda", {})
+    assert (
+        ds_inference.unmet_requirement("fp16", "cpu", NO_OPTIONS) == "fused kernels need a CUDA GPU"
+    )
+    on_gpu = ds_inference.unmet_requirement("fp16", "cuda", NO_OPTIONS)
     if REFERENCE:
         assert on_gpu is None
     else:
@@ -73,26 +78,30 @@ def test_fused_kernels_are_skipped_on_cpu_with_the_reason() -> None:
 
 def test_autotp_runs_anywhere_but_int8() -> None:
     autotp = backend_class("ds-autotp")
-    assert autotp.unmet_requirement("fp32", "cpu", {}) is None
-    assert autotp.unmet_requirement("bf16", "cuda", {}) is None
-    assert "fused kernels" in str(autotp.unmet_requirement("int8", "cpu", {}))
+    assert autotp.unmet_requirement("fp32", "cpu", NO_OPTIONS) is None
+    assert autotp.unmet_requirement("bf16", "cuda", NO_OPTIONS) is None
+    assert "fused kernels" in str(autotp.unmet_requirement("int8", "cpu", NO_OPTIONS))
 
 
 def test_zero_offload_reasons(tmp_path: Path) -> None:
     zero = backend_class("ds-zero")
-    assert zero.unmet_requirement("bf16", "cpu", {"zero_offload": "cpu"}) is None
-    assert "nvme_path" in str(zero.unmet_requirement("bf16", "cpu", {"zero_offload": "nvme"}))
-    assert "not one of" in str(zero.unmet_requirement("bf16", "cpu", {"zero_offload": "tape"}))
+    assert zero.unmet_requirement("bf16", "cpu", BackendOptions(zero_offload="cpu")) is None
+    assert "nvme_path" in str(
+        zero.unmet_requirement("bf16", "cpu", BackendOptions(zero_offload="nvme"))
+    )
+    assert "not one of" in str(
+        zero.unmet_requirement("bf16", "cpu", BackendOptions(zero_offload="tape"))
+    )
     # accelerate's --offload disk in the same run is no ds-zero setting
-    assert zero.unmet_requirement("bf16", "cpu", {"offload": "disk"}) is None
+    assert zero.unmet_requirement("bf16", "cpu", BackendOptions(offload="disk")) is None
 
 
 def test_world_sizes() -> None:
     autotp, zero = backend_class("ds-autotp"), backend_class("ds-zero")
-    assert autotp.world_size("cpu", 0, {}) == 1
-    assert autotp.world_size("cpu", 0, {"tp": 2}) == 2
-    assert autotp.world_size("cuda", 8, {}) == 8
-    assert zero.world_size("cuda", 4, {}) == 4
+    assert autotp.world_size("cpu", 0, NO_OPTIONS) == 1
+    assert autotp.world_size("cpu", 0, BackendOptions(tp=2)) == 2
+    assert autotp.world_size("cuda", 8, NO_OPTIONS) == 8
+    assert zero.world_size("cuda", 4, NO_OPTIONS) == 4
 
 
 # ---- finding 5: a group runs on, and is measured on, the GPUs bloomperf chose ----------------
@@ -103,7 +112,7 @@ def plan_group(backend: str, monkeypatch: pytest.MonkeyPatch, visible: str) -> G
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     topology = planned_topology("8xA100-80GB")
-    world_size = backend_class(backend).world_size("cuda", len(topology.gpus), {})
+    world_size = backend_class(backend).world_size("cuda", len(topology.gpus), NO_OPTIONS)
     return GroupSpec(
         backend=backend,
         dtype="fp16",
@@ -111,8 +120,8 @@ def plan_group(backend: str, monkeypatch: pytest.MonkeyPatch, visible: str) -> G
         device="cuda",
         new_tokens=100,
         world_size=world_size,
-        options={"master_port": 29555},
-        devices=group_gpus(topology, "cuda", {}, backend, world_size),
+        launch=LaunchOptions(master_port=29555),
+        devices=group_gpus(topology, "cuda", False, backend, world_size),
     )
 
 
@@ -171,7 +180,7 @@ def test_num_gpus_would_have_moved_the_ranks_to_gpus_0_to_3(
 ) -> None:
     """The finding itself, on DeepSpeed's code: the command bloomperf used to build."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    argv, extra_env = rank_group_command(4, {"master_port": 29555}, python="/py")
+    argv, extra_env = rank_group_command(4, LaunchOptions(master_port=29555), python="/py")
     assert "--num_gpus" in argv
     env = runner_environment(argv, extra_env)
     assert deepspeed_rank_environment(argv, env, gpus=8) == "0,1,2,3"
@@ -188,10 +197,10 @@ def test_a_plain_worker_is_pinned_to_its_gpus(monkeypatch: pytest.MonkeyPatch) -
 def test_tp_below_the_gpu_count_uses_the_first_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,6,5,4")
     topology = planned_topology("8xA100-80GB")
-    gpus = group_gpus(topology, "cuda", {"tp": 2}, "ds-autotp", 2)
+    gpus = group_gpus(topology, "cuda", False, "ds-autotp", 2)
     assert [d.index for d in gpus] == [7, 6]  # CUDA's order: the first two the user listed
     with pytest.raises(BloomperfError, match="--tp 8: the group needs 8 GPUs, but only 4"):
-        group_gpus(topology, "cuda", {"tp": 8}, "ds-autotp", 8)
+        group_gpus(topology, "cuda", False, "ds-autotp", 8)
 
 
 def test_mig_instances_run_plain_workers_but_no_deepspeed_ranks() -> None:
@@ -216,7 +225,7 @@ def test_deepspeeds_launcher_really_starts_the_ranks_on_gpus_4_to_7(
     the same ``",".join(ids)`` as the CUDA accelerator."""
     spec = plan_group("ds-autotp", monkeypatch, "4,5,6,7")
     gpus = [d.index for d in spec.devices]
-    argv, extra_env = rank_group_command(4, {}, module="tests.ds_env_probe", gpus=gpus)
+    argv, extra_env = rank_group_command(4, LaunchOptions(), module="tests.ds_env_probe", gpus=gpus)
     env = {
         **os.environ,
         **extra_env,

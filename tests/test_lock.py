@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from nvml_replay import NvmlReplay
 import bloomperf.topology
 from bloomperf.calibrate import calibrate_command
 from bloomperf.cli import build_parser
+from bloomperf.config import RunConfig
 from bloomperf.errors import BloomperfError
 from bloomperf.lock import hold_device_lock, lock_path
 from bloomperf.options import resolve_options
@@ -150,13 +152,13 @@ def test_a_run_locks_exactly_the_gpus_its_groups_use() -> None:
     accelerate group spreads over every visible GPU and locks them all."""
     gpus = tuple(Gpu(i, "NVIDIA A100-SXM4-80GB", 80 * 1024**3, 12, f"GPU-{i:04}") for i in range(8))
     topology = gpu_topology(gpus, nodes=1, driver="535.104.05", cuda="12.2")
-    tp4 = {"backends": ["ds-autotp", "ds-zero"], "tp": 4, "device": "cuda"}
+    tp4 = RunConfig(backends=("ds-autotp", "ds-zero"), tp=4, device="cuda")
     assert lock_key(topology, tp4) == "GPU-0000,GPU-0001,GPU-0002,GPU-0003"
-    with_accelerate = {**tp4, "backends": ["accelerate", "ds-autotp"]}
+    with_accelerate = replace(tp4, backends=("accelerate", "ds-autotp"))
     assert lock_key(topology, with_accelerate) == ",".join(g.uuid for g in gpus)
     assert lock_key(topology) == ",".join(g.uuid for g in gpus)  # no plan: everything visible
     mig = (Gpu(3, "NVIDIA A100-SXM4-80GB", 10 * 1024**3, 12, "GPU-0003", "MIG-abcd"),)
-    assert lock_key(gpu_topology(mig, 1, "", ""), {"backends": ["accelerate"]}) == "GPU-0003"
+    assert lock_key(gpu_topology(mig, 1, "", ""), RunConfig(backends=("accelerate",))) == "GPU-0003"
 
 
 def test_calibrate_and_run_on_the_same_gpus_exclude_each_other(

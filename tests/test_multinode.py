@@ -37,6 +37,7 @@ from cluster import (
 )
 
 from bloomperf.checkpoints import resolve_model
+from bloomperf.config import LaunchOptions
 from bloomperf.dslaunch import rank_group_command, shm_segments
 from bloomperf.matrix import Cell
 from bloomperf.multinode import GROUP_ENV
@@ -87,7 +88,7 @@ def test_two_nodes_over_ssh_match_the_plain_model(
         "BLOOMPERF_PROBE_DIR": str(tmp_path),
         "OMP_NUM_THREADS": "1",
     }
-    options = {"hostfile": str(nodes.hostfile()), "ssh_port": nodes.port}
+    options = LaunchOptions(hostfile=nodes.hostfile(), ssh_port=nodes.port)
     argv, env = rank_group_command(
         2, options, module="tests.ds_backend_probe", rank_env=rank_env, workdir=tmp_path
     )
@@ -312,7 +313,7 @@ def test_two_slurm_nodes_match_the_plain_model(
         "OMP_NUM_THREADS": "1",
     }
     # Slurm node names are not host names here: the rendezvous is on n1's address.
-    options = {"hostfile": str(slurm.hostfile()), "launcher": "slurm", "master_addr": HOSTS[0]}
+    options = LaunchOptions(hostfile=slurm.hostfile(), launcher="slurm", master_addr=HOSTS[0])
     argv, env = rank_group_command(
         2, options, module="tests.ds_backend_probe", rank_env=rank_env, workdir=tmp_path
     )

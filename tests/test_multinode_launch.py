@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bloomperf.config import LaunchOptions
 from bloomperf.dslaunch import rank_group_command
 from bloomperf.errors import BloomperfError
 from bloomperf.hostfile import active_hosts, parse_hostfile, read_hostfile
@@ -60,7 +61,6 @@ FILTERS: list[dict[str, Any]] = [
     {"exclude": "b"},
     {"exclude": "a:0@c"},
     {"num_nodes": 2},
-    {"num_nodes": 2, "num_gpus": 1},
 ]
 
 
@@ -70,10 +70,10 @@ def test_include_exclude_resolve_as_deepspeeds_runner(options: dict[str, Any]) -
     active = runner.parse_inclusion_exclusion(
         pool, options.get("include", ""), options.get("exclude", "")
     )
-    active = runner.apply_num_nodes_and_gpus(
-        active, options.get("num_nodes", -1), options.get("num_gpus", -1)
-    )
-    assert active_hosts(dict(pool), options) == {h: list(s) for h, s in active.items()}
+    active = runner.apply_num_nodes_and_gpus(active, options.get("num_nodes", -1), -1)
+    assert active_hosts(dict(pool), LaunchOptions(**options)) == {
+        h: list(s) for h, s in active.items()
+    }
 
 
 def test_unknown_host_or_slot_in_a_filter_is_refused_like_deepspeed() -> None:
@@ -82,7 +82,7 @@ def test_unknown_host_or_slot_in_a_filter_is_refused_like_deepspeed() -> None:
         with pytest.raises(ValueError):
             runner.parse_inclusion_exclusion(collections.OrderedDict(pool), spec, "")
         with pytest.raises(BloomperfError, match="--include"):
-            active_hosts(pool, {"include": spec})
+            active_hosts(pool, LaunchOptions(include=spec))
 
 
 def multinode(tmp_path: Path, **options: Any) -> tuple[list[str], dict[str, str], Any]:
@@ -90,7 +90,7 @@ def multinode(tmp_path: Path, **options: Any) -> tuple[list[str], dict[str, str]
     hostfile.write_text("node-a slots=2 max_slots=2\nnode-b slots=2\n")
     argv, env = rank_group_command(
         4,
-        {"hostfile": str(hostfile), **options},
+        LaunchOptions(hostfile=hostfile, **options),
         python="/py",
         rank_env={"BLOOMPERF_WORKER_SPEC_DATA": "eyJhIjogMX0=", "OMP_NUM_THREADS": "1"},
         workdir=tmp_path,
@@ -153,7 +153,7 @@ def test_launcher_options_are_validated() -> None:
     options = resolve_options(
         {"launcher": "slurm", "ssh_port": "2222", "include": "n1:0,1@n2"}, env={}
     )
-    assert (options["launcher"], options["ssh_port"], options["include"]) == (
+    assert (options.launcher, options.ssh_port, options.include) == (
         "slurm",
         2222,
         "n1:0,1@n2",

@@ -14,7 +14,7 @@ from bloomperf.devices import plan_visible
 from bloomperf.errors import BloomperfError
 from bloomperf.options import resolve_options
 from bloomperf.plan import run_dry
-from bloomperf.run import worker_options
+from bloomperf.run import backend_options
 
 REFUSAL = "Some modules are dispatched on the CPU or the disk"
 
@@ -137,8 +137,8 @@ def test_sharded_and_load_are_options_in_every_spelling(tmp_path: Path) -> None:
     cli = resolve_options({"sharded": str(shards), "load": "hf"}, env={})
     env = resolve_options({}, env={"BLOOMPERF_SHARDED": str(shards), "BLOOMPERF_LOAD": "hf"})
     ini = resolve_options({}, ini={"sharded": str(shards), "load": "hf"}, env={})
-    assert cli["sharded"] == env["sharded"] == ini["sharded"] == shards
-    assert worker_options(cli)["sharded"] == str(shards) and worker_options(ini)["load"] == "hf"
+    assert cli.sharded == env.sharded == ini.sharded == shards
+    assert backend_options(cli).sharded == str(shards) and backend_options(ini).load == "hf"
     with pytest.raises(BloomperfError, match=r"--bloomperf-sharded: .*shard.json missing"):
         resolve_options({"sharded": str(tmp_path)}, env={}, flag_style="pytest")
     with pytest.raises(BloomperfError, match="environment variable BLOOMPERF_LOAD: unknown value"):

@@ -361,7 +361,7 @@ def test_no_baseline_skips_cells_far_beyond_the_predicted_boundary(tmp_path: Pat
     next_step = batches[len(expected_run)]
     assert session.skip_reason(Cell("accelerate", "bf16", next_step)) is None
     assert session.skip_reason(Cell("accelerate", "bf16", batches[len(expected_run) + 1]))
-    session.options = {**session.options, "probe": True}
+    session.options = replace(session.options, probe=True)
     assert session.skip_reason(Cell("accelerate", "bf16", 512)) is None
 
 

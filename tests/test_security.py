@@ -343,13 +343,14 @@ def test_a_hostfile_path_with_shell_syntax_reaches_the_launcher_as_one_argument(
     reads it back whole; nothing is run while the command is built."""
     from deepspeed.launcher.runner import parse_args
 
+    from bloomperf.config import LaunchOptions
     from bloomperf.dslaunch import rank_group_command
 
     folder = tmp_path / "a b;$(touch PWNED)`touch PWNED`|x"
     folder.mkdir()
     hostfile = folder / "hostfile"
     hostfile.write_text("localhost slots=2\n")
-    argv, _ = rank_group_command(2, {"hostfile": str(hostfile)}, workdir=tmp_path)
+    argv, _ = rank_group_command(2, LaunchOptions(hostfile=hostfile), workdir=tmp_path)
     assert argv[:4] == [sys.executable, "-u", "-m", "deepspeed.launcher.runner"]
     assert argv.count(str(hostfile)) == 1
     assert all(isinstance(arg, str) for arg in argv)

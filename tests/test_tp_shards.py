@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from bloomperf.checkpoints import resolve_model
+from bloomperf.config import LaunchOptions
 from bloomperf.dslaunch import cleanup_shm, rank_group_command, shm_segments
 from bloomperf.models import MODEL_SHAPES
 
@@ -25,7 +26,7 @@ pytest.importorskip("deepspeed")
 def run_probe(cases: list[list[object]], out: Path) -> list[dict[str, Any]]:
     """Run the probe's cases on a real 2-rank group; each rank's single result."""
     tiny = resolve_model("tiny").path  # the suite's cache (conftest.py)
-    argv, extra_env = rank_group_command(2, {}, module="tests.ds_backend_probe")
+    argv, extra_env = rank_group_command(2, LaunchOptions(), module="tests.ds_backend_probe")
     before = shm_segments()
     env = {
         **os.environ,

@@ -19,6 +19,7 @@ from bloomperf import cli
 from bloomperf.baseline import BaselineCell
 from bloomperf.baseline_json import save_baseline
 from bloomperf.baseline_search import find_baseline
+from bloomperf.config import RunConfig
 from bloomperf.resultfiles import read_results
 from bloomperf.run_cli import print_verdicts
 from tests.builders import cpu_baseline
@@ -95,7 +96,7 @@ def check_three_ways(
 
     run = read_results(results)
     out = io.StringIO()
-    run_code = print_verdicts(run, find_baseline("cpu", "tiny", baselines), {}, out)
+    run_code = print_verdicts(run, find_baseline("cpu", "tiny", baselines), RunConfig(), out)
 
     assert plugin_code == diff_code == bench_code == run_code
     assert plugin_failed == failing(diff_json) == failing(bench_json)

@@ -14,6 +14,7 @@ from bloomperf.backends.accelerate import AccelerateBackend
 from bloomperf.checkpoints import resolve_model
 from bloomperf.matrix import Cell
 from bloomperf.options import resolve_options
+from bloomperf.protocol import WorkerSpec
 from bloomperf.results import Outcome
 from bloomperf.run import Session
 from bloomperf.worker import Worker
@@ -48,14 +49,9 @@ class RecordedAccelerate(AccelerateBackend):
 
 
 def worker_for(checkpoint: Path) -> tuple[Worker, RecordedAccelerate]:
-    spec = {
-        "backend": "accelerate",
-        "checkpoint": str(checkpoint),
-        "dtype": "fp32",
-        "device": "cpu",
-        "options": {},
-        "new_tokens": NEW_TOKENS,
-    }
+    spec = WorkerSpec(
+        "accelerate", "fp32", str(checkpoint), "cpu", new_tokens=NEW_TOKENS, control=""
+    )
     worker = Worker(spec)
     backend = RecordedAccelerate()
     worker.backend = backend

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bloomperf.checkpoints import resolve_model
+from bloomperf.protocol import WorkerSpec
 from bloomperf.worker import Worker
 
 NEW_TOKENS = 8
@@ -14,14 +15,7 @@ NEW_TOKENS = 8
 @pytest.fixture(scope="module")
 def worker() -> Worker:
     tiny = resolve_model("tiny").path  # the suite's cache (conftest.py)
-    spec = {
-        "backend": "accelerate",
-        "checkpoint": str(tiny),
-        "dtype": "fp32",
-        "device": "cpu",
-        "options": {},
-        "new_tokens": NEW_TOKENS,
-    }
+    spec = WorkerSpec("accelerate", "fp32", str(tiny), "cpu", new_tokens=NEW_TOKENS, control="")
     worker = Worker(spec)
     worker.load()
     return worker

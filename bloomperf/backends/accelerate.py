@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from bloomperf.accelerate_map import max_memory_map, weight_caps
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.compat import dtype_argument, int8_on_cpu_reason
+from bloomperf.backends.options import AccelerateOptions, BackendOptions
 from bloomperf.dtypes import load_torch_dtype
 from bloomperf.models import ModelShape
 from bloomperf.weights import model_weight_bytes
@@ -22,11 +23,10 @@ from bloomperf.weights import model_weight_bytes
 def max_memory_limits(request: LoadRequest, shape: ModelShape) -> dict[int | str, Any] | None:
     """The ``max_memory`` for ``from_pretrained``, from the one rule in ``accelerate_map``."""
     if request.device == "cpu":
-        if request.options.get("offload") == "disk":
+        if request.options.offload == "disk":
             # Keep part of the weights in RAM so the rest really goes through the disk. (Below
             # about 3/4, accelerate's reserve for the largest layer sends everything to disk.)
-            share = model_weight_bytes(shape, shape.n_layer, request.dtype) * 3 // 4
-            return {"cpu": request.options.get("cpu_memory") or share}
+            return {"cpu": model_weight_bytes(shape, shape.n_layer, request.dtype) * 3 // 4}
         return None
     import torch
 
@@ -36,14 +36,13 @@ def max_memory_limits(request: LoadRequest, shape: ModelShape) -> dict[int | str
 
 
 def gpu_max_memory(
-    options: dict[str, Any], shape: ModelShape, dtype: str, n_gpus: int, gpu_memory_bytes: int
+    options: AccelerateOptions, shape: ModelShape, dtype: str, n_gpus: int, gpu_memory_bytes: int
 ) -> dict[int | str, Any]:
     """The map for ``n_gpus`` GPUs (also what ``run --dry-run`` hands accelerate's planner)."""
-    choice = str(options.get("max_memory") or "auto")
-    caps = weight_caps(choice, shape, shape.n_layer, dtype, n_gpus, gpu_memory_bytes)
+    caps = weight_caps(options.max_memory, shape, shape.n_layer, dtype, n_gpus, gpu_memory_bytes)
     limits: dict[int | str, Any] = dict(max_memory_map(caps, dtype))
-    if options.get("offload") in ("cpu", "disk"):
-        limits["cpu"] = options.get("cpu_memory") or "1000GiB"
+    if options.offload in ("cpu", "disk"):
+        limits["cpu"] = "1000GiB"
     return limits
 
 
@@ -60,7 +59,7 @@ class AccelerateBackend(Backend):
     spans_visible_gpus: ClassVar[bool] = True
 
     @classmethod
-    def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
+    def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:
         reason = super().unmet_requirement(dtype, device, options)
         if reason:
             return reason
@@ -90,10 +89,10 @@ class AccelerateBackend(Backend):
         if limits is not None:
             kwargs["max_memory"] = limits
             kwargs["device_map"] = "auto"
-        if request.options.get("offload") in ("cpu", "disk"):
+        if request.options.offload in ("cpu", "disk"):
             kwargs["device_map"] = "auto"
-        if request.options.get("offload") == "disk":
-            kwargs["offload_folder"] = str(request.options["offload_folder"])
+        if request.options.offload == "disk":
+            kwargs["offload_folder"] = request.options.offload_folder
         if request.dtype == "int8":
             from transformers import BitsAndBytesConfig
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from bloomperf.backends.options import BackendOptions
+
 if TYPE_CHECKING:
     import torch
 
@@ -24,7 +26,7 @@ class LoadRequest:
     device: str  # "cuda" or "cpu"
     rank: int = 0
     world_size: int = 1
-    options: dict[str, Any] = field(default_factory=dict)  # backend options from CLI/plugin
+    options: BackendOptions = field(default_factory=BackendOptions)  # from the run's options
 
 
 class Backend(ABC):
@@ -38,7 +40,7 @@ class Backend(ABC):
     _cuda_devices: tuple[int, ...] | None = None  # what ``synchronize`` waits for, once loaded
 
     @classmethod
-    def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
+    def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:
         """Why this backend cannot run ``dtype`` here (a skip reason), or None if it can.
 
         Called in the controller, so it must not import torch or touch a GPU.
@@ -48,13 +50,13 @@ class Backend(ABC):
         return None
 
     @classmethod
-    def world_size(cls, device: str, visible_devices: int, options: dict[str, Any]) -> int:
+    def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
         """How many ranks the worker group needs (1: a plain process)."""
         return 1
 
     @classmethod
     def host_memory_reason(
-        cls, checkpoint: Path, world_size: int, dtype: str, options: dict[str, Any]
+        cls, checkpoint: Path, world_size: int, dtype: str, options: BackendOptions
     ) -> str | None:
         """Why the group's ranks would not fit in host RAM while loading (a skip reason, with
         the figures), or None. Controller-side: reads file sizes, imports nothing heavy."""

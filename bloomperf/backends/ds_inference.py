@@ -36,6 +36,7 @@ from bloomperf.backends.ds_ranks import (
     join_rank_group,
     timed_step,
 )
+from bloomperf.backends.options import BackendOptions, TensorParallelOptions
 from bloomperf.dtypes import DTYPE_TABLE, load_torch_dtype, stored_torch_dtype
 from bloomperf.errors import BloomperfError
 
@@ -56,17 +57,17 @@ class TensorParallelBackend(Backend):
     kernel_inject: ClassVar[bool]
 
     @classmethod
-    def world_size(cls, device: str, visible_devices: int, options: dict[str, Any]) -> int:
-        if options.get("tp"):
-            return int(options["tp"])
+    def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
+        if options.tp:
+            return options.tp
         return max(1, visible_devices) if device == "cuda" else 1
 
     @classmethod
     def host_memory_reason(
-        cls, checkpoint: Path, world_size: int, dtype: str, options: dict[str, Any]
+        cls, checkpoint: Path, world_size: int, dtype: str, options: BackendOptions
     ) -> str | None:
         load = load_path(cls.kernel_inject, world_size, options)
-        folder = Path(str(options["sharded"])) if load == "pre-sharded" else checkpoint
+        folder = Path(options.sharded) if options.sharded and load == "pre-sharded" else checkpoint
         scale = DTYPE_TABLE[dtype].load_bytes / file_bytes_per_weight(checkpoint)
         try:
             need = host_bytes_per_rank(load, folder, world_size, scale, not cls.kernel_inject)
@@ -111,7 +112,7 @@ class TensorParallelBackend(Backend):
         """The model on this rank's devices by the path ``prepare`` chose (``kwargs`` go to
         ``init_inference``: ``bloomperf shard`` passes ``save_mp_checkpoint_path``)."""
         if self._checkpoint == "pre-sharded":
-            return self._load_presharded(request, Path(str(request.options["sharded"])))
+            return self._load_presharded(request, Path(str(request.options.sharded)))
         if self._checkpoint == "hf":
             return self._load_hf(request, **kwargs)
         return self._load_unsharded(request, **kwargs)
@@ -206,7 +207,7 @@ class DeepSpeedInferenceBackend(TensorParallelBackend):
     kernel_inject: ClassVar[bool] = True
 
     @classmethod
-    def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
+    def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:
         reason = super().unmet_requirement(dtype, device, options) or deepspeed_missing()
         if reason:
             return reason
@@ -223,7 +224,7 @@ class DeepSpeedAutoTPBackend(TensorParallelBackend):
     kernel_inject: ClassVar[bool] = False
 
     @classmethod
-    def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
+    def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:
         if dtype == "int8":
             # DeepSpeed's int8 inference is a property of its fused kernels (and of a
             # pre-quantised checkpoint); auto-TP keeps the model's own nn.Linear layers.
@@ -231,14 +232,14 @@ class DeepSpeedAutoTPBackend(TensorParallelBackend):
         return super().unmet_requirement(dtype, device, options) or deepspeed_missing()
 
 
-def load_path(kernel_inject: bool, world_size: int, options: dict[str, Any]) -> str:
+def load_path(kernel_inject: bool, world_size: int, options: TensorParallelOptions) -> str:
     """``pre-sharded`` with ``sharded=DIR``; else the blog's meta-device ``unsharded`` path,
     unless ``load=hf`` asks for from_pretrained. Auto-TP at TP=1 reads with from_pretrained (one
     copy): DeepSpeed applies no auto-TP policy at TP=1 (inference/engine.py), so it would never
     read the checkpoints JSON and would leave the meta model empty."""
-    if options.get("sharded"):
+    if options.sharded:
         return "pre-sharded"
-    if options.get("load") == "hf" or (not kernel_inject and world_size == 1):
+    if options.load == "hf" or (not kernel_inject and world_size == 1):
         return "hf"
     return "unsharded"
 

@@ -25,6 +25,7 @@ from bloomperf.backends.ds_ranks import (
     join_rank_group,
     timed_step,
 )
+from bloomperf.backends.options import BackendOptions, DsZeroOptions
 from bloomperf.dtypes import load_torch_dtype
 from bloomperf.errors import BloomperfError
 
@@ -36,11 +37,11 @@ class DeepSpeedZeroBackend(Backend):
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
 
     @classmethod
-    def unmet_requirement(cls, dtype: str, device: str, options: dict[str, Any]) -> str | None:
+    def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:
         reason = super().unmet_requirement(dtype, device, options) or deepspeed_missing()
         if reason:
             return reason
-        offload = str(options.get("zero_offload") or "none")
+        offload = options.zero_offload
         if offload not in OFFLOAD_CHOICES:
             return f"zero_offload={offload} is not one of {', '.join(OFFLOAD_CHOICES)}"
         if offload == "nvme":
@@ -48,9 +49,9 @@ class DeepSpeedZeroBackend(Backend):
         return None
 
     @classmethod
-    def world_size(cls, device: str, visible_devices: int, options: dict[str, Any]) -> int:
-        if options.get("ranks") or options.get("tp"):
-            return int(options.get("ranks") or options["tp"])
+    def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
+        if options.tp:
+            return options.tp
         return max(1, visible_devices) if device == "cuda" else 1
 
     def prepare(self, request: LoadRequest) -> None:
@@ -73,10 +74,10 @@ class DeepSpeedZeroBackend(Backend):
         local_rank = self._local_rank
         self._device = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
         self._world_size = request.world_size
-        self._offload_option = str(request.options.get("zero_offload") or "none")
+        self._offload_option = request.options.zero_offload
         config = AutoConfig.from_pretrained(str(request.checkpoint))
         ds_config = merged_config(
-            zero3_config(request, config.hidden_size), request.options.get("ds_config") or {}
+            zero3_config(request, config.hidden_size), request.options.ds_config or {}
         )
         self._ds_config = ds_config
         # Must exist (and stay referenced) before from_pretrained: it is what makes transformers
@@ -155,7 +156,7 @@ def applied_offload(engine: Any) -> str:
 
 def zero3_config(request: LoadRequest, hidden_size: int) -> dict[str, Any]:
     """The blog script's ZeRO-3 inference config, with this run's dtype and offload."""
-    offload = str(request.options.get("zero_offload") or "none")
+    offload = request.options.zero_offload
     zero: dict[str, Any] = {
         "stage": 3,
         "overlap_comm": True,
@@ -204,19 +205,19 @@ def merged_config(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[s
     return merged
 
 
-def nvme_folder(options: dict[str, Any]) -> Path:
-    raw = options.get("nvme_path")
+def nvme_folder(options: DsZeroOptions) -> Path:
+    raw = options.nvme_path
     if not raw:
         raise BloomperfError("nvme_path: zero_offload=nvme needs a folder on the NVMe drive")
-    folder = Path(str(raw))
+    folder = Path(raw)
     if not folder.is_dir():
         raise BloomperfError(f"nvme_path: {folder} is not a folder")
     return folder
 
 
-def nvme_unsupported(options: dict[str, Any]) -> str | None:
+def nvme_unsupported(options: DsZeroOptions) -> str | None:
     """Why NVMe offload cannot run here: its async I/O op must be buildable (libaio)."""
-    if not options.get("nvme_path"):
+    if not options.nvme_path:
         return "zero_offload=nvme needs the nvme_path option (a folder on the NVMe drive)"
     # ZeRO's NVMe offload goes through the async_io op, JIT-built against libaio; checking the
     # builder imports DeepSpeed, which the controller avoids, so look for the library itself.
