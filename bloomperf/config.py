@@ -9,7 +9,7 @@ a mypy error, where a ``dict.get`` was always None (``tests/test_config.py`` hol
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -94,15 +94,8 @@ class RunConfig:
         )
 
     def launch_options(self) -> LaunchOptions:
-        return LaunchOptions(
-            threads=self.threads,
-            hostfile=self.hostfile,
-            num_nodes=self.num_nodes,
-            launcher=self.launcher,
-            launcher_args=self.launcher_args,
-            ssh_port=self.ssh_port,
-            include=self.include,
-            exclude=self.exclude,
-            master_addr=self.master_addr,
-            control_addr=self.control_addr,
-        )
+        """The launcher's part: each field of ``LaunchOptions`` from the option of its name."""
+        given = {
+            f.name: getattr(self, f.name) for f in fields(LaunchOptions) if f.name != "master_port"
+        }
+        return LaunchOptions(**given)
