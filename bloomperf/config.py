@@ -30,13 +30,12 @@ class LaunchOptions:
     exclude: str | None = None
     master_addr: str | None = None
     control_addr: str | None = None
-    # Not a run option: None takes a free port; tests pin one to read it back from the argv.
-    master_port: int | None = None
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """Every run option, parsed (``bloomperf.options.resolve_options`` builds it)."""
+class RunConfig(LaunchOptions):
+    """Every run option, parsed (``bloomperf.options.resolve_options`` builds it); the
+    launcher's options are inherited from ``LaunchOptions``."""
 
     model: str | None = None
     layers: int | None = None
@@ -49,7 +48,6 @@ class RunConfig:
     device: str = "auto"
     output: Path | None = None
     cache_dir: Path | None = None
-    threads: int = 1
     load_timeout: float = 1800.0
     cell_timeout: float = 1800.0
     max_memory: str = "auto"
@@ -62,15 +60,6 @@ class RunConfig:
     load: str | None = None
     nvme_path: Path | None = None
     ds_config: dict[str, Any] | None = None
-    hostfile: Path | None = None
-    num_nodes: int | None = None
-    launcher: str = "pdsh"
-    launcher_args: str | None = None
-    ssh_port: int | None = None
-    include: str | None = None
-    exclude: str | None = None
-    master_addr: str | None = None
-    control_addr: str | None = None
     baselines: Path | None = None
     probe: bool = False
     strict: bool = False
@@ -94,8 +83,5 @@ class RunConfig:
         )
 
     def launch_options(self) -> LaunchOptions:
-        """The launcher's part: each field of ``LaunchOptions`` from the option of its name."""
-        given = {
-            f.name: getattr(self, f.name) for f in fields(LaunchOptions) if f.name != "master_port"
-        }
-        return LaunchOptions(**given)
+        """The launcher's part alone (what a worker group's spec keeps)."""
+        return LaunchOptions(**{f.name: getattr(self, f.name) for f in fields(LaunchOptions)})

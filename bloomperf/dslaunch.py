@@ -73,13 +73,15 @@ def rank_group_command(
     gpus: Sequence[int] | None = None,
     rank_env: dict[str, str] | None = None,
     workdir: Path | None = None,
+    port: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment that start ``python -m module`` on ``world_size`` ranks.
 
     ``gpus``: the NVML indices of the group's GPUs on this node (one rank each); None on CPU.
     ``rank_env``: what every rank needs; ``workdir`` holds a multi-node group's .deepspeed_env.
+    ``port``: the rendezvous port (None: a free one).
     """
-    port = options.master_port or free_port()
+    port = port or free_port()
     env = {
         "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()),
         # Rank output goes to the group's log; unbuffered, so it is complete when a rank dies.

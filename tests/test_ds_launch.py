@@ -29,7 +29,7 @@ REFERENCE = version_tuple(installed_version("transformers") or "0") <= (4, 43, 4
 
 
 def test_single_node_command_is_the_deepspeed_launcher() -> None:
-    argv, env = rank_group_command(2, LaunchOptions(master_port=29555), python="/py")
+    argv, env = rank_group_command(2, LaunchOptions(), python="/py", port=29555)
     assert argv[:4] == ["/py", "-u", "-m", "deepspeed.launcher.runner"]
     assert argv[argv.index("--num_gpus") + 1] == "2"
     assert argv[argv.index("--master_port") + 1] == "29555"
@@ -120,7 +120,6 @@ def plan_group(backend: str, monkeypatch: pytest.MonkeyPatch, visible: str) -> G
         device="cuda",
         new_tokens=100,
         world_size=world_size,
-        launch=LaunchOptions(master_port=29555),
         devices=group_gpus(topology, "cuda", False, backend, world_size),
     )
 
@@ -180,7 +179,7 @@ def test_num_gpus_would_have_moved_the_ranks_to_gpus_0_to_3(
 ) -> None:
     """The finding itself, on DeepSpeed's code: the command bloomperf used to build."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    argv, extra_env = rank_group_command(4, LaunchOptions(master_port=29555), python="/py")
+    argv, extra_env = rank_group_command(4, LaunchOptions(), python="/py", port=29555)
     assert "--num_gpus" in argv
     env = runner_environment(argv, extra_env)
     assert deepspeed_rank_environment(argv, env, gpus=8) == "0,1,2,3"
