@@ -14,6 +14,7 @@ import pynvml
 import pytest
 from nvml_replay import NvmlReplay, nvml_error_here
 
+from bloomperf.config import RunConfig
 from bloomperf.doctor import DOCTOR_KIND, SCHEMA_VERSION, run_checks
 from bloomperf.doctor.check import Check
 from bloomperf.doctor.host import check_disk, check_ram, check_shm
@@ -44,8 +45,8 @@ def doctor(*args: str) -> subprocess.CompletedProcess[str]:
 # ---- this machine, for real -------------------------------------------------------------------
 
 
-def test_doctor_json_here_says_why_nvml_is_unavailable() -> None:
-    done = doctor("--format", "json")
+def test_doctor_json_here_says_why_nvml_is_unavailable(tmp_path: Path) -> None:
+    done = doctor("--format", "json", "--cache-dir", str(tmp_path / "cache"))
     report = json.loads(done.stdout)
     assert (report["kind"], report["schema_version"]) == (DOCTOR_KIND, SCHEMA_VERSION)
     assert set(report) == {"kind", "schema_version", "device", "checks", "counts"}
@@ -65,6 +66,7 @@ def test_doctor_json_here_says_why_nvml_is_unavailable() -> None:
         assert check["status"] in ("ok", "warn", "fail") and check["reason"]
     fails = sum(c["status"] == "fail" for c in report["checks"])
     assert done.returncode == (1 if fails else 0), done.stderr
+    assert f"free in {tmp_path}:" in checks["disk"]["reason"]  # --cache-dir is what is sized
     why = nvml_error_here()
     if why is None:
         pytest.skip("NVML works here: the unavailable branch is tested on the replay below")
@@ -256,7 +258,7 @@ def test_library_checks_on_gpu_facts() -> None:
 
 def test_run_checks_on_a_gpu_machine_sizes_for_its_ranks(tmp_path: Path) -> None:
     checks = run_checks(
-        {"device": "cuda", "cache_dir": str(tmp_path), "layers": 2}, tuned_a100s(), GPU_FACTS
+        RunConfig(device="cuda", cache_dir=tmp_path, layers=2), tuned_a100s(), GPU_FACTS
     )
     got = by_name(checks)
     assert got["torch-cuda"].status == "fail"  # the 8×A100 recording's driver is CUDA 12.2

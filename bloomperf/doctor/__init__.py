@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from bloomperf.checkpoints import default_cache_dir
 from bloomperf.cli_arguments import add_format_argument, add_run_option
+from bloomperf.config import RunConfig
 from bloomperf.doctor.check import STATUSES, Check
 from bloomperf.doctor.host import check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
@@ -37,14 +37,14 @@ SCHEMA_VERSION = 1
 
 
 def run_checks(
-    options: dict[str, Any], nvml: Any = None, facts: dict[str, Any] | None = None
+    options: RunConfig, nvml: Any = None, facts: dict[str, Any] | None = None
 ) -> list[Check]:
-    device = options.get("device") or "auto"
+    device = options.device
     checks, found = check_nvml(nvml, device)
     facts = facts if facts is not None else probe_libraries()
-    model = options.get("model") or ("bloom-176b" if found["gpus"] else "tiny")
-    ranks = int(options.get("tp") or found["gpus"] or 1)
-    cache = Path(options.get("cache_dir") or default_cache_dir())
+    model = options.model or ("bloom-176b" if found["gpus"] else "tiny")
+    ranks = int(options.tp or found["gpus"] or 1)
+    cache = options.cache_dir or default_cache_dir()
     return [
         *checks,
         check_torch_cuda(facts, found["cuda_driver"], device),
@@ -52,8 +52,8 @@ def run_checks(
         check_deepspeed_jit(facts, device),
         check_fused_bloom(),
         check_shm(ranks),
-        check_disk(model, options.get("layers"), cache),
-        check_ram(model, options.get("layers"), ranks),
+        check_disk(model, options.layers, cache),
+        check_ram(model, options.layers, ranks),
     ]
 
 
@@ -97,11 +97,25 @@ def add_command(subparsers: Any) -> None:
     )
     add_run_option(parser, "layers", help="build the model with this many blocks")
     add_run_option(parser, "tp", help="ranks per DeepSpeed group [default: GPU count]")
+    add_run_option(
+        parser,
+        "cache_dir",
+        help="where runs keep built models (its disk is checked) "
+        "[$BLOOMPERF_CACHE or ~/.cache/bloomperf]",
+    )
     parser.set_defaults(func=run_doctor_command)
 
 
 def run_doctor_command(args: argparse.Namespace) -> int:
-    checks = run_checks(vars(args))
+    checks = run_checks(
+        RunConfig(
+            device=args.device,
+            model=args.model,
+            layers=args.layers,
+            tp=args.tp,
+            cache_dir=args.cache_dir,
+        )
+    )
     if args.format == "json":
         print(json.dumps(report_to_dict(checks, args.device), indent=2, allow_nan=False))
     else:
