@@ -3,7 +3,8 @@
 Each option has a CLI flag (``--batch-sizes``), a pytest flag (``--bloomperf-batch-sizes``), an
 ini key (``bloomperf_batch_sizes``) and an environment variable (``BLOOMPERF_BATCH_SIZES``).
 Resolution order, as in pytest-timeout: command line > environment > ini > default. Every value
-is parsed and validated here, and an error names where the bad value came from.
+is parsed and validated here (by its parser in ``option_parsers``), an error names where the bad
+value came from, and the result is a typed ``config.RunConfig``, which holds the defaults.
 """
 
 from __future__ import annotations
