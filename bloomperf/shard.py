@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,24 @@ from bloomperf.dtypes import DTYPES
 from bloomperf.errors import BloomperfError
 
 SPEC_ENV = "BLOOMPERF_SHARD_SPEC"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What every shard rank is told (as JSON, in ``SPEC_ENV``)."""
+
+    backend: str
+    dtype: str
+    device: str
+    checkpoint: str
+    out: str  # the folder DeepSpeed saves the shards in
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ShardSpec:
+        return cls(**json.loads(text))
 
 
 def add_command(subparsers: Any) -> None:
@@ -70,19 +89,15 @@ def run_shard(args: argparse.Namespace) -> int:
     )
     if reason:
         raise BloomperfError(f"--tp {args.tp}: {reason}")
-    spec = {
-        "checkpoint": str(checkpoint),
-        "out": str(args.out.resolve()),
-        "dtype": args.dtype,
-        "device": args.device,
-        "backend": args.backend,
-    }
+    spec = ShardSpec(
+        args.backend, args.dtype, args.device, str(checkpoint), str(args.out.resolve())
+    )
     argv: list[str] = [sys.executable, "-m", "bloomperf.shard"]
     extra_env: dict[str, str] = {}
     if args.tp > 1:
         argv, extra_env = rank_group_command(args.tp, LaunchOptions(), module="bloomperf.shard")
     before = shm_segments()
-    env = {**os.environ, **extra_env, SPEC_ENV: json.dumps(spec)}
+    env = {**os.environ, **extra_env, SPEC_ENV: spec.to_json()}
     if args.device == "cpu":
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
     try:
@@ -95,7 +110,7 @@ def run_shard(args: argparse.Namespace) -> int:
     return 0
 
 
-def shard_rank(spec: dict[str, Any]) -> None:
+def shard_rank(spec: ShardSpec) -> None:
     """One rank: load the model by the backend's own path, the blog's meta-device one (each rank
     reads the files one at a time and keeps its share, never the whole model), and let DeepSpeed
     save this rank's part."""
@@ -105,28 +120,28 @@ def shard_rank(spec: dict[str, Any]) -> None:
     from bloomperf.backends.base import LoadRequest
     from bloomperf.backends.ds_inference import SHARD_MARKER, TensorParallelBackend
 
-    backend = backend_class(spec["backend"])()
+    backend = backend_class(spec.backend)()
     assert isinstance(backend, TensorParallelBackend)
     request = LoadRequest(
-        checkpoint=Path(spec["checkpoint"]),
-        dtype=spec["dtype"],
-        device=spec["device"],
+        checkpoint=Path(spec.checkpoint),
+        dtype=spec.dtype,
+        device=spec.device,
         rank=int(os.environ.get("RANK", "0")),
         world_size=int(os.environ.get("WORLD_SIZE", "1")),
     )
     backend.prepare(request)
-    backend.load_weights(request, save_mp_checkpoint_path=spec["out"])
+    backend.load_weights(request, save_mp_checkpoint_path=spec.out)
     dist.barrier()
     if dist.get_rank() == 0:
         marker = {
             "tp": dist.get_world_size(),
-            "dtype": spec["dtype"],
+            "dtype": spec.dtype,
             "kernel_inject": backend.kernel_inject,
-            "source": spec["checkpoint"],
+            "source": spec.checkpoint,
         }
-        (Path(spec["out"]) / SHARD_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        (Path(spec.out) / SHARD_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    shard_rank(json.loads(os.environ[SPEC_ENV]))
+    shard_rank(ShardSpec.from_json(os.environ[SPEC_ENV]))
