@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import psutil
 
 from bloomperf.backends.options import BackendOptions
-from bloomperf.config import LaunchOptions
+from bloomperf.config import LaunchOptions, RunConfig
 from bloomperf.devices import VisibleDevice, worker_environment
 from bloomperf.dslaunch import cleanup_shm, shm_segments
 from bloomperf.errors import BloomperfError
@@ -57,8 +57,8 @@ class GroupSpec:
     launch: LaunchOptions = field(default_factory=LaunchOptions)  # for starting the group
     memory_limit_bytes: int | None = None
     slowdown_percent: float | None = None
-    load_timeout_s: float = 1800.0
-    cell_timeout_s: float = 1800.0
+    load_timeout_s: float = RunConfig.load_timeout
+    cell_timeout_s: float = RunConfig.cell_timeout
     log_dir: Path | None = None
     # Another interpreter and extra environment settings (``bloomperf ab``'s arms); None and
     # empty mean this controller's own interpreter and environment.

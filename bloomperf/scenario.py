@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bloomperf.config import RunConfig
 from bloomperf.hardware import GpuSpec, known_topology
 from bloomperf.models import ModelShape, check_layers
 
 # The blog's prompts are a few words: the memory model and the roofline size them at 10 tokens.
 PROMPT_TOKENS = 10
-# The blog generates 100 tokens per prompt.
-NEW_TOKENS = 100
+# The blog generates 100 tokens per prompt: what a run generates unless told otherwise.
+NEW_TOKENS = RunConfig.new_tokens
 
 
 @dataclass(frozen=True)

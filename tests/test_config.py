@@ -39,6 +39,16 @@ def test_every_option_of_the_table_is_a_run_config_field_of_its_parsers_type() -
         assert field_type in (parsed, parsed | None), (option.name, parsed, field_type)
 
 
+def test_the_help_states_the_default_run_config_holds() -> None:
+    """Each default is RunConfig's; the help's "[default]" must say the same."""
+    for option in OPTIONS:
+        default = getattr(RunConfig(), option.name)
+        if default is None or isinstance(default, bool):
+            continue  # decided by the device, or a switch: the help says what it does
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        assert f"[{shown}" in option.help, (option.name, shown, option.help)
+
+
 @pytest.mark.parametrize(
     "part", [AccelerateOptions, TensorParallelOptions, DsZeroOptions, BackendOptions, LaunchOptions]
 )
