@@ -23,16 +23,13 @@ from bloomperf.hardware import known_topology
 from bloomperf.results import Outcome
 from bloomperf.stats import IMPROVED, REGRESSED, SAME
 from bloomperf.verdicts import (
-    BOUNDARY_MOVED_UP,
-    ERROR,
-    EXPECTED_OOM,
-    INCOMPARABLE,
+    CELL_LABELS,
     NO_BASELINE,
     NOT_JUDGED,
+    NOT_RUN,
+    OOM_LABELS,
+    QUIET,
     SKIPPED,
-    TIMEOUT,
-    UNEXPECTED_OOM,
-    UNTRUSTWORTHY,
     CellVerdict,
     Comparison,
     MetricVerdict,
@@ -73,20 +70,13 @@ def cell_text(v: CellVerdict | None) -> str:
     """A table cell: the measured figure, its change and the verdict when it is not 'same'."""
     if v is None:
         return "–"
-    label = {
-        BOUNDARY_MOVED_UP: " (OOM expected)",
-        NO_BASELINE: " (no baseline)",
-        INCOMPARABLE: " (incomparable)",
-        UNTRUSTWORTHY: " UNTRUSTWORTHY",
-    }
     if v.measured_outcome == Outcome.OOM.value:
-        oom = {EXPECTED_OOM: "OOM (expected)", UNEXPECTED_OOM: "OOM UNEXPECTED"}
-        return oom.get(v.status, "OOM" + label.get(v.status, f" ({v.status})"))
-    if v.status in (ERROR, TIMEOUT, SKIPPED):
+        return OOM_LABELS.get(v.status, "OOM" + CELL_LABELS.get(v.status, f" ({v.status})"))
+    if v.status in NOT_RUN:
         return v.status.upper() if v.status != SKIPPED else "skipped"
     if v.status in (SAME, REGRESSED, IMPROVED):
         return metrics_text(v)
-    return metrics_text(v) + label.get(v.status, f" ({v.status})")
+    return metrics_text(v) + CELL_LABELS.get(v.status, f" ({v.status})")
 
 
 def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
@@ -182,12 +172,11 @@ def latency_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
 
 def notable(comparison: Comparison) -> list[str]:
     """A line for every cell worth reading about: failures first, then the rest that moved."""
-    quiet = (SAME, EXPECTED_OOM, SKIPPED, INCOMPARABLE, NO_BASELINE)
     lines = comparison.failures()
     lines += [
         f"{v.id}: {v.explain()}"
         for v in comparison.cells
-        if v.status not in quiet and not v.fails()
+        if v.status not in QUIET and not v.fails()
     ]
     return lines
 

@@ -30,28 +30,20 @@ def parse_names(valid: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
-    sizes = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            size = int(part)
-        except ValueError:
-            raise ValueError(f"{part!r} is not an integer batch size") from None
-        if size <= 0:
-            raise ValueError(f"batch size must be a positive integer, got {size}")
-        sizes.append(size)
+    sizes = [parse_positive_int(part.strip(), "batch size") for part in text.split(",")]
     if not sizes:
         raise ValueError("is empty")
     return tuple(sorted(set(sizes)))
 
 
-def parse_positive_int(text: str) -> int:
+def parse_positive_int(text: str, name: str = "") -> int:
+    """A positive integer; ``name`` ("batch size") is said in the error."""
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"{text!r} is not an integer") from None
+        raise ValueError(f"{text!r} is not an integer{' ' + name if name else ''}") from None
     if value <= 0:
-        raise ValueError(f"must be a positive integer, got {value}")
+        raise ValueError(f"{name + ' ' if name else ''}must be a positive integer, got {value}")
     return value
 
 

@@ -25,6 +25,20 @@ UNTRUSTWORTHY = "untrustworthy"
 NOT_MEASURED = "not-measured"
 NOT_JUDGED = "not-judged"
 
+# How a status reads in a table cell, after the measured figure (same, regressed and improved
+# are told by the figure's own change); an OOM cell has no figure, so its status is the text.
+CELL_LABELS = {
+    BOUNDARY_MOVED_UP: " (OOM expected)",
+    NO_BASELINE: " (no baseline)",
+    INCOMPARABLE: " (incomparable)",
+    UNTRUSTWORTHY: " UNTRUSTWORTHY",
+}
+OOM_LABELS = {EXPECTED_OOM: "OOM (expected)", UNEXPECTED_OOM: "OOM UNEXPECTED"}
+# Cells with no figure to show: the status is all there is to say.
+NOT_RUN = (ERROR, TIMEOUT, SKIPPED)
+# Statuses nobody needs a line about under the table.
+QUIET = (SAME, EXPECTED_OOM, SKIPPED, INCOMPARABLE, NO_BASELINE)
+
 CELL_STATUSES = (
     SAME,
     REGRESSED,
