@@ -29,13 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bloomperf.checkpoints import default_cache_dir, resolve_model
 from bloomperf.interleave import Comparison, Settings, arm_spec, compare_group
 from bloomperf.launch import GroupSpec
 from bloomperf.matrix import Group
-from bloomperf.models import default_cache_dir, resolve_model
 from bloomperf.overlay import Arm, PackageSource, prepare_arm
-from bloomperf.paired import VERDICTS
-from bloomperf.run import worker_options
+from bloomperf.paired import FASTER, INCONCLUSIVE, SAME, SLOWER
 
 PERCENT_ENV = "BLOOMPERF_INJECTED_SLOWDOWN_PERCENT"
 SITECUSTOMIZE = f'''"""Injected by benchmarks/ab_power.py: generate does PERCENT % more CPU work."""
@@ -133,7 +132,10 @@ def summarise(kind: str, comparisons: list[Comparison]) -> dict[str, Any]:
     return {
         "kind": kind,
         "trials": len(comparisons),
-        "verdicts": {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS},
+        "verdicts": {
+            v: sum(c.verdict == v for c in comparisons)
+            for v in (SAME, SLOWER, FASTER, INCONCLUSIVE)
+        },
         "failed": sum(c.estimate is None for c in comparisons),
         "median_ratio": statistics.median(c.estimate.ratio for c in ok if c.estimate)
         if ok
@@ -156,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint=model.path,
         device="cpu",
         new_tokens=args.new_tokens,
-        options=worker_options({}),
         load_timeout_s=600.0,
         cell_timeout_s=600.0,
     )

@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bloomperf.checkpoints import resolve_model
 from bloomperf.errors import BloomperfError
 from bloomperf.launch import GroupSpec
-from bloomperf.models import resolve_model
 from bloomperf.results import Outcome
-from bloomperf.run import worker_options
 from bloomperf.runner import GroupRunner
 from bloomperf.stats import REGRESSED, classify_ratio, estimate_ratio, measure_noise
 from bloomperf.workload import ms_per_token
@@ -81,14 +80,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def start_arm(name: str, percent: float, args: argparse.Namespace, checkpoint: Path) -> Arm:
-    options: dict[str, Any] = {"slowdown_percent": percent} if percent else {}
     spec = GroupSpec(
         backend=args.backend,
         dtype=args.dtype,
         checkpoint=checkpoint,
         device=args.device,
         new_tokens=args.new_tokens,
-        options=worker_options(options),
+        slowdown_percent=percent or None,
         load_timeout_s=1800.0,
         cell_timeout_s=600.0,
     )

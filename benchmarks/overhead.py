@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bloomperf.checkpoints import resolve_model
 from bloomperf.matrix import Cell
-from bloomperf.models import resolve_model
 from bloomperf.options import resolve_options
 from bloomperf.run import Session
 from bloomperf.workload import ms_per_token
@@ -41,13 +41,13 @@ def serve_bare(path: str, batch_size: int, new_tokens: int) -> None:
 
     from bloomperf.backends.accelerate import AccelerateBackend
     from bloomperf.backends.base import LoadRequest
-    from bloomperf.workload import Workload, build_inputs
+    from bloomperf.workload import build_inputs, generate_kwargs
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     backend = AccelerateBackend()
     backend.load(LoadRequest(Path(path), "fp32", "cpu"))
     inputs = build_inputs(tokenizer, batch_size, backend.input_device)
-    kwargs = Workload(new_tokens=new_tokens).generate_kwargs()
+    kwargs = generate_kwargs(new_tokens)
     print("ready", flush=True)
     for _ in sys.stdin:
         backend.synchronize()

@@ -18,6 +18,7 @@ import platform
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -81,11 +82,11 @@ def record_device(nvml: Any, handle: Any) -> dict[str, Any]:
     for name, clock in (("sm", sm), ("mem", mem)):
         answer(
             f"applications_clock_{name}_mhz",
-            lambda clock=clock: int(nvml.nvmlDeviceGetApplicationsClock(handle, clock)),
+            partial(applications_clock, nvml.nvmlDeviceGetApplicationsClock, handle, clock),
         )
         answer(
             f"default_applications_clock_{name}_mhz",
-            lambda clock=clock: int(nvml.nvmlDeviceGetDefaultApplicationsClock(handle, clock)),
+            partial(applications_clock, nvml.nvmlDeviceGetDefaultApplicationsClock, handle, clock),
         )
     answer("ecc_mode", lambda: [int(v) for v in nvml.nvmlDeviceGetEccMode(handle)])
     answer(
@@ -123,6 +124,11 @@ def nvlink_states(nvml: Any, handle: Any, errors: dict[str, dict[str, Any]]) -> 
 def error_of(exc: Any) -> dict[str, Any]:
     """An NVMLError as the replay raises it again: NVML's code picks pynvml's class."""
     return {"error": type(exc).__name__, "value": int(exc.value), "text": str(exc)}
+
+
+def applications_clock(query: Callable[[Any, Any], Any], handle: Any, clock: Any) -> int:
+    """One application clock (current or default), in MHz."""
+    return int(query(handle, clock))
 
 
 def processes(nvml: Any, handle: Any) -> list[dict[str, Any]]:
