@@ -104,7 +104,7 @@ class Worker:
     # -- cells -----------------------------------------------------------------------------
 
     def begin(self, batch_size: int) -> None:
-        """Prepare a cell: free what the last one left, reset the peaks, check the output."""
+        """Prepare a cell: free what the last one left, check the output, then reset the peaks."""
         import gc
 
         import torch
@@ -114,11 +114,9 @@ class Worker:
 
         self.inputs = {}
         gc.collect()  # the previous cell's tensors, before the allocator gives their memory back
-        reset_own_peak()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
             torch.cuda.empty_cache()
-            for index in self.backend.cuda_devices():
-                torch.cuda.reset_peak_memory_stats(index)
         self.inputs = build_inputs(self.tokenizer, batch_size, self.backend.input_device)
         rows = int(self.inputs["input_ids"].shape[0])
         if rows != batch_size:  # ms/token divides by the batch: it must really be in the inputs
@@ -128,6 +126,12 @@ class Worker:
             self.backend.next_token_logits(self.inputs["input_ids"], self.inputs["attention_mask"])
         )
         self.tokens_checked = False
+        # The cell's phase starts here, as the controller's sampler marks it once begin returns:
+        # neither the previous cell nor the check above counts in the peaks ranks report.
+        reset_own_peak()
+        if cuda:
+            for index in self.backend.cuda_devices():
+                torch.cuda.reset_peak_memory_stats(index)
 
     def cycle(self) -> dict[str, Any]:
         """One synchronised ``generate`` with a mark at every step boundary (the step timer
