@@ -14,7 +14,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 # launcher → its (rank, world size, local rank, local size) variables
 LAUNCHER_VARIABLES = {
@@ -56,20 +56,33 @@ def leading_number(value: str) -> str:
     return match.group(0) if match else value
 
 
+def ssh_target(env: Mapping[str, str] | None = None) -> str | None:
+    """The address the rank's ssh session arrived at (``SSH_CONNECTION``'s third field): the
+    hostfile entry pdsh started it for, even where two entries are one machine."""
+    ssh = (os.environ if env is None else env).get("SSH_CONNECTION", "").split()
+    return ssh[2] if len(ssh) >= 3 else None
+
+
+def node_name(env: Mapping[str, str] | None = None) -> str:
+    """The node a rank runs on as its launcher named it: the ssh target, the Slurm node, or
+    the host name."""
+    env = os.environ if env is None else env
+    return ssh_target(env) or env.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def identity_line(launcher: str) -> str:
     """One log line saying which rank runs where, as the rank itself sees it.
 
     ``ssh_to``: the address the rank's ssh session arrived at (``SSH_CONNECTION``'s third field),
     i.e. the hostfile entry pdsh started it for; ``slurm_node``: the node Slurm placed it on.
     """
-    ssh = os.environ.get("SSH_CONNECTION", "").split()
     fields = {
         "rank": os.environ.get("RANK", "0"),
         "world": os.environ.get("WORLD_SIZE", "1"),
         "node_rank": os.environ.get("CROSS_RANK") or os.environ.get("SLURM_NODEID") or "0",
         "launcher": launcher or "plain",
         "host": socket.gethostname(),
-        "ssh_to": ssh[2] if len(ssh) >= 3 else "-",
+        "ssh_to": ssh_target() or "-",
         "slurm_node": os.environ.get("SLURMD_NODENAME", "-"),
         "pid": str(os.getpid()),
     }

@@ -30,7 +30,7 @@ from bloomperf.protocol import (
     MessageStream,
     WorkerSpec,
 )
-from bloomperf.rankenv import adopt_launcher_rank, report_identity
+from bloomperf.rankenv import adopt_launcher_rank, node_name, report_identity
 from bloomperf.workload import generate_kwargs
 
 SPEC_ENV = "BLOOMPERF_WORKER_SPEC"
@@ -179,7 +179,7 @@ class Worker:
     def rank_peaks(self) -> list[dict[str, Any]]:
         """Every rank's own peak of the phase that just ended (a collective: every rank calls
         it at the same point). The controller reads them for ranks its sampler cannot see."""
-        own = own_peak(self.rank, self.backend.cuda_devices())
+        own = own_peak(self.rank, node_name(), self.backend.cuda_devices())
         return gather_peaks(own, self.world_size)
 
     def act(self, op: int, batch_size: int) -> dict[str, Any]:

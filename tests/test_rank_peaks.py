@@ -12,12 +12,12 @@ from bloomperf.jsonfile import json_fields
 from bloomperf.measure.rank_peaks import (
     RANK_SOURCE,
     gather_peaks,
-    node_name,
     own_peak,
     ranks_reading,
     reset_own_peak,
 )
 from bloomperf.measure.rss_sampler import read_peak_rss
+from bloomperf.rankenv import node_name
 from bloomperf.results_json import memory_from_dict
 
 MiB = 1024**2
@@ -33,18 +33,18 @@ def test_node_is_where_the_launcher_sent_the_rank() -> None:
 def test_own_peak_on_cpu_is_this_process_vmhwm_and_reset_starts_a_phase() -> None:
     ballast = bytearray(64 * MiB)  # touched: it counts in RSS
     ballast[::4096] = b"x" * len(ballast[::4096])
-    with_ballast = own_peak(3, ()).peak_bytes
+    with_ballast = own_peak(3, "n", ()).peak_bytes
     assert with_ballast is not None and with_ballast >= 64 * MiB
     del ballast
     reset_own_peak()
-    after_reset = own_peak(3, ())
+    after_reset = own_peak(3, "n", ())
     assert after_reset.measure == "vmhwm" and after_reset.rank == 3
     assert after_reset.peak_bytes is not None and after_reset.peak_bytes < with_ballast - 32 * MiB
     assert after_reset.peak_bytes <= read_peak_rss(os.getpid())
 
 
 def test_one_rank_gathers_itself() -> None:
-    own = own_peak(0, ())
+    own = own_peak(0, "n", ())
     assert gather_peaks(own, 1) == [vars(own)]
 
 

@@ -14,7 +14,6 @@ CUDA context and NCCL's buffers (NVML would see them, but only on its own node).
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,19 +27,9 @@ RANK_SOURCE = "ranks"
 @dataclass(frozen=True)
 class RankPeak:
     rank: int
-    node: str  # the hostfile entry the rank was started for (see node_name)
+    node: str  # the node as the launcher named it (rankenv.node_name)
     peak_bytes: int | None
     measure: str  # "vmhwm" (CPU) or "torch-reserved" (GPU)
-
-
-def node_name(env: Any = None) -> str:
-    """The node a rank runs on as the launcher named it: the address pdsh's ssh session came
-    to (two hostfile entries may be one machine), the Slurm node, or the host name."""
-    env = os.environ if env is None else env
-    ssh = env.get("SSH_CONNECTION", "").split()
-    if len(ssh) >= 3:
-        return str(ssh[2])
-    return str(env.get("SLURMD_NODENAME") or socket.gethostname())
 
 
 def reset_own_peak() -> None:
@@ -51,18 +40,18 @@ def reset_own_peak() -> None:
         pass  # a kernel without clear_refs: the peak then covers the process's whole life
 
 
-def own_peak(rank: int, cuda_devices: Sequence[int]) -> RankPeak:
+def own_peak(rank: int, node: str, cuda_devices: Sequence[int]) -> RankPeak:
     """This rank's peak since the phase began."""
     import torch
 
     if cuda_devices and torch.cuda.is_available() and torch.cuda.is_initialized():
         reserved = sum(int(torch.cuda.max_memory_reserved(i)) for i in cuda_devices)
-        return RankPeak(rank, node_name(), reserved, "torch-reserved")
+        return RankPeak(rank, node, reserved, "torch-reserved")
     try:
         rss: int | None = read_peak_rss(os.getpid())
     except OSError:
         rss = None
-    return RankPeak(rank, node_name(), rss, "vmhwm")
+    return RankPeak(rank, node, rss, "vmhwm")
 
 
 def gather_peaks(own: RankPeak, world_size: int) -> list[dict[str, Any]]:
