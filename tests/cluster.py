@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,10 +24,6 @@ import psutil
 HOSTS = ("127.0.0.1", "127.0.0.2")
 SSHD = "/usr/sbin/sshd"
 MARK_ENV = "BLOOMPERF_TEST_CLUSTER"
-
-
-def missing_binaries(*names: str) -> list[str]:
-    return [name for name in names if not (shutil.which(name) or Path(name).is_file())]
 
 
 def free_port() -> int:
@@ -190,9 +185,6 @@ class SshNodes:
         self.sshd.wait(timeout=10)
         kill_all(running(marked_processes(f"{MARK_ENV}={self.root}")))
         return [p.pid for p in left]
-
-
-SLURM_BINARIES = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "srun", "sinfo")
 
 
 class SlurmCluster:

@@ -27,14 +27,12 @@ import psutil
 import pytest
 from cluster import (
     HOSTS,
-    SLURM_BINARIES,
-    SSHD,
     SlurmCluster,
     SshNodes,
     marked_processes,
-    missing_binaries,
     running,
 )
+from tools import require
 
 from bloomperf.checkpoints import resolve_model
 from bloomperf.config import LaunchOptions
@@ -46,15 +44,15 @@ from bloomperf.results import CellResult, Outcome
 from bloomperf.run import Session
 
 pytest.importorskip("deepspeed")
-MISSING = missing_binaries(SSHD, "ssh-keygen", "pdsh")
+SSH_TOOLS = ("sshd", "ssh", "ssh-keygen", "pdsh")
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 600
 
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNodes]:
-    if MISSING:
-        pytest.skip(f"needs {', '.join(MISSING)} (bash .ci/setup installs them)")
+    for command in SSH_TOOLS:
+        require(command)
     cluster = SshNodes(tmp_path_factory.mktemp("sshd"))
     try:
         yield cluster
@@ -278,13 +276,13 @@ def test_bloomperf_run_on_two_nodes_then_faults_on_the_second(
 
 # ---- Slurm: the same group through DeepSpeed's Slurm runner (srun) ---------------------------
 
-SLURM_MISSING = missing_binaries(*SLURM_BINARIES)
+SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sinfo")
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    if SLURM_MISSING:
-        pytest.skip(f"needs {', '.join(SLURM_MISSING)} (bash .ci/setup installs them)")
+    for command in SLURM_TOOLS:
+        require(command)
     # Not under pytest's tmp folder: munged wants every folder above its socket open to all.
     root = Path(tempfile.mkdtemp(prefix="bloomperf-slurm-"))
     try:

