@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bloomperf.checkpoints import default_cache_dir, resolve_model
-from bloomperf.interleave import Comparison, Settings, arm_spec, compare_group
-from bloomperf.launch import GroupSpec
-from bloomperf.matrix import Group
-from bloomperf.overlay import Arm, PackageSource, prepare_arm
-from bloomperf.paired import FASTER, INCONCLUSIVE, SAME, SLOWER
+from bloomperf.analysis.paired import FASTER, INCONCLUSIVE, SAME, SLOWER
+from bloomperf.catalog.checkpoints import default_cache_dir, resolve_model
+from bloomperf.harness.interleave import Comparison, Settings, arm_spec, compare_group
+from bloomperf.harness.launch import GroupSpec
+from bloomperf.harness.matrix import Group
+from bloomperf.harness.overlay import Arm, PackageSource, prepare_arm
 
 PERCENT_ENV = "BLOOMPERF_INJECTED_SLOWDOWN_PERCENT"
 SITECUSTOMIZE = f'''"""Injected by benchmarks/ab_power.py: generate does PERCENT % more CPU work."""

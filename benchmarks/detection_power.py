@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bloomperf.checkpoints import resolve_model
-from bloomperf.errors import BloomperfError
-from bloomperf.launch import GroupSpec
-from bloomperf.results import Outcome
-from bloomperf.runner import GroupRunner
-from bloomperf.stats import REGRESSED, classify_ratio, estimate_ratio, measure_noise
-from bloomperf.workload import ms_per_token
+from bloomperf.analysis.stats import REGRESSED, classify_ratio, estimate_ratio, measure_noise
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.catalog.workload import ms_per_token
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.launch import GroupSpec
+from bloomperf.harness.runner import GroupRunner
+from bloomperf.store.results import Outcome
 
 AA = "A/A"
 

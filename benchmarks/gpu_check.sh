@@ -158,7 +158,7 @@ step "summary"
 "$PY" - "$WORK" > "$OUT/summary.txt" <<'EOF'
 import json, sys
 from pathlib import Path
-from bloomperf.resultfiles import read_results
+from bloomperf.store.results.files import read_results
 
 work = Path(sys.argv[1])
 print(f"{'cell':<28} {'outcome':<8} {'ms/token':>9} {'peak GiB':>9} {'load s':>7}  note")

@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bloomperf.checkpoints import resolve_model
-from bloomperf.matrix import Cell
-from bloomperf.options import resolve_options
-from bloomperf.run import Session
-from bloomperf.workload import ms_per_token
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.catalog.workload import ms_per_token
+from bloomperf.harness.matrix import Cell
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.session import Session
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 1.02
@@ -41,7 +41,7 @@ def serve_bare(path: str, batch_size: int, new_tokens: int) -> None:
 
     from bloomperf.backends.accelerate import AccelerateBackend
     from bloomperf.backends.base import LoadRequest
-    from bloomperf.workload import build_inputs, generate_kwargs
+    from bloomperf.catalog.workload import build_inputs, generate_kwargs
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     backend = AccelerateBackend()

@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bloomperf.topology import load_nvml
+from bloomperf.catalog.topology import load_nvml
 
 RECORDER = "benchmarks/record_nvml.py"
 

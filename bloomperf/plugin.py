@@ -1,10 +1,10 @@
 """The pytest plugin: options, markers, the parametrised matrix, pytest-benchmark, the summary.
 
-Only hooks and fixtures live here; measuring is ``bloomperf.run.Session``'s job, verdicts are
-``bloomperf.compare``'s. A test asks for ``bloomperf_cell`` (parametrised backend × dtype × batch
-with ids like ``accelerate-bf16-bs32``), ``bloomperf`` and ``benchmark``, and calls
-``bloomperf.check(bloomperf_cell, benchmark)``. Tests marked ``gpu`` get the GPU matrix, tests
-marked ``cpu`` the tiny-model CPU matrix.
+Only hooks and fixtures live here; measuring is ``bloomperf.harness.session.Session``'s job,
+verdicts are ``bloomperf.analysis.compare``'s. A test asks for ``bloomperf_cell`` (parametrised
+backend × dtype × batch with ids like ``accelerate-bf16-bs32``), ``bloomperf`` and ``benchmark``,
+and calls ``bloomperf.check(bloomperf_cell, benchmark)``. Tests marked ``gpu`` get the GPU matrix,
+tests marked ``cpu`` the tiny-model CPU matrix.
 """
 
 from __future__ import annotations
@@ -17,20 +17,20 @@ from typing import Any
 
 import pytest
 
-from bloomperf.compare import judge, judge_cell
-from bloomperf.comparison_text import render_comparison
-from bloomperf.errors import BloomperfError
-from bloomperf.formatting import clean
-from bloomperf.interrupt import sigterm_as_interrupt
-from bloomperf.matrix import Cell, plan_groups
-from bloomperf.options import OPTIONS, add_pytest_options, resolve_options
-from bloomperf.progress import emit, set_sink
-from bloomperf.results import CellResult, Outcome, RunResult
-from bloomperf.results_json import cell_to_dict, run_to_dict
-from bloomperf.run import Session, lock_key
-from bloomperf.table import render_run_table
-from bloomperf.topology import Topology, detect_topology
-from bloomperf.verdicts import Comparison
+from bloomperf.analysis.compare import judge, judge_cell
+from bloomperf.analysis.verdicts import Comparison
+from bloomperf.catalog.topology import Topology, detect_topology
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import clean
+from bloomperf.core.interrupt import sigterm_as_interrupt
+from bloomperf.core.progress import emit, set_sink
+from bloomperf.harness.matrix import Cell, plan_groups
+from bloomperf.harness.options import OPTIONS, add_pytest_options, resolve_options
+from bloomperf.harness.session import Session, lock_key
+from bloomperf.render.comparison import render_comparison
+from bloomperf.render.table import render_run_table
+from bloomperf.store.results import CellResult, Outcome, RunResult
+from bloomperf.store.results.codec import cell_to_dict, run_to_dict
 
 MATRIX_FIXTURE = "bloomperf_cell"
 
@@ -145,7 +145,7 @@ class BloomperfController:
 
     def session(self, device: str) -> Session:
         if device not in self.sessions:
-            from bloomperf.lock import hold_device_lock
+            from bloomperf.harness.lock import hold_device_lock
 
             topology = self.detected()
             # From the first measured cell on, SIGTERM (a CI cancel) stops the run as Ctrl-C

@@ -13,10 +13,17 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
-from bloomperf.baseline import EXPECT_OK, EXPECT_OOM, Baseline, BaselineCell, Provenance
-from bloomperf.nights import add_to_history
-from bloomperf.results import CellResult, MemoryReading, ModelInfo, Outcome, RunResult, WorkloadInfo
-from bloomperf.results_json import save_run
+from bloomperf.store.baseline import EXPECT_OK, EXPECT_OOM, Baseline, BaselineCell, Provenance
+from bloomperf.store.history.nights import add_to_history
+from bloomperf.store.results import (
+    CellResult,
+    MemoryReading,
+    ModelInfo,
+    Outcome,
+    RunResult,
+    WorkloadInfo,
+)
+from bloomperf.store.results.codec import save_run
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINES = REPO / "baselines"
@@ -36,7 +43,7 @@ MiB = 2**20
 BLOG_TOPOLOGY = "8xA100-SXM4-80GB"
 BLOOM = ModelInfo("bloom-176b", "bigscience/bloom", 70, 176_247_271_424)
 BLOG_PROMPT = "DeepSpeed is a machine learning framework"
-# The tiny BLOOM the CPU suite builds (bloomperf.models), on a 2-core CPU runner.
+# The tiny BLOOM the CPU suite builds (bloomperf.catalog.models), on a 2-core CPU runner.
 TINY = ModelInfo("tiny", "", 2, 165_760)
 CPU_ENVIRONMENT: dict[str, Any] = {
     "cpu_model": "AMD EPYC",

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from bloomperf.baseline import Baseline
-from bloomperf.baseline_json import load_baseline
-from bloomperf.resultfiles import read_results
-from bloomperf.results import RunResult
+from bloomperf.store.baseline import Baseline
+from bloomperf.store.baseline.codec import load_baseline
+from bloomperf.store.results import RunResult
+from bloomperf.store.results.files import read_results
 from tests.builders import BLOG_BASELINE, BLOG_RESULTS
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.base import LoadRequest
-from bloomperf.backends.options import BackendOptions
-from bloomperf.rankenv import adopt_launcher_rank
-from bloomperf.workload import build_inputs
+from bloomperf.catalog.workload import build_inputs
+from bloomperf.config.backend import BackendOptions
+from bloomperf.harness.rankenv import adopt_launcher_rank
 
 NEW_TOKENS = 12
 BATCHES = (1, 8)

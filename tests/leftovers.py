@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from bloomperf.dslaunch import mapped_paths, shm_segments
+from bloomperf.harness.dslaunch import mapped_paths, shm_segments
 
 MARK_ENV = "BLOOMPERF_TEST_MARK"
 

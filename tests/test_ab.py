@@ -12,21 +12,7 @@ import numpy as np
 import pytest
 
 import bloomperf
-from bloomperf.ab import exit_code
-from bloomperf.checkpoints import resolve_model
-from bloomperf.cli import main
-from bloomperf.errors import BloomperfError
-from bloomperf.interleave import Comparison
-from bloomperf.matrix import Cell
-from bloomperf.overlay import (
-    PackageSource,
-    build_overlay,
-    parse_settings,
-    prepare_arm,
-    resolve_python,
-    worker_env,
-)
-from bloomperf.paired import (
+from bloomperf.analysis.paired import (
     FASTER,
     INCONCLUSIVE,
     SAME,
@@ -37,7 +23,21 @@ from bloomperf.paired import (
     estimate_paired,
     final_verdict,
 )
-from bloomperf.results import Outcome
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.cli import main
+from bloomperf.cli.ab import exit_code
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.interleave import Comparison
+from bloomperf.harness.matrix import Cell
+from bloomperf.harness.overlay import (
+    PackageSource,
+    build_overlay,
+    parse_settings,
+    prepare_arm,
+    resolve_python,
+    worker_env,
+)
+from bloomperf.store.results import Outcome
 from tests.wheels import build_wheel
 
 # ---- paired statistics (pure) ---------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_another_interpreter_runs_this_bloomperf(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = resolve_python(str(venv), "--b")
     env = worker_env(python, {}, None, tmp_path / "cache")
-    probe = "import bloomperf.protocol, os; print(os.path.realpath(bloomperf.__file__))"
+    probe = "import bloomperf.harness.protocol, os; print(os.path.realpath(bloomperf.__file__))"
     done = subprocess.run(
         [python, "-c", probe],
         env={**os.environ, **env},

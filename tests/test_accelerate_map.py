@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from bloomperf.accelerate_map import (
+from bloomperf.backends.accelerate import gpu_max_memory
+from bloomperf.catalog.accelerate_map import (
     QUANTIZER_MAX_MEMORY_FACTOR,
     blog_caps,
     max_memory_map,
@@ -21,12 +22,11 @@ from bloomperf.accelerate_map import (
     split_model,
     weight_caps,
 )
-from bloomperf.backends.accelerate import gpu_max_memory
-from bloomperf.backends.options import AccelerateOptions
-from bloomperf.device_map import infer_device_map, meta_model, summarise
-from bloomperf.hardware import GPU_SPECS, GiB
-from bloomperf.models import MODEL_SHAPES, ModelShape
-from bloomperf.weights import model_weight_bytes
+from bloomperf.catalog.device_map import infer_device_map, meta_model, summarise
+from bloomperf.catalog.hardware import GPU_SPECS, GiB
+from bloomperf.catalog.models import MODEL_SHAPES, ModelShape
+from bloomperf.catalog.weights import model_weight_bytes
+from bloomperf.config.backend import AccelerateOptions
 
 pytest.importorskip("bitsandbytes")
 

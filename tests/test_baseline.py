@@ -10,13 +10,18 @@ from typing import Any
 
 import pytest
 
-from bloomperf.baseline import EXPECT_NOT_RUN, expected_cell, oom_boundary
-from bloomperf.baseline_accept import accept_run
-from bloomperf.baseline_json import baseline_to_dict, check_consistent, load_baseline, save_baseline
-from bloomperf.baseline_search import baseline_file_name, find_baseline, resolve_baseline
-from bloomperf.baseline_text import render_baseline_json, render_baseline_text
-from bloomperf.errors import BloomperfError
-from bloomperf.results import CellResult, Outcome
+from bloomperf.core.errors import BloomperfError
+from bloomperf.render.baseline import render_baseline_json, render_baseline_text
+from bloomperf.store.baseline import EXPECT_NOT_RUN, expected_cell, oom_boundary
+from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.baseline.codec import (
+    baseline_to_dict,
+    check_consistent,
+    load_baseline,
+    save_baseline,
+)
+from bloomperf.store.baseline.search import baseline_file_name, find_baseline, resolve_baseline
+from bloomperf.store.results import CellResult, Outcome
 from tests.builders import BASELINES, BLOOM, rss, tiny_run
 
 # The blog's tables, as printed (its non-breaking hyphens written as "-").

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bloomperf import cli
-from bloomperf.baseline_folders import package_baselines_dir, search_folders
-from bloomperf.baseline_json import load_baseline, save_baseline
-from bloomperf.baseline_search import find_baseline
+from bloomperf.store.baseline.codec import load_baseline, save_baseline
+from bloomperf.store.baseline.folders import package_baselines_dir, search_folders
+from bloomperf.store.baseline.search import find_baseline
 from tests.builders import BASELINES, BLOG_RESULTS, REPO
 
 SHIPPED_8X = "8xA100-SXM4-80GB.bloom-176b.json"

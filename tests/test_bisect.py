@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.bisect import SKIPPED, Step, list_versions, search, versions_between
-from bloomperf.checkpoints import resolve_model
+from bloomperf.analysis.paired import INCONCLUSIVE, SAME, SLOWER
+from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.cli import main
-from bloomperf.errors import BloomperfError
-from bloomperf.overlay import PackageSource
-from bloomperf.paired import INCONCLUSIVE, SAME, SLOWER
+from bloomperf.cli.bisect import SKIPPED, Step, list_versions, search, versions_between
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.overlay import PackageSource
 from tests.wheels import build_wheel, slowdown_package
 
 

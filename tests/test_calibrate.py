@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.baseline_accept import accept_run
-from bloomperf.baseline_json import load_baseline, save_baseline
-from bloomperf.calibrate import cell_noise
-from bloomperf.results import CellResult, Outcome
+from bloomperf.cli.calibrate import cell_noise
+from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.baseline.codec import load_baseline, save_baseline
+from bloomperf.store.results import CellResult, Outcome
 from tests.builders import tiny_run
 
 QUICK = ["--new-tokens", "8", "--cycles", "4", "--dtypes", "fp32", "--no-lock"]

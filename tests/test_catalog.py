@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bloomperf.backends import BACKEND_NAMES, backend_class
-from bloomperf.dtypes import DTYPE_TABLE, DTYPES
-from bloomperf.matrix import DEFAULT_DTYPES
-from bloomperf.models import MODEL_SHAPES
+from bloomperf.catalog.dtypes import DTYPE_TABLE, DTYPES
+from bloomperf.catalog.models import MODEL_SHAPES
+from bloomperf.harness.matrix import DEFAULT_DTYPES
 
 
 @pytest.mark.parametrize("device", sorted(DEFAULT_DTYPES))
@@ -29,7 +29,7 @@ def test_dtype_bytes_are_what_transformers_holds_on_the_meta_device(dtype: str) 
     what accelerate's device map is sized by) on the model from_pretrained prepares."""
     if dtype == "int8":
         pytest.importorskip("bitsandbytes")
-    from bloomperf.device_map import meta_model
+    from bloomperf.catalog.device_map import meta_model
 
     model, quantizer = meta_model(MODEL_SHAPES["tiny"], 1, dtype)
     params = dict(model.named_parameters())

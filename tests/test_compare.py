@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from bloomperf import compare as cmp
-from bloomperf.baseline import Baseline, BaselineCell, beyond_boundary, expected_cell
-from bloomperf.baseline_json import load_baseline
-from bloomperf.comparison_text import render_comparison
-from bloomperf.results import CellResult, MemoryReading, Outcome, RunResult
+from bloomperf.analysis import compare as cmp
+from bloomperf.render.comparison import render_comparison
+from bloomperf.store.baseline import Baseline, BaselineCell, beyond_boundary, expected_cell
+from bloomperf.store.baseline.codec import load_baseline
+from bloomperf.store.results import CellResult, MemoryReading, Outcome, RunResult
 from tests.builders import BASELINES, cell_of, rss, scaled, scaled_run
 
 

@@ -11,7 +11,7 @@ import torch
 
 from bloomperf.backends.accelerate import AccelerateBackend
 from bloomperf.backends.compat import int8_on_cpu_reason
-from bloomperf.backends.options import BackendOptions
+from bloomperf.config.backend import BackendOptions
 
 pytest.importorskip("bitsandbytes")
 

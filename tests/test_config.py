@@ -12,19 +12,19 @@ from typing import Any, get_type_hints
 
 import pytest
 
-from bloomperf.backends.options import (
+from bloomperf.config.backend import (
     AccelerateOptions,
     BackendOptions,
     DsZeroOptions,
     TensorParallelOptions,
 )
-from bloomperf.config import LaunchOptions, RunConfig
-from bloomperf.matrix import Cell
-from bloomperf.multinode import encode_spec
-from bloomperf.options import OPTIONS, resolve_options
-from bloomperf.protocol import MalformedMessage, WorkerSpec
-from bloomperf.run import Session
-from bloomperf.worker import SPEC_DATA_ENV, SPEC_ENV, read_spec
+from bloomperf.config.run import LaunchOptions, RunConfig
+from bloomperf.harness.matrix import Cell
+from bloomperf.harness.multinode import encode_spec
+from bloomperf.harness.options import OPTIONS, resolve_options
+from bloomperf.harness.protocol import MalformedMessage, WorkerSpec
+from bloomperf.harness.session import Session
+from bloomperf.harness.worker import SPEC_DATA_ENV, SPEC_ENV, read_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_FIELDS = get_type_hints(RunConfig)
@@ -123,15 +123,15 @@ def test_reading_an_undefined_option_is_a_mypy_error(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     lines = [
         "from bloomperf.backends.base import LoadRequest",
-        "from bloomperf.backends.options import AccelerateOptions",
-        "from bloomperf.config import LaunchOptions, RunConfig",
-        "from bloomperf.protocol import WorkerSpec",
+        "from bloomperf.config.backend import AccelerateOptions",
+        "from bloomperf.config.run import LaunchOptions, RunConfig",
+        "from bloomperf.harness.protocol import WorkerSpec",
         "def read(request: LoadRequest, spec: WorkerSpec) -> None:",
         *(f"    print({expression})" for expression in MYPY_CASES),
     ]
     snippet = tmp_path / "reads.py"
     snippet.write_text("\n".join(lines) + "\n")
-    modules = ["backends/options.py", "backends/base.py", "config.py", "protocol.py"]
+    modules = ["config/backend.py", "backends/base.py", "config/run.py", "harness/protocol.py"]
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--no-site-packages", "--follow-imports=skip"]
         + ["--cache-dir", str(tmp_path / "cache"), "--no-error-summary", str(snippet)]

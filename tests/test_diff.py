@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from bloomperf import cli
-from bloomperf.resultfiles import read_results
-from bloomperf.results import CellResult, Outcome, RunResult
-from bloomperf.results_json import run_to_dict, save_run
+from bloomperf.store.results import CellResult, Outcome, RunResult
+from bloomperf.store.results.codec import run_to_dict, save_run
+from bloomperf.store.results.files import read_results
 from tests.builders import (
     BASELINES,
     BENCHMARK_STORAGE,
@@ -37,7 +37,7 @@ from tests.builders import (
 @pytest.fixture(autouse=True)
 def only_our_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI with the commands under test (others' modules may still be being written)."""
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ("bloomperf.diff", "bloomperf.baseline_cli"))
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ("bloomperf.cli.diff", "bloomperf.cli.baseline"))
 
 
 def bloomperf(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:

@@ -14,8 +14,9 @@ import pynvml
 import pytest
 from nvml_replay import NvmlReplay, nvml_error_here
 
-from bloomperf.config import RunConfig
-from bloomperf.doctor import DOCTOR_KIND, SCHEMA_VERSION, run_checks
+from bloomperf.catalog.models import MODEL_SHAPES
+from bloomperf.cli.doctor import DOCTOR_KIND, SCHEMA_VERSION, run_checks
+from bloomperf.config.run import RunConfig
 from bloomperf.doctor.check import Check
 from bloomperf.doctor.host import check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
@@ -26,7 +27,6 @@ from bloomperf.doctor.libraries import (
     library_facts,
 )
 from bloomperf.doctor.nvml import check_nvml
-from bloomperf.models import MODEL_SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
 GB = 1_000_000_000

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from leftovers import leaked_segments, marked_env, marked_processes
 
-from bloomperf.checkpoints import resolve_model
-from bloomperf.config import LaunchOptions
-from bloomperf.dslaunch import cleanup_shm, mapped_paths, rank_group_command, shm_segments
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.config.run import LaunchOptions
+from bloomperf.harness.dslaunch import cleanup_shm, mapped_paths, rank_group_command, shm_segments
 
 pytest.importorskip("deepspeed")
 

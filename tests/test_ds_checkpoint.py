@@ -25,11 +25,11 @@ from bloomperf.backends.ds_checkpoint import (
     host_memory_reason,
 )
 from bloomperf.backends.ds_inference import INT8_NEEDS_CHECKPOINT, host_memory_bytes
-from bloomperf.backends.options import BackendOptions
-from bloomperf.checkpoint_builder import split_shards, tensor_specs, write_tokenizer
-from bloomperf.checkpoints import resolve_model
-from bloomperf.models import MODEL_SHAPES, bloom_config
-from bloomperf.protocol import WorkerSpec
+from bloomperf.catalog.checkpoint_builder import split_shards, tensor_specs, write_tokenizer
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.catalog.models import MODEL_SHAPES, bloom_config
+from bloomperf.config.backend import BackendOptions
+from bloomperf.harness.protocol import WorkerSpec
 
 deepspeed = pytest.importorskip("deepspeed")
 GIB = 2**30
@@ -138,8 +138,8 @@ def test_int8_needs_a_checkpoint_load_as_deepspeed_quantizes_only_there() -> Non
 # was already done when the load clock started: the clock starts right before backend.load.
 CLOCK_PROBE = """
 import json, sys
-from bloomperf.protocol import WorkerSpec
-from bloomperf.worker import Worker
+from bloomperf.harness.protocol import WorkerSpec
+from bloomperf.harness.worker import Worker
 spec = WorkerSpec.from_json(sys.argv[1])
 worker = Worker(spec)
 seen = {}
@@ -221,7 +221,7 @@ def test_shard_refuses_what_would_swap_or_save_nothing(tmp_path: Path) -> None:
 
 def test_the_run_plan_skips_a_group_that_would_swap_with_the_figures(tmp_path: Path) -> None:
     from bloomperf.cli import build_parser
-    from bloomperf.plan import run_dry
+    from bloomperf.cli.plan import run_dry
 
     folder = bloom_176b_layout(tmp_path / "bloom")
     plans = {}

@@ -13,14 +13,14 @@ import pytest
 
 from bloomperf.backends import backend_class
 from bloomperf.backends.compat import installed_version, version_tuple
-from bloomperf.backends.options import BackendOptions
-from bloomperf.config import LaunchOptions
-from bloomperf.devices import VisibleDevice
-from bloomperf.dslaunch import SHM_DIR, cleanup_shm, rank_group_command
-from bloomperf.errors import BloomperfError
-from bloomperf.launch import GroupSpec, group_command
-from bloomperf.run import group_gpus
-from bloomperf.topology import planned_topology
+from bloomperf.catalog.devices import VisibleDevice
+from bloomperf.catalog.topology import planned_topology
+from bloomperf.config.backend import BackendOptions
+from bloomperf.config.run import LaunchOptions
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.dslaunch import SHM_DIR, cleanup_shm, rank_group_command
+from bloomperf.harness.launch import GroupSpec, group_command
+from bloomperf.harness.session import group_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ def test_single_node_command_is_the_deepspeed_launcher() -> None:
     assert argv[:4] == ["/py", "-u", "-m", "deepspeed.launcher.runner"]
     assert argv[argv.index("--num_gpus") + 1] == "2"
     assert argv[argv.index("--master_port") + 1] == "29555"
-    assert argv[-3:] == ["--no_local_rank", "--module", "bloomperf.worker"]
+    assert argv[-3:] == ["--no_local_rank", "--module", "bloomperf.harness.worker"]
     assert env["LOCAL_SIZE"] == "2"
     assert Path(env["TORCH_EXTENSIONS_DIR"]).is_absolute()
 
@@ -189,7 +189,7 @@ def test_a_plain_worker_is_pinned_to_its_gpus(monkeypatch: pytest.MonkeyPatch) -
     spec = plan_group("accelerate", monkeypatch, "4,5,6,7")
     assert spec.world_size == 1 and [d.index for d in spec.devices] == [4, 5, 6, 7]
     argv, extra_env = group_command(spec)
-    assert argv[1:] == ["-m", "bloomperf.worker"]
+    assert argv[1:] == ["-m", "bloomperf.harness.worker"]
     assert extra_env == {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
@@ -210,7 +210,9 @@ def test_mig_instances_run_plain_workers_but_no_deepspeed_ranks() -> None:
         return GroupSpec(backend, "fp16", Path("/x"), "cuda", 100, world_size, devices=devices)
 
     assert group_command(spec("accelerate", 1))[1]["CUDA_VISIBLE_DEVICES"] == mig.mig_uuid
-    assert group_command(spec("ds-autotp", 1))[0][-1] == "bloomperf.worker"  # a plain worker too
+    assert (
+        group_command(spec("ds-autotp", 1))[0][-1] == "bloomperf.harness.worker"
+    )  # a plain worker too
     with pytest.raises(BloomperfError, match="cannot start ranks on the MIG instance MIG-5c4f"):
         group_command(spec("ds-autotp", 2))
 

@@ -18,8 +18,8 @@ from bloomperf.measure.energy import (
     create_rapl_meter,
     total_energy,
 )
-from bloomperf.results import CellResult, EnergyReading, Outcome
-from bloomperf.results_json import cell_from_dict, cell_to_dict
+from bloomperf.store.results import CellResult, EnergyReading, Outcome
+from bloomperf.store.results.codec import cell_from_dict, cell_to_dict
 
 
 def test_nvml_energy_is_summed_over_the_groups_gpus_in_joules() -> None:

@@ -26,19 +26,19 @@ import pytest
 from leftovers import alive, marked_env, marked_processes
 from nvml_replay import NvmlReplay
 
-import bloomperf.launch
-from bloomperf.checkpoints import resolve_model
+import bloomperf.harness.launch
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.catalog.failures import classify_failure
 from bloomperf.cli import main as cli_main
-from bloomperf.failures import classify_failure
-from bloomperf.matrix import Cell
+from bloomperf.harness.matrix import Cell
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.session import Session
+from bloomperf.harness.worker import LIMITED_RANK_ENV
 from bloomperf.measure.memory import create_sampler
 from bloomperf.measure.nvml_sampler import NvmlSampler
-from bloomperf.options import resolve_options
-from bloomperf.resultfiles import read_results
-from bloomperf.results import CellResult, Outcome
-from bloomperf.results_json import run_to_dict, save_run
-from bloomperf.run import Session
-from bloomperf.worker import LIMITED_RANK_ENV
+from bloomperf.store.results import CellResult, Outcome
+from bloomperf.store.results.codec import run_to_dict, save_run
+from bloomperf.store.results.files import read_results
 from tests.builders import TINY, tiny_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -276,7 +276,9 @@ def measure_with_nvml(
     """Two cells of one group, the workers' memory read by ``make_sampler(pid)``: the real
     NVML code, on this machine's missing library or on hand-written NVML answers."""
     monkeypatch.setattr(
-        bloomperf.launch, "create_sampler", lambda device, pid, visible=None: make_sampler(pid)
+        bloomperf.harness.launch,
+        "create_sampler",
+        lambda device, pid, visible=None: make_sampler(pid),
     )
     sess = session(tmp_path, dtypes="fp32")
     try:

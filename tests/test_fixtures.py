@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.resultfiles import read_results
+from bloomperf.store.results.files import read_results
 from tests.builders import BLOG_BENCHMARK, BLOG_RESULTS, BLOG_STORED_RUN, REGRESSED_RUN
 from tests.data.results.make_fixtures import blog_run, slower_run
 

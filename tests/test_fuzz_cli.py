@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bloomperf import cli
-from bloomperf.errors import BloomperfError
-from bloomperf.options import resolve_options
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.options import resolve_options
 
 REPO = Path(__file__).resolve().parent.parent
 BLOG_RESULTS = str(REPO / "tests" / "data" / "results" / "8xA100-SXM4-80GB.blog.results.json")

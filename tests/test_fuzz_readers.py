@@ -19,8 +19,8 @@ from fuzzing import FUZZ, NASTY_TEXT, assert_gate_answer, run_cli, serialised
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bloomperf.errors import BloomperfError
-from bloomperf.hostfile import read_hostfile
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.hostfile import read_hostfile
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "results"

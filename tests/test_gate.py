@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from bloomperf import cli, diff
-from bloomperf.compare import compare_metric
-from bloomperf.stats import REGRESSED
+from bloomperf import cli
+from bloomperf.analysis.compare import compare_metric
+from bloomperf.analysis.stats import REGRESSED
+from bloomperf.cli import diff
 from tests.builders import BASELINES, BLOG_BASELINE, BLOG_RESULTS
 
 
@@ -325,9 +326,9 @@ def test_careless_option_values_are_one_line_exit_2(
 def test_synthetic_results_are_marked_and_refused_unless_allowed(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from bloomperf.options import resolve_options
-    from bloomperf.resultfiles import read_results
-    from bloomperf.run import Session
+    from bloomperf.harness.options import resolve_options
+    from bloomperf.harness.session import Session
+    from bloomperf.store.results.files import read_results
 
     options = resolve_options(
         {"slowdown_percent": "10", "output": str(tmp_path / "r.json")}, env={}

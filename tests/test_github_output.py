@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bloomperf import cli
-from bloomperf.results import CellResult, Outcome, RunResult
-from bloomperf.results_json import save_run
+from bloomperf.store.results import CellResult, Outcome, RunResult
+from bloomperf.store.results.codec import save_run
 from tests.builders import REGRESSED_RUN
 
 

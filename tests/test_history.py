@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from bloomperf.cli import main
-from bloomperf.errors import BloomperfError
-from bloomperf.history import detect_changes, history_section, new_changes
-from bloomperf.nights import (
+from bloomperf.core.errors import BloomperfError
+from bloomperf.store.history import detect_changes, history_section, new_changes
+from bloomperf.store.history.nights import (
     METRIC_MEMORY,
     METRIC_MS,
     METRIC_OUTCOME,
     add_to_history,
     load_history,
 )
-from bloomperf.results import CellResult, Outcome
-from bloomperf.results_json import save_run
+from bloomperf.store.results import CellResult, Outcome
+from bloomperf.store.results.codec import save_run
 from tests.builders import FIRST_NIGHT, add_night, night, night_run, ok_cell
 
 

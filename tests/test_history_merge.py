@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from bloomperf.cli import main
-from bloomperf.nights import add_to_history, load_history
-from bloomperf.resultfiles import read_results
-from bloomperf.results import RunResult
-from bloomperf.results_json import save_run
+from bloomperf.store.history.nights import add_to_history, load_history
+from bloomperf.store.results import RunResult
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.results.files import read_results
 from tests.builders import BLOG_RESULTS, BLOG_TOPOLOGY, night, on_night, scaled_run
 
 EIGHT, FOUR = BLOG_TOPOLOGY, "4xA100-SXM4-80GB"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from bloomperf.cli import main
-from bloomperf.progress import set_sink
-from bloomperf.resultfiles import read_results
-from bloomperf.results import RunResult
-from bloomperf.results_json import save_run
+from bloomperf.core.progress import set_sink
+from bloomperf.store.results import RunResult
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.results.files import read_results
 from tests.builders import (
     BLOG_RESULTS,
     BLOG_TOPOLOGY,

@@ -13,9 +13,9 @@ from typing import Any
 import numpy
 import pytest
 
-from bloomperf.latency import percentile, summarize_steps
-from bloomperf.results import CellResult, Outcome
-from bloomperf.results_json import cell_from_dict, cell_to_dict
+from bloomperf.store.latency import percentile, summarize_steps
+from bloomperf.store.results import CellResult, Outcome
+from bloomperf.store.results.codec import cell_from_dict, cell_to_dict
 from tests.builders import tiny_run
 
 NEW_TOKENS = 32
@@ -44,7 +44,7 @@ def prefill_ms(path: str, batch_size: int, repeats: int = 15) -> float:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from bloomperf.workload import build_inputs
+    from bloomperf.catalog.workload import build_inputs
 
     torch.set_num_threads(1)  # as the worker runs on CPU
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -129,8 +129,8 @@ def test_step_times_survive_the_results_file_and_old_files_read_without_them() -
 
 
 def test_diff_shows_ttft_and_tpot_beside_the_verdicts() -> None:
-    from bloomperf.compare import judge
-    from bloomperf.comparison_text import render_comparison
+    from bloomperf.analysis.compare import judge
+    from bloomperf.render.comparison import render_comparison
 
     cell = CellResult(
         "accelerate", "fp32", 4, Outcome.OK, samples_ms_per_token=(2.0,),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bloomperf.baseline_json import cell_from_dict, cell_to_dict
-from bloomperf.compare import judge
-from bloomperf.diff import baseline_of_run
-from bloomperf.results import CellResult, Outcome, RunResult
+from bloomperf.analysis.compare import judge
+from bloomperf.cli.diff import baseline_of_run
+from bloomperf.store.baseline.codec import cell_from_dict, cell_to_dict
+from bloomperf.store.results import CellResult, Outcome, RunResult
 from tests.builders import bloom_run
 
 

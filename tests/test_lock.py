@@ -15,21 +15,21 @@ from pathlib import Path
 import pytest
 from nvml_replay import NvmlReplay
 
-import bloomperf.topology
-from bloomperf.calibrate import calibrate_command
+import bloomperf.catalog.topology
+from bloomperf.catalog.topology import Gpu, gpu_topology
 from bloomperf.cli import build_parser
-from bloomperf.config import RunConfig
-from bloomperf.errors import BloomperfError
-from bloomperf.lock import hold_device_lock, lock_path
-from bloomperf.options import resolve_options
-from bloomperf.run import lock_key
-from bloomperf.topology import Gpu, gpu_topology
+from bloomperf.cli.calibrate import calibrate_command
+from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.lock import hold_device_lock, lock_path
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.session import lock_key
 
 HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from bloomperf.lock import hold_device_lock
+    from bloomperf.harness.lock import hold_device_lock
     with hold_device_lock(sys.argv[1], folder=Path(sys.argv[2])):
         print("held", flush=True)
         sys.stdin.readline()
@@ -168,12 +168,12 @@ def test_calibrate_and_run_on_the_same_gpus_exclude_each_other(
     same GPUs is refused before it measures anything. Topology detection runs bloomperf's real
     NVML code on the recorded answers of a 4 x A100 machine."""
     monkeypatch.setattr(
-        bloomperf.topology, "load_nvml", lambda: NvmlReplay.load("4xA100-SXM4-80GB")
+        bloomperf.catalog.topology, "load_nvml", lambda: NvmlReplay.load("4xA100-SXM4-80GB")
     )
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("BLOOMPERF_LOCK_DIR", str(tmp_path))
     argv = ["--device", "cuda", "--model", "tiny", "--backends", "accelerate", "--dtypes", "bf16"]
-    topology = bloomperf.topology.detect_topology()
+    topology = bloomperf.catalog.topology.detect_topology()
     run_key = lock_key(topology, resolve_options({"device": "cuda", "backends": "accelerate"}))
     assert run_key.count("GPU-") == 4
     args = build_parser().parse_args(["calibrate", *argv, "--repeats", "2"])

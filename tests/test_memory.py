@@ -13,8 +13,8 @@ import pynvml
 import pytest
 from nvml_replay import NvmlReplay, nvml_error_here
 
-from bloomperf.devices import VisibleDevice
-from bloomperf.errors import BloomperfError
+from bloomperf.catalog.devices import VisibleDevice
+from bloomperf.core.errors import BloomperfError
 from bloomperf.measure.memory import create_sampler
 from bloomperf.measure.nvml_sampler import NvmlSampler
 from bloomperf.measure.rss_sampler import RssSampler
@@ -271,9 +271,10 @@ def test_create_sampler_picks_by_device() -> None:
 
 def test_controller_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, bloomperf.measure.memory, bloomperf.topology, bloomperf.fingerprint\n"
-        "t = bloomperf.topology.detect_topology()\n"
-        "bloomperf.fingerprint.environment_fingerprint(t)\n"
+        "import sys, bloomperf.measure.memory\n"
+        "import bloomperf.catalog.topology, bloomperf.catalog.fingerprint\n"
+        "t = bloomperf.catalog.topology.detect_topology()\n"
+        "bloomperf.catalog.fingerprint.environment_fingerprint(t)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

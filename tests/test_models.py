@@ -16,18 +16,18 @@ import torch
 from safetensors import safe_open
 from transformers import AutoTokenizer, BloomConfig, BloomForCausalLM
 
-from bloomperf import checkpoint_builder, checkpoints, models
 from bloomperf.backends.compat import dtype_argument
-from bloomperf.checkpoint_builder import build_checkpoint
-from bloomperf.checkpoints import (
+from bloomperf.catalog import checkpoint_builder, checkpoints, models
+from bloomperf.catalog.checkpoint_builder import build_checkpoint
+from bloomperf.catalog.checkpoints import (
     PreparedModel,
     checkpoint_folder_name,
     default_cache_dir,
     resolve_model,
 )
-from bloomperf.errors import BloomperfError
-from bloomperf.models import MODEL_SHAPES
-from bloomperf.workload import PROMPTS
+from bloomperf.catalog.models import MODEL_SHAPES
+from bloomperf.catalog.workload import PROMPTS
+from bloomperf.core.errors import BloomperfError
 
 TINY = MODEL_SHAPES["tiny"]
 
@@ -281,7 +281,8 @@ def test_failed_build_leaves_nothing_behind(
 
 def test_concurrent_builds_build_once(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from bloomperf.checkpoints import resolve_model; "
+        "import sys; from pathlib import Path; "
+        "from bloomperf.catalog.checkpoints import resolve_model; "
         "print(resolve_model('tiny', cache_dir=Path(sys.argv[1])).path)"
     )
     procs = [

@@ -34,14 +34,14 @@ from cluster import (
 )
 from tools import require
 
-from bloomperf.checkpoints import resolve_model
-from bloomperf.config import LaunchOptions
-from bloomperf.dslaunch import rank_group_command, shm_segments
-from bloomperf.matrix import Cell
-from bloomperf.multinode import GROUP_ENV
-from bloomperf.options import resolve_options
-from bloomperf.results import CellResult, Outcome
-from bloomperf.run import Session
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.config.run import LaunchOptions
+from bloomperf.harness.dslaunch import rank_group_command, shm_segments
+from bloomperf.harness.matrix import Cell
+from bloomperf.harness.multinode import GROUP_ENV
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.session import Session
+from bloomperf.store.results import CellResult, Outcome
 
 pytest.importorskip("deepspeed")
 SSH_TOOLS = ("sshd", "ssh", "ssh-keygen", "pdsh")
@@ -180,7 +180,10 @@ def remote_worker(nodes: SshNodes, host: str) -> psutil.Process:
     for proc in nodes.session_processes(host):
         try:
             argv = proc.cmdline()
-            if argv[-1:] == ["bloomperf.worker"] and "deepspeed.launcher.launch" not in argv:
+            if (
+                argv[-1:] == ["bloomperf.harness.worker"]
+                and "deepspeed.launcher.launch" not in argv
+            ):
                 return proc
         except psutil.Error:
             continue

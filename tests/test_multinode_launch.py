@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from bloomperf.config import LaunchOptions
-from bloomperf.dslaunch import rank_group_command
-from bloomperf.errors import BloomperfError
-from bloomperf.hostfile import active_hosts, parse_hostfile, read_hostfile
-from bloomperf.multinode import DS_ENV_FILE, ENTRY_SCRIPT, GROUP_ENV
-from bloomperf.options import resolve_options
-from bloomperf.rankenv import adopt_launcher_rank
+from bloomperf.config.run import LaunchOptions
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.dslaunch import rank_group_command
+from bloomperf.harness.hostfile import active_hosts, parse_hostfile, read_hostfile
+from bloomperf.harness.multinode import DS_ENV_FILE, ENTRY_SCRIPT, GROUP_ENV
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.rankenv import adopt_launcher_rank
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 
@@ -105,7 +105,7 @@ def test_the_command_is_deepspeeds_runner_with_its_multinode_options(tmp_path: P
     assert (args.launcher, args.ssh_port, args.include) == ("slurm", 2222, "node-a@node-b")
     assert args.master_addr == "node-a" and args.no_local_rank and not args.no_ssh
     # A script, not --module: DeepSpeed's Slurm runner would drop --module.
-    assert (args.user_script, args.user_args) == (str(ENTRY_SCRIPT), ["bloomperf.worker"])
+    assert (args.user_script, args.user_args) == (str(ENTRY_SCRIPT), ["bloomperf.harness.worker"])
     assert not args.module and ENTRY_SCRIPT.is_file()
     assert env[DS_ENV_FILE] == str(tmp_path / ".deepspeed_env")
     _, _, defaults = multinode(tmp_path)
@@ -192,10 +192,10 @@ def test_slurm_and_mpi_ranks_take_their_numbers_from_their_launcher() -> None:
 
 
 def node_answer(recording: str, hostname: str) -> dict[str, Any]:
-    """What ``python -m bloomperf.nodes probe`` prints on a node, from hand-written NVML."""
+    """What ``python -m bloomperf.harness.nodes probe`` prints on a node, from hand-written NVML."""
     from nvml_replay import NvmlReplay
 
-    from bloomperf.topology import detect_topology, topology_to_dict
+    from bloomperf.catalog.topology import detect_topology, topology_to_dict
 
     return {
         "hostname": hostname,
@@ -209,7 +209,7 @@ def node_answer(recording: str, hostname: str) -> dict[str, Any]:
 def test_two_alike_nodes_make_one_multi_node_topology_id(monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from bloomperf.nodes import cluster_topology, describe_nodes, node_facts, parse_answers
+    from bloomperf.harness.nodes import cluster_topology, describe_nodes, node_facts, parse_answers
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     # pdsh's output: each line labelled with the host that printed it, in any order.
@@ -235,7 +235,7 @@ def test_two_alike_nodes_make_one_multi_node_topology_id(monkeypatch: pytest.Mon
 
 
 def test_fabric_and_nccl_settings_are_read_where_nccl_reads_them(tmp_path: Path) -> None:
-    from bloomperf.nodes import infiniband_ports, nccl_settings
+    from bloomperf.harness.nodes import infiniband_ports, nccl_settings
 
     port = tmp_path / "ib" / "mlx5_0" / "ports" / "1"
     port.mkdir(parents=True)

@@ -24,9 +24,9 @@ import pytest
 from nvml_replay import NvmlReplay, nvml_error_here
 
 from benchmarks.record_nvml import record
-from bloomperf.devices import measured_handle
+from bloomperf.catalog.devices import measured_handle
+from bloomperf.catalog.topology import Gpu, detect_topology, load_nvml
 from bloomperf.measure.nvml_sampler import NvmlSampler
-from bloomperf.topology import Gpu, detect_topology, load_nvml
 
 pytestmark = pytest.mark.gpu
 

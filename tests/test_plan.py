@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from bloomperf.catalog.devices import plan_visible
 from bloomperf.cli import build_parser
-from bloomperf.devices import plan_visible
-from bloomperf.errors import BloomperfError
-from bloomperf.options import resolve_options
-from bloomperf.plan import run_dry
-from bloomperf.run import backend_options
+from bloomperf.cli.plan import run_dry
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.session import backend_options
 
 REFUSAL = "Some modules are dispatched on the CPU or the disk"
 
@@ -60,7 +60,7 @@ def test_accelerate_plans_keep_every_module_on_a_gpu(where: list[str], tmp_path:
             assert placed == plan["model"]["parameters"] * 2
         else:  # more than a byte per parameter: the embedding stays fp16
             assert placed > plan["model"]["parameters"] * 1
-        assert group["launch"]["argv"][-2:] == ["-m", "bloomperf.worker"]
+        assert group["launch"]["argv"][-2:] == ["-m", "bloomperf.harness.worker"]
         for cell in group["cells"]:
             assert len(cell["predicted"]["per_gpu_bytes"]) == len(plan["gpus"])
     assert "device map on the meta device" in err

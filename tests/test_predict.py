@@ -10,15 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.backends import BACKEND_NAMES, DTYPES, backend_class
-from bloomperf.baseline_search import find_baseline
-from bloomperf.boundaries import BoundaryCheck, check_boundaries, predict_boundary
-from bloomperf.checkpoints import resolve_model
-from bloomperf.cli import main
-from bloomperf.errors import BloomperfError
-from bloomperf.hardware import GPU_SPECS, GiB, GpuSpec, known_topology, parse_topology_id
-from bloomperf.matrix import DEFAULT_BATCH_SIZES, Cell, Group
-from bloomperf.memory_model import (
+from bloomperf.analysis.boundaries import BoundaryCheck, check_boundaries, predict_boundary
+from bloomperf.analysis.memory_model import (
     CPU_RUNTIME_RSS_BYTES,
     KV_HEADROOM,
     kv_bytes,
@@ -26,14 +19,25 @@ from bloomperf.memory_model import (
     predict_cpu_rss,
     zero_largest_gather,
 )
-from bloomperf.models import MODEL_SHAPES
-from bloomperf.options import resolve_options
-from bloomperf.predict import PREDICT_KIND, PREDICT_SCHEMA_VERSION
-from bloomperf.roofline import efficiency, roofline_ms_per_token
-from bloomperf.run import Session
-from bloomperf.scenario import Scenario, SuiteCell
-from bloomperf.suite_prediction import batches_through, cell_prediction, predicted_skip_reason
-from bloomperf.weights import embedding_bytes, layer_bytes
+from bloomperf.analysis.roofline import efficiency, roofline_ms_per_token
+from bloomperf.analysis.scenario import Scenario, SuiteCell
+from bloomperf.analysis.suite_prediction import (
+    batches_through,
+    cell_prediction,
+    predicted_skip_reason,
+)
+from bloomperf.backends import BACKEND_NAMES, DTYPES, backend_class
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.catalog.hardware import GPU_SPECS, GiB, GpuSpec, known_topology, parse_topology_id
+from bloomperf.catalog.models import MODEL_SHAPES
+from bloomperf.catalog.weights import embedding_bytes, layer_bytes
+from bloomperf.cli import main
+from bloomperf.cli.predict import PREDICT_KIND, PREDICT_SCHEMA_VERSION
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.matrix import DEFAULT_BATCH_SIZES, Cell, Group
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.session import Session
+from bloomperf.store.baseline.search import find_baseline
 
 BLOOM = MODEL_SHAPES["bloom-176b"]
 A100 = GPU_SPECS["A100-80GB"]
@@ -96,7 +100,7 @@ def test_kv_headroom_fitted_on_the_8x_table_predicts_the_held_out_4x_table(
     the range, not the point, is held out."""
     fitted = []
     for headroom in HEADROOM_GRID:
-        monkeypatch.setattr("bloomperf.memory_model.KV_HEADROOM", headroom)
+        monkeypatch.setattr("bloomperf.analysis.memory_model.KV_HEADROOM", headroom)
         fit_rows = [c for c in _blog_checks(FIT_TOPOLOGY) if c.backend != "ds-zero"]
         assert len(fit_rows) == 4
         if all(c.steps_off == 0 for c in fit_rows):
@@ -106,7 +110,7 @@ def test_kv_headroom_fitted_on_the_8x_table_predicts_the_held_out_4x_table(
     assert fitted[0] <= KV_HEADROOM <= fitted[-1]
     held_out: dict[float, dict[tuple[str, str], int]] = {}
     for headroom in fitted:
-        monkeypatch.setattr("bloomperf.memory_model.KV_HEADROOM", headroom)
+        monkeypatch.setattr("bloomperf.analysis.memory_model.KV_HEADROOM", headroom)
         checks = _blog_checks(HELD_OUT_TOPOLOGY)
         assert {(c.backend, c.dtype, c.reference, c.reference_oom) for c in checks} == {
             ("accelerate", "int8", 16, 32),
@@ -125,7 +129,7 @@ def test_zero_without_the_pinned_gather_block_is_two_steps_optimistic(
     # Why ZERO_PINNED_GATHER_BLOCKS exists: the partition, the gathers and the cache alone fit
     # batch 32, where the blog ran out of memory at 16.
     assert predict_boundary(bloom("ds-zero", "bf16"), BATCH_SIZES) == 16
-    monkeypatch.setattr("bloomperf.memory_model.ZERO_PINNED_GATHER_BLOCKS", 0)
+    monkeypatch.setattr("bloomperf.analysis.memory_model.ZERO_PINNED_GATHER_BLOCKS", 0)
     assert predict_boundary(bloom("ds-zero", "bf16"), BATCH_SIZES) == 32
 
 
@@ -141,7 +145,7 @@ def test_zero_gathers_one_module_at_a_time() -> None:
 
 def test_physics_alone_is_one_step_optimistic(monkeypatch: pytest.MonkeyPatch) -> None:
     # Why KV_HEADROOM exists: at 1.0 every Accelerate and DS-Inference row is one step too high.
-    monkeypatch.setattr("bloomperf.memory_model.KV_HEADROOM", 1.0)
+    monkeypatch.setattr("bloomperf.analysis.memory_model.KV_HEADROOM", 1.0)
     assert predict_boundary(bloom("accelerate", "bf16"), BATCH_SIZES) == 64
     assert predict_boundary(bloom("ds-inference", "fp16"), BATCH_SIZES) == 256
     assert predict_boundary(bloom("ds-inference", "int8", n_gpus=4), BATCH_SIZES) == 128
@@ -267,7 +271,7 @@ _CHILD = """
 import sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from bloomperf.workload import build_inputs, generate_kwargs
+from bloomperf.catalog.workload import build_inputs, generate_kwargs
 path, batch, new_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(1)
 model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf import progress
-from bloomperf.resultfiles import read_results
-from bloomperf.results import Outcome
+from bloomperf.core import progress
+from bloomperf.store.results import Outcome
+from bloomperf.store.results.files import read_results
 
 
 def test_bloomperf_run_prints_build_and_load_progress_before_the_first_cell(
@@ -114,7 +114,7 @@ def test_a_clean_run_keeps_its_logs_beside_the_results_and_no_temporary_folder(
 
 
 def test_a_failing_cell_names_its_log_and_quotes_the_tail(tmp_path: Path) -> None:
-    from bloomperf.checkpoints import resolve_model
+    from bloomperf.catalog.checkpoints import resolve_model
 
     built = resolve_model("tiny", None, tmp_path / "cache").path
     broken = tmp_path / "broken-tiny"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.checkpoints import resolve_model
-from bloomperf.launch import GroupSpec, WorkerFailure, WorkerGroup
-from bloomperf.protocol import TOKEN_ENV, MalformedMessage, MessageStream
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.harness.launch import GroupSpec, WorkerFailure, WorkerGroup
+from bloomperf.harness.protocol import TOKEN_ENV, MalformedMessage, MessageStream
 
 
 @pytest.mark.parametrize("line", [b"{not json\n", b"\xff\xfe\n", b"[1, 2]\n", b'"hello"\n', b"\n"])

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from bloomperf import cli, provenance
-from bloomperf.fingerprint import environment_fingerprint
-from bloomperf.resultfiles import read_results
-from bloomperf.results_json import save_run
-from bloomperf.topology import detect_topology
+from bloomperf import cli
+from bloomperf.catalog import provenance
+from bloomperf.catalog.fingerprint import environment_fingerprint
+from bloomperf.catalog.topology import detect_topology
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.results.files import read_results
 from tests.builders import add_night, night, night_run, ok_cell
 
 

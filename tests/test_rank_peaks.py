@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from bloomperf.errors import BloomperfError
-from bloomperf.jsonfile import json_fields
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import json_fields
+from bloomperf.harness.rankenv import node_name
 from bloomperf.measure.rank_peaks import (
     RANK_SOURCE,
     gather_peaks,
@@ -17,8 +18,7 @@ from bloomperf.measure.rank_peaks import (
     reset_own_peak,
 )
 from bloomperf.measure.rss_sampler import read_peak_rss
-from bloomperf.rankenv import node_name
-from bloomperf.results_json import memory_from_dict
+from bloomperf.store.results.codec import memory_from_dict
 
 MiB = 1024**2
 

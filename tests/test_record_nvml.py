@@ -14,9 +14,9 @@ import pytest
 from nvml_replay import NvmlReplay, nvml_error_here
 
 from benchmarks.record_nvml import record
-from bloomperf.devices import resolve_visible
+from bloomperf.catalog.devices import resolve_visible
+from bloomperf.catalog.topology import detect_topology
 from bloomperf.doctor.nvml import check_nvml
-from bloomperf.topology import detect_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 DATE = "2026-12-01T00:00:00+00:00"

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.baseline import Baseline, BaselineCell, matching_load_time
-from bloomperf.baseline_json import load_baseline
+from bloomperf.analysis.compare import compare_metric, judge
+from bloomperf.analysis.verdicts import CellVerdict
 from bloomperf.cli import main
-from bloomperf.compare import compare_metric, judge
-from bloomperf.comparison_text import cell_text, table_rows
-from bloomperf.report import write_report
-from bloomperf.report_memory import baseline_per_gpu, memory_scale, per_gpu_peak
-from bloomperf.resultfiles import read_results
-from bloomperf.results import CellResult, MemoryReading, Outcome, RunResult
-from bloomperf.results_json import save_run
-from bloomperf.verdicts import CellVerdict
+from bloomperf.cli.report import write_report
+from bloomperf.render.comparison import cell_text, table_rows
+from bloomperf.render.report.memory import baseline_per_gpu, memory_scale, per_gpu_peak
+from bloomperf.store.baseline import Baseline, BaselineCell, matching_load_time
+from bloomperf.store.baseline.codec import load_baseline
+from bloomperf.store.results import CellResult, MemoryReading, Outcome, RunResult
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.results.files import read_results
 from tests.builders import (
     BASELINES,
     BLOG_BASELINE,

@@ -8,13 +8,13 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
-from bloomperf.baseline_accept import accept_run, software_environment
-from bloomperf.baseline_json import load_baseline, save_baseline
+from bloomperf.catalog.provenance import NOTHING_CHANGED
 from bloomperf.cli import main
-from bloomperf.provenance import NOTHING_CHANGED
-from bloomperf.report import write_report
-from bloomperf.resultfiles import read_results
-from bloomperf.results import RunResult
+from bloomperf.cli.report import write_report
+from bloomperf.store.baseline.accept import accept_run, software_environment
+from bloomperf.store.baseline.codec import load_baseline, save_baseline
+from bloomperf.store.results import RunResult
+from bloomperf.store.results.files import read_results
 from tests.builders import BLOG_BASELINE, RESULTS, add_night, on_night
 
 STEPS = RESULTS / "cpu.tiny.steps.results.json"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bloomperf.baseline import Baseline
-from bloomperf.compare import judge
-from bloomperf.report import write_report
-from bloomperf.report_heatmap import COLOURS, cell_text, ratio_heatmap
-from bloomperf.resultfiles import read_results
-from bloomperf.stats import REGRESSED, SAME
+from bloomperf.analysis.compare import judge
+from bloomperf.analysis.stats import REGRESSED, SAME
+from bloomperf.cli.report import write_report
+from bloomperf.render.report.heatmap import COLOURS, cell_text, ratio_heatmap
+from bloomperf.store.baseline import Baseline
+from bloomperf.store.results.files import read_results
 from tests.builders import REGRESSED_RUN
 
 

@@ -11,12 +11,12 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from bloomperf.baseline_accept import accept_run
-from bloomperf.report import write_report
-from bloomperf.report_latency import write_latency_plots
-from bloomperf.resultfiles import read_results
-from bloomperf.results import EnergyReading
-from bloomperf.telemetry import Telemetry
+from bloomperf.cli.report import write_report
+from bloomperf.render.report.latency import write_latency_plots
+from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.results import EnergyReading
+from bloomperf.store.results.files import read_results
+from bloomperf.store.telemetry import Telemetry
 from tests.builders import RESULTS, scaled_run
 
 RUN = RESULTS / "cpu.tiny.steps.results.json"

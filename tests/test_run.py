@@ -15,11 +15,11 @@ from typing import Any
 import psutil
 import pytest
 
-from bloomperf.matrix import Cell
-from bloomperf.options import resolve_options
-from bloomperf.resultfiles import read_results
-from bloomperf.results import Outcome
-from bloomperf.run import Session
+from bloomperf.harness.matrix import Cell
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.session import Session
+from bloomperf.store.results import Outcome
+from bloomperf.store.results.files import read_results
 
 QUICK = ["--new-tokens", "8", "--cycles", "2", "--no-lock"]
 
@@ -38,7 +38,7 @@ def worker_pids() -> set[int]:
     pids = set()
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and "bloomperf.worker" in " ".join(
+            if proc.status() != psutil.STATUS_ZOMBIE and "bloomperf.harness.worker" in " ".join(
                 proc.cmdline()
             ):
                 pids.add(proc.pid)
@@ -378,7 +378,7 @@ def test_the_gpu_matrix_skips_with_nvmls_reason_without_a_gpu(pytester: pytest.P
             bloomperf.check(bloomperf_cell, benchmark)
         """
     )
-    from bloomperf.topology import detect_topology
+    from bloomperf.catalog.topology import detect_topology
 
     if detect_topology().device == "cuda":
         pytest.skip("a GPU is here: the GPU matrix runs instead of skipping")

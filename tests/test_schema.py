@@ -9,12 +9,15 @@ from typing import Any
 
 import pytest
 
-from bloomperf import baseline_json, cli, resultfiles, results_json
-from bloomperf.baseline_json import load_baseline, save_baseline
-from bloomperf.errors import BloomperfError
-from bloomperf.resultfiles import read_results
-from bloomperf.results_json import save_run
-from bloomperf.schema import DocumentKind, read_versioned, write_versioned
+from bloomperf import cli
+from bloomperf.core.errors import BloomperfError
+from bloomperf.store.baseline import codec as baseline_json
+from bloomperf.store.baseline.codec import load_baseline, save_baseline
+from bloomperf.store.results import codec as results_json
+from bloomperf.store.results import files as resultfiles
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.results.files import read_results
+from bloomperf.store.schema import DocumentKind, read_versioned, write_versioned
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE_FILE = REPO / "baselines" / "8xA100-SXM4-80GB.bloom-176b.json"

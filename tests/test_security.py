@@ -129,8 +129,8 @@ def test_the_tree_has_no_pickle_no_shell_and_no_remote_code() -> None:
 
 def test_checkpoints_are_written_as_safetensors_only(tmp_path: Path) -> None:
     """The model builder writes no .bin/.pt/.pkl: a pickle in the cache could run code on load."""
-    from bloomperf.checkpoint_builder import build_checkpoint
-    from bloomperf.models import ModelShape
+    from bloomperf.catalog.checkpoint_builder import build_checkpoint
+    from bloomperf.catalog.models import ModelShape
 
     shape = ModelShape("sec", hidden_size=16, n_layer=1, n_head=2, vocab_size=300)
     build_checkpoint(shape, None, tmp_path)
@@ -154,8 +154,8 @@ def test_hostile_hostfiles_are_refused(tmp_path: Path, text: str, message: str) 
     """DeepSpeed's parser takes any non-blank word as a host; bloomperf refuses one that ssh,
     pdsh or srun would read as more than a name. Text after ``slots=N`` is DeepSpeed's rule
     (ignored, never executed): tests/test_multinode_launch.py."""
-    from bloomperf.errors import BloomperfError
-    from bloomperf.hostfile import read_hostfile
+    from bloomperf.core.errors import BloomperfError
+    from bloomperf.harness.hostfile import read_hostfile
 
     path = tmp_path / "hostfile"
     path.write_text(text)
@@ -192,12 +192,14 @@ def test_no_shell_reaches_the_launcher_through_options(tmp_path: Path) -> None:
 
 # Writes that do not go through jsonfile.write_bytes_atomic, and why they need not.
 DIRECT_WRITES = {
-    "bloomperf/jsonfile.py": "the atomic writer itself",
-    "bloomperf/cli.py": "a crash's traceback, into a fresh private mkstemp file",
-    "bloomperf/checkpoint_builder.py": "into a private temp folder, renamed as a whole when built",
-    "bloomperf/checkpoints.py": "the build's flock file: empty, never read",
-    "bloomperf/launch.py": "the worker spec, in the group's private temp folder",
-    "bloomperf/shard.py": "the shard marker, inside DeepSpeed's own freshly written output",
+    "bloomperf/core/jsonfile.py": "the atomic writer itself",
+    "bloomperf/cli/__init__.py": "a crash's traceback, into a fresh private mkstemp file",
+    "bloomperf/catalog/checkpoint_builder.py": (
+        "into a private temp folder, renamed as a whole when built"
+    ),
+    "bloomperf/catalog/checkpoints.py": "the build's flock file: empty, never read",
+    "bloomperf/harness/launch.py": "the worker spec, in the group's private temp folder",
+    "bloomperf/cli/shard.py": "the shard marker, inside DeepSpeed's own freshly written output",
     "bloomperf/measure/rss_sampler.py": "/proc/<pid>/clear_refs: a kernel control file",
 }
 
@@ -232,7 +234,7 @@ def test_every_file_is_written_by_the_atomic_writer() -> None:
             found[where] = lines
     # The report's plots render their PNGs into memory (savefig on a BytesIO is no file write),
     # then hand the bytes to the atomic writer: all through report_figure.save_figure.
-    renderers = {"bloomperf/report_figure.py"}
+    renderers = {"bloomperf/render/report/figure.py"}
     assert set(found) <= renderers, found
     for where in renderers:
         text = (ROOT / where).read_text(encoding="utf-8")
@@ -243,8 +245,8 @@ def test_every_file_is_written_by_the_atomic_writer() -> None:
 
 
 def test_the_writer_replaces_only_regular_files(tmp_path: Path) -> None:
-    from bloomperf.errors import BloomperfError
-    from bloomperf.jsonfile import write_json_atomic, write_text_atomic
+    from bloomperf.core.errors import BloomperfError
+    from bloomperf.core.jsonfile import write_json_atomic, write_text_atomic
 
     target = tmp_path / "r.json"
     write_json_atomic(target, {"a": 1})
@@ -268,7 +270,7 @@ def test_the_writer_replaces_only_regular_files(tmp_path: Path) -> None:
 
 
 def test_a_link_planted_at_the_old_temp_name_is_not_followed(tmp_path: Path) -> None:
-    from bloomperf.jsonfile import write_text_atomic
+    from bloomperf.core.jsonfile import write_text_atomic
 
     victim = tmp_path / "victim"
     victim.write_text("keep")
@@ -281,7 +283,7 @@ def test_a_link_planted_at_the_old_temp_name_is_not_followed(tmp_path: Path) -> 
 
 
 def test_escape_sequences_never_reach_a_terminal_or_a_report() -> None:
-    from bloomperf.formatting import clean, markdown_table
+    from bloomperf.core.formatting import clean, markdown_table
 
     hostile = "OOM \x1b[2J\x1b]0;pwned\x07 at \x1b[31mred\x1b[0m\r\x00\x9b5m\nnext\tline"
     assert clean(hostile) == "OOM  at red5m\nnext\tline"
@@ -294,8 +296,8 @@ def test_escape_sequences_never_reach_a_terminal_or_a_report() -> None:
 def test_locks_live_in_a_private_folder_and_never_through_a_link(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bloomperf.errors import BloomperfError
-    from bloomperf.lock import hold_device_lock, lock_folder
+    from bloomperf.core.errors import BloomperfError
+    from bloomperf.harness.lock import hold_device_lock, lock_folder
 
     monkeypatch.delenv("BLOOMPERF_LOCK_DIR", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "runtime"))
@@ -343,8 +345,8 @@ def test_a_hostfile_path_with_shell_syntax_reaches_the_launcher_as_one_argument(
     reads it back whole; nothing is run while the command is built."""
     from deepspeed.launcher.runner import parse_args
 
-    from bloomperf.config import LaunchOptions
-    from bloomperf.dslaunch import rank_group_command
+    from bloomperf.config.run import LaunchOptions
+    from bloomperf.harness.dslaunch import rank_group_command
 
     folder = tmp_path / "a b;$(touch PWNED)`touch PWNED`|x"
     folder.mkdir()
@@ -367,7 +369,7 @@ def test_a_real_deepspeed_launch_from_a_folder_named_with_shell_syntax(tmp_path:
     anywhere on the way would run ``touch PWNED`` or break the path, and fail here."""
     import shutil
 
-    from bloomperf.checkpoints import resolve_model
+    from bloomperf.catalog.checkpoints import resolve_model
 
     folder = tmp_path / "a b;$(touch PWNED)`touch PWNED`|x"
     folder.mkdir()

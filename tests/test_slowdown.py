@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from bloomperf.errors import BloomperfError
+from bloomperf.core.errors import BloomperfError
 from bloomperf.measure import slowdown
 from bloomperf.measure.slowdown import install_slowdown, wait_for
 

@@ -7,8 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from bloomperf.errors import BloomperfError
-from bloomperf.stats import (
+from bloomperf.analysis.stats import (
     IMPROVED,
     REGRESSED,
     SAME,
@@ -20,6 +19,7 @@ from bloomperf.stats import (
     run_spread,
     suggest_tolerance,
 )
+from bloomperf.core.errors import BloomperfError
 
 
 def cycles(rng: np.random.Generator, centre: float, noise: float, n: int = 5) -> list[float]:

@@ -21,12 +21,43 @@ def modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
 
 
-def test_every_module_is_placed_in_the_architecture_page() -> None:
-    named = set(re.findall(r"`([a-z_]+)/?`", ARCHITECTURE.read_text()))
-    missing = [str(p.relative_to(PACKAGE)) for p in modules() if p.stem not in named]
-    packages = {p.parent.name for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE}
-    missing += sorted(packages - named)
-    assert missing == [], f"not in docs/ARCHITECTURE.md: {missing}"
+def folder_paragraphs() -> dict[str, set[str]]:
+    """``{folder: names in backticks}`` for each ``**`folder/`**`` paragraph of the page."""
+    text = ARCHITECTURE.read_text()
+    found = {}
+    for paragraph in text.split("\n\n"):
+        head = re.match(r"\*\*`([a-z_]+)/`\*\*", paragraph)
+        if head:
+            found[head.group(1)] = set(re.findall(r"`([a-z_]+)/?`", paragraph))
+    return found
+
+
+def test_every_module_is_placed_in_its_folders_paragraph() -> None:
+    """The page is the map of the folders: each top folder has its paragraph, which names every
+    module and subfolder inside it (a module moved or added must be placed there)."""
+    paragraphs = folder_paragraphs()
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert sorted(paragraphs) == folders
+    missing = []
+    for path in modules() + sorted(PACKAGE.rglob("__init__.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) < 2:
+            continue
+        name = parts[-2] if path.name == "__init__.py" else path.stem
+        if path.name == "__init__.py" and len(parts) == 2:
+            continue
+        if name not in paragraphs[parts[0]]:
+            missing.append(str(path.relative_to(PACKAGE)))
+    assert missing == [], f"not in its folder's paragraph of docs/ARCHITECTURE.md: {missing}"
+
+
+def test_the_top_level_is_a_handful_of_folders() -> None:
+    entries = [p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= 15, entries
+
+
+def test_the_architecture_page_is_short() -> None:
+    assert len(ARCHITECTURE.read_text().splitlines()) <= 80
 
 
 def test_no_module_is_much_over_400_lines() -> None:

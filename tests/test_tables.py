@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 
-from bloomperf.bisect import Step, render_steps
-from bloomperf.boundaries import BoundaryCheck
-from bloomperf.formatting import Html, format_table, html_table, markdown_table
-from bloomperf.interleave import Settings
-from bloomperf.predict import render_checks
+from bloomperf.analysis.boundaries import BoundaryCheck
+from bloomperf.cli.bisect import Step, render_steps
+from bloomperf.cli.predict import render_checks
+from bloomperf.core.formatting import Html, format_table, html_table, markdown_table
+from bloomperf.harness.interleave import Settings
 
 HOSTILE = "OOM | torch<2.4 & \x1b[31mred\x1b[0m\nnext"
 

@@ -7,14 +7,14 @@ import time
 
 from nvml_replay import NvmlReplay
 
-from bloomperf.compare import judge
-from bloomperf.comparison_text import render_comparison
-from bloomperf.diff import baseline_of_run
+from bloomperf.analysis.compare import judge
+from bloomperf.analysis.verdicts import UNTRUSTWORTHY
+from bloomperf.cli.diff import baseline_of_run
 from bloomperf.measure.telemetry import TelemetrySampler, create_sampler
-from bloomperf.results import CellResult, Outcome
-from bloomperf.results_json import cell_from_dict, cell_to_dict
-from bloomperf.telemetry import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, summarize
-from bloomperf.verdicts import UNTRUSTWORTHY
+from bloomperf.render.comparison import render_comparison
+from bloomperf.store.results import CellResult, Outcome
+from bloomperf.store.results.codec import cell_from_dict, cell_to_dict
+from bloomperf.store.telemetry import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, summarize
 from tests.builders import bloom_run
 
 STEADY = {"sm_mhz": 1410, "mem_mhz": 1593, "power_mw": 300_000, "temp_c": 60, "reasons": 0}

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from nvml_replay import NvmlReplay, nvml_error_here
 
-from bloomperf import cli, topology
-from bloomperf.errors import BloomperfError
-from bloomperf.fingerprint import environment_fingerprint, torch_cuda_version
-from bloomperf.topology import (
+from bloomperf import cli
+from bloomperf.catalog import topology
+from bloomperf.catalog.fingerprint import environment_fingerprint, torch_cuda_version
+from bloomperf.catalog.topology import (
     detect_topology,
     gpu_id_name,
     planned_topology,
@@ -22,6 +22,7 @@ from bloomperf.topology import (
     topology_from_dict,
     topology_to_dict,
 )
+from bloomperf.core.errors import BloomperfError
 
 A100_80GB = 85899345920
 MiB = 1024**2

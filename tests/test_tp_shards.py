@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from bloomperf.checkpoints import resolve_model
-from bloomperf.config import LaunchOptions
-from bloomperf.dslaunch import cleanup_shm, rank_group_command, shm_segments
-from bloomperf.models import MODEL_SHAPES
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.catalog.models import MODEL_SHAPES
+from bloomperf.config.run import LaunchOptions
+from bloomperf.harness.dslaunch import cleanup_shm, rank_group_command, shm_segments
 
 pytest.importorskip("deepspeed")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bloomperf.hardware import known_topology
-from bloomperf.models import MODEL_SHAPES
-from bloomperf.roofline import roofline_ms_per_token
-from bloomperf.scenario import PROMPT_TOKENS, Scenario, SuiteCell
-from bloomperf.utilisation import cell_utilisation
+from bloomperf.analysis.roofline import roofline_ms_per_token
+from bloomperf.analysis.scenario import PROMPT_TOKENS, Scenario, SuiteCell
+from bloomperf.analysis.utilisation import cell_utilisation
+from bloomperf.catalog.hardware import known_topology
+from bloomperf.catalog.models import MODEL_SHAPES
 
 SHAPE = MODEL_SHAPES["bloom-176b"]
 TOPOLOGY = "8xA100-SXM4-80GB"

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from bloomperf import cli
-from bloomperf.baseline import BaselineCell
-from bloomperf.baseline_json import save_baseline
-from bloomperf.baseline_search import find_baseline
-from bloomperf.config import RunConfig
-from bloomperf.resultfiles import read_results
-from bloomperf.run_cli import print_verdicts
+from bloomperf.cli.run import print_verdicts
+from bloomperf.config.run import RunConfig
+from bloomperf.store.baseline import BaselineCell
+from bloomperf.store.baseline.codec import save_baseline
+from bloomperf.store.baseline.search import find_baseline
+from bloomperf.store.results.files import read_results
 from tests.builders import cpu_baseline
 
 TEST_FILE = """

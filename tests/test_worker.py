@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from bloomperf.backends.accelerate import AccelerateBackend
-from bloomperf.checkpoints import resolve_model
-from bloomperf.matrix import Cell
-from bloomperf.options import resolve_options
-from bloomperf.protocol import WorkerSpec
-from bloomperf.results import Outcome
-from bloomperf.run import Session
-from bloomperf.worker import Worker
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.harness.matrix import Cell
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.protocol import WorkerSpec
+from bloomperf.harness.session import Session
+from bloomperf.harness.worker import Worker
+from bloomperf.store.results import Outcome
 
 NEW_TOKENS = 6
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bloomperf.checkpoints import resolve_model
-from bloomperf.protocol import WorkerSpec
-from bloomperf.worker import Worker
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.harness.protocol import WorkerSpec
+from bloomperf.harness.worker import Worker
 
 NEW_TOKENS = 8
 
@@ -60,7 +60,7 @@ def test_an_output_short_of_n_tokens_fails_the_cycle(worker: Worker) -> None:
 
 
 def test_workload_forces_min_new_tokens() -> None:
-    from bloomperf.workload import generate_kwargs
+    from bloomperf.catalog.workload import generate_kwargs
 
     kwargs = generate_kwargs(100)
     assert kwargs["min_new_tokens"] == kwargs["max_new_tokens"] == 100
@@ -95,7 +95,7 @@ def test_the_timed_region_lies_between_two_synchronisations(worker: Worker) -> N
 
 
 def test_ms_per_token_divides_by_every_token_of_the_batch() -> None:
-    from bloomperf.workload import ms_per_token
+    from bloomperf.catalog.workload import ms_per_token
 
     # The blog's metric: 8 rows x 100 new tokens in 2 s is 2.5 ms per token.
     assert ms_per_token(2.0, 8, 100) == pytest.approx(2.5)

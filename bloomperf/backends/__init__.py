@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from bloomperf.dtypes import DTYPES as DTYPES  # the registry's callers read both names here
+from bloomperf.catalog.dtypes import DTYPES as DTYPES  # the registry's callers read both names here
 
 if TYPE_CHECKING:
     from bloomperf.backends.base import Backend

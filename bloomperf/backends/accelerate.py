@@ -11,13 +11,13 @@ import logging
 import warnings
 from typing import Any, ClassVar
 
-from bloomperf.accelerate_map import max_memory_map, weight_caps
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.backends.compat import dtype_argument, int8_on_cpu_reason
-from bloomperf.backends.options import AccelerateOptions, BackendOptions
-from bloomperf.dtypes import load_torch_dtype
-from bloomperf.models import ModelShape
-from bloomperf.weights import model_weight_bytes
+from bloomperf.catalog.accelerate_map import max_memory_map, weight_caps
+from bloomperf.catalog.dtypes import load_torch_dtype
+from bloomperf.catalog.models import ModelShape
+from bloomperf.catalog.weights import model_weight_bytes
+from bloomperf.config.backend import AccelerateOptions, BackendOptions
 
 
 def max_memory_limits(request: LoadRequest, shape: ModelShape) -> dict[int | str, Any] | None:

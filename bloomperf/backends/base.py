@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from bloomperf.backends.options import BackendOptions
+from bloomperf.config.backend import BackendOptions
 
 if TYPE_CHECKING:
     import torch

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bloomperf.errors import BloomperfError
-from bloomperf.formatting import GIB
-from bloomperf.jsonfile import write_json_atomic
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import GIB
+from bloomperf.core.jsonfile import write_json_atomic
 
 VIEW_DIR = "deepspeed"
 CHECKPOINTS_JSON = "checkpoints.json"

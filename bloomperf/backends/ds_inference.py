@@ -36,9 +36,9 @@ from bloomperf.backends.ds_ranks import (
     join_rank_group,
     timed_step,
 )
-from bloomperf.backends.options import BackendOptions, TensorParallelOptions
-from bloomperf.dtypes import DTYPE_TABLE, load_torch_dtype, stored_torch_dtype
-from bloomperf.errors import BloomperfError
+from bloomperf.catalog.dtypes import DTYPE_TABLE, load_torch_dtype, stored_torch_dtype
+from bloomperf.config.backend import BackendOptions, TensorParallelOptions
+from bloomperf.core.errors import BloomperfError
 
 # The last transformers release whose BLOOM DeepSpeed's kernel injection accepts.
 KERNEL_TRANSFORMERS_MAX = "4.43.4"

@@ -1,7 +1,7 @@
 """Rank-side DeepSpeed plumbing shared by the ds-* backends: joining the rank group.
 
 Runs inside worker processes only (imports torch and DeepSpeed lazily). The controller-side
-counterpart, which builds the launcher command, is ``bloomperf.dslaunch``.
+counterpart, which builds the launcher command, is ``bloomperf.harness.dslaunch``.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from bloomperf.backends.ds_ranks import (
     join_rank_group,
     timed_step,
 )
-from bloomperf.backends.options import BackendOptions, DsZeroOptions
-from bloomperf.dtypes import load_torch_dtype
-from bloomperf.errors import BloomperfError
+from bloomperf.catalog.dtypes import load_torch_dtype
+from bloomperf.config.backend import BackendOptions, DsZeroOptions
+from bloomperf.core.errors import BloomperfError
 
 OFFLOAD_CHOICES = ("none", "cpu", "nvme")
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import psutil
 
-from bloomperf.checkpoints import check_free_space, checkpoint_folder_name
+from bloomperf.catalog.checkpoints import check_free_space, checkpoint_folder_name
+from bloomperf.catalog.models import MODEL_SHAPES, check_layers
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import GIB, MIB
 from bloomperf.doctor.check import Check
-from bloomperf.errors import BloomperfError
-from bloomperf.formatting import GIB, MIB
-from bloomperf.models import MODEL_SHAPES, check_layers
 
 # DeepSpeed's shared-memory all-reduce keeps one 66 MiB /dev/shm segment per rank (seen here);
 # NCCL's intra-node transport needs /dev/shm as well: Docker's default 64 MiB is too small.

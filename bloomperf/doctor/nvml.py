@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bloomperf.devices import cuda_visible_devices, resolve_visible
+from bloomperf.catalog.devices import cuda_visible_devices, resolve_visible
+from bloomperf.catalog.topology import cuda_version_text, load_nvml
 from bloomperf.doctor.check import Check, gpu_or_warn
-from bloomperf.topology import cuda_version_text, load_nvml
 
 
 def check_nvml(nvml: Any, device: str) -> tuple[list[Check], dict[str, Any]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bloomperf.results import EnergyReading
+from bloomperf.store.results import EnergyReading
 
 POWERCAP = Path("/sys/class/powercap")
 
@@ -111,7 +111,7 @@ def create_meter(device: str, gpu_indexes: Sequence[int], nvml: Any = None) -> E
     if device == "cuda" or device.startswith("cuda:"):
         try:
             if nvml is None:
-                from bloomperf.topology import load_nvml
+                from bloomperf.catalog.topology import load_nvml
 
                 nvml = load_nvml()
             nvml.nvmlInit()

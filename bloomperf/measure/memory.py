@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bloomperf.devices import VisibleDevice
-from bloomperf.errors import BloomperfError
+from bloomperf.catalog.devices import VisibleDevice
+from bloomperf.core.errors import BloomperfError
 from bloomperf.measure.nvml_sampler import NvmlSampler
 from bloomperf.measure.rss_sampler import RssSampler
 from bloomperf.measure.sampler import MemorySampler

@@ -8,8 +8,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bloomperf.devices import VisibleDevice, cuda_visible_devices, measured_handle, resolve_visible
-from bloomperf.errors import BloomperfError
+from bloomperf.catalog.devices import (
+    VisibleDevice,
+    cuda_visible_devices,
+    measured_handle,
+    resolve_visible,
+)
+from bloomperf.catalog.topology import load_nvml
+from bloomperf.core.errors import BloomperfError
 from bloomperf.measure.sampler import (
     PID_REFRESH_S,
     POLL_INTERVAL_S,
@@ -17,8 +23,7 @@ from bloomperf.measure.sampler import (
     process_tree_pids,
     unavailable_reading,
 )
-from bloomperf.results import MemoryReading
-from bloomperf.topology import load_nvml
+from bloomperf.store.results import MemoryReading
 
 # Samples in which NVML lists new processes but none of ours before the per-process query stops
 # (PID namespaces); each looks at the tree again first, so a rank that just started is no miss.

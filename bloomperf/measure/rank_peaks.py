@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomperf.measure.rss_sampler import read_peak_rss, reset_peak_rss
-from bloomperf.results import MemoryReading
+from bloomperf.store.results import MemoryReading
 
 RANK_SOURCE = "ranks"
 

@@ -17,7 +17,7 @@ from bloomperf.measure.sampler import (
     process_tree_pids,
     unavailable_reading,
 )
-from bloomperf.results import MemoryReading
+from bloomperf.store.results import MemoryReading
 
 _VMHWM = re.compile(r"^VmHWM:\s+(\d+)\s+kB", re.MULTILINE)
 

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 
 import psutil
 
-from bloomperf.results import MemoryReading
+from bloomperf.store.results import MemoryReading
 
 POLL_INTERVAL_S = 0.01
 # Listing the process tree costs far more than one NVML or RSS read; ranks start once.

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from bloomperf.errors import BloomperfError
+from bloomperf.core.errors import BloomperfError
 
 MAX_PERCENT = 1000.0
 # time.sleep overshoots by the kernel's timer slack (50 us) and the wake-up, so the last stretch

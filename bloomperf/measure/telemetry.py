@@ -1,4 +1,4 @@
-"""Sampling GPU telemetry from the controller while a cycle runs (``bloomperf.telemetry``).
+"""Sampling GPU telemetry from the controller while a cycle runs (``bloomperf.store.telemetry``).
 
 A thread polls NVML every ``interval_s`` between ``start`` and ``stop``; the runner brackets each
 cycle request with them and keeps the timed cycles' samples. NVML is read from outside the
@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from bloomperf.telemetry import TelemetrySample
+from bloomperf.store.telemetry import TelemetrySample
 
 POLL_INTERVAL_S = 0.05
 
@@ -71,7 +71,7 @@ def create_sampler(
         return "cpu: no GPU telemetry"
     try:
         if nvml is None:
-            from bloomperf.topology import load_nvml
+            from bloomperf.catalog.topology import load_nvml
 
             nvml = load_nvml()
         nvml.nvmlInit()

@@ -24,7 +24,7 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "cleanup-shm-no-op",
-        "bloomperf/shm.py",
+        "bloomperf/harness/shm.py",
         "            os.unlink(path)\n            removed.append(path)",
         "            removed.append(path)",
         ("tests/test_ds_launch.py::test_cleanup_shm_removes_only_unused_new_segments",),
@@ -32,7 +32,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "oom-classified-as-error",
-        "bloomperf/failures.py",
+        "bloomperf/catalog/failures.py",
         "any(oom in text for oom in OOM_TEXTS)",
         "all(oom in text for oom in OOM_TEXTS)",
         ("tests/test_faults.py::test_allocation_failures_of_every_library_read_oom",),
@@ -48,7 +48,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "verdict-tolerance-ignored",
-        "bloomperf/stats.py",
+        "bloomperf/analysis/stats.py",
         "estimate.low > 1.0 + min_effect and estimate.ratio > 1.0 + tolerance",
         "estimate.low > 1.0 + min_effect and estimate.ratio > 1.0",
         (
@@ -59,7 +59,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "lock-skipped",
-        "bloomperf/lock.py",
+        "bloomperf/harness/lock.py",
         "    if not enabled:\n        yield",
         "    if True:\n        yield",
         ("tests/test_lock.py::test_second_run_refuses_with_the_first_runs_pid",),
@@ -67,7 +67,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "write-not-atomic",
-        "bloomperf/jsonfile.py",
+        "bloomperf/core/jsonfile.py",
         'fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)',
         "fd, tmp = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), str(path)",
         (
@@ -78,7 +78,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "accelerate-quantizer-factor-dropped",
-        "bloomperf/accelerate_map.py",
+        "bloomperf/catalog/accelerate_map.py",
         'QUANTIZER_MAX_MEMORY_FACTOR = {"int8": 0.90}',
         'QUANTIZER_MAX_MEMORY_FACTOR = {"int8": 1.0}',
         ("tests/test_accelerate_map.py::test_the_compensation_is_the_quantizers_own_factor",),
@@ -86,7 +86,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "include-devices-dropped",
-        "bloomperf/dslaunch.py",
+        "bloomperf/harness/dslaunch.py",
         'include = ["--include", include_argument(gpus)]',
         "include: list[str] = []",
         ("tests/test_ds_launch.py::test_ranks_get_the_users_gpus_through_deepspeeds_runner",),
@@ -94,7 +94,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "gate-passes-incomplete-runs",
-        "bloomperf/compare.py",
+        "bloomperf/analysis/compare.py",
         "gap = None if allow_incomplete else incompleteness(run)",
         "gap = None",
         ("tests/test_gate.py::test_an_incomplete_or_empty_run_fails_the_gate",),
@@ -102,7 +102,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "regression-exits-zero",
-        "bloomperf/diff.py",
+        "bloomperf/cli/diff.py",
         "    return EXIT_REGRESSION if failed else 0",
         "    return 0",
         ("tests/test_diff.py::test_two_results_diff_before_and_after",),
@@ -110,7 +110,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "results-not-saved-per-cell",
-        "bloomperf/run.py",
+        "bloomperf/harness/session.py",
         "        if self.output is not None:\n"
         "            save_run(self.run, self.output)\n"
         "        return cell",
@@ -122,7 +122,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "timeout-leaves-group-running",
-        "bloomperf/launch.py",
+        "bloomperf/harness/launch.py",
         "        except TimeoutError:\n            self.kill()\n",
         "        except TimeoutError:\n",
         ("tests/test_run.py::test_a_hung_worker_times_out_and_its_group_is_killed",),
@@ -130,7 +130,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "parameter-formula-wrong",
-        "bloomperf/models.py",
+        "bloomperf/catalog/models.py",
         "return 13 * hidden",
         "return 12 * hidden",
         ("tests/test_models.py::test_parameter_count_matches_transformers",),
@@ -138,7 +138,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "ms-per-token-ignores-batch",
-        "bloomperf/workload.py",
+        "bloomperf/catalog/workload.py",
         "return seconds * 1000.0 / (batch_size * new_tokens)",
         "return seconds * 1000.0 / new_tokens",
         (
@@ -149,7 +149,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "one-row-inputs",
-        "bloomperf/workload.py",
+        "bloomperf/catalog/workload.py",
         "tokenizer(prompts_for_batch(batch_size), return_tensors",
         "tokenizer(prompts_for_batch(1), return_tensors",
         ("tests/test_workload.py::test_the_batch_is_in_the_inputs",),
@@ -157,7 +157,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "min-new-tokens-not-forced",
-        "bloomperf/workload.py",
+        "bloomperf/catalog/workload.py",
         '        "min_new_tokens": new_tokens,\n',
         "",
         ("tests/test_workload.py::test_exactly_n_tokens_even_when_the_model_meets_eos_at_once",),
@@ -165,7 +165,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "output-length-check-disabled",
-        "bloomperf/worker.py",
+        "bloomperf/harness/worker.py",
         "        if produced != self.new_tokens:",
         "        if False:",
         ("tests/test_workload.py::test_an_output_short_of_n_tokens_fails_the_cycle",),
@@ -181,7 +181,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "no-lock-ignored",
-        "bloomperf/lock.py",
+        "bloomperf/harness/lock.py",
         "    if not enabled:\n        yield",
         "    if False:\n        yield",
         ("tests/test_lock.py::test_no_lock_runs_anyway",),
@@ -189,7 +189,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "synchronize-after-generate-removed",
-        "bloomperf/worker.py",
+        "bloomperf/harness/worker.py",
         "timer.criteria()},\n        )\n        self.backend.synchronize()\n",
         "timer.criteria()},\n        )\n",
         ("tests/test_workload.py::test_the_timed_region_lies_between_two_synchronisations",),
@@ -197,7 +197,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "step-mark-unsynchronised",
-        "bloomperf/steptimer.py",
+        "bloomperf/measure/steptimer.py",
         "        self.sync()\n        self.marks.append(time.perf_counter())",
         "        self.marks.append(time.perf_counter())",
         ("tests/test_workload.py::test_the_timed_region_lies_between_two_synchronisations",),
@@ -205,7 +205,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "prefill-step-dropped",
-        "bloomperf/steptimer.py",
+        "bloomperf/measure/steptimer.py",
         "zip(self.marks, self.marks[1:], strict=False)",
         "zip(self.marks[1:], self.marks[2:], strict=False)",
         ("tests/test_latency.py::test_step_times_add_up_to_the_cycle_through_the_real_generate",),
@@ -221,7 +221,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "no-restart-after-oom",
-        "bloomperf/runner.py",
+        "bloomperf/harness/runner.py",
         "            memory = group.mark_memory()\n            self.stop()\n",
         "            memory = group.mark_memory()\n",
         ("tests/test_run.py::test_after_an_oom_the_worker_is_restarted_before_the_next_cell",),
@@ -229,7 +229,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "unexpected-oom-passes",
-        "bloomperf/compare.py",
+        "bloomperf/analysis/compare.py",
         "    if cell.outcome == Outcome.OOM:\n        return verdict(UNEXPECTED_OOM)",
         "    if cell.outcome == Outcome.OOM:\n        return verdict(EXPECTED_OOM)",
         ("tests/test_compare.py::test_an_oom_where_a_number_was_expected_fails",),
@@ -237,7 +237,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "errors-pass-the-gate",
-        "bloomperf/compare.py",
+        "bloomperf/analysis/compare.py",
         "    if cell.outcome == Outcome.ERROR:\n        return verdict(ERROR)",
         "    if cell.outcome == Outcome.ERROR:\n        return verdict(SKIPPED)",
         ("tests/test_compare.py::test_errors_and_timeouts_fail_skips_do_not",),
@@ -253,7 +253,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "model-reloaded-per-cell",
-        "bloomperf/worker.py",
+        "bloomperf/harness/worker.py",
         "        self.inputs = build_inputs(",
         "        self.load()\n        self.inputs = build_inputs(",
         ("tests/test_run.py::test_run_measures_the_tiny_model_and_loads_once_per_group",),
@@ -269,7 +269,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "launcher-argv-as-shell-words",
-        "bloomperf/multinode.py",
+        "bloomperf/harness/multinode.py",
         '"--hostfile", str(hostfile)]',
         '*f"--hostfile {hostfile}".split()]',
         (
@@ -309,7 +309,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "history-merge-takes-a-conflicting-run",
-        "bloomperf/history_merge.py",
+        "bloomperf/store/history/merge.py",
         "    if key is not None and key == run_key(other) and not same_content:",
         "    if False:",
         ("tests/test_history_merge.py::test_a_conflicting_duplicate_is_refused_naming_the_file",),
@@ -317,7 +317,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "history-site-marks-no-change",
-        "bloomperf/history_trend.py",
+        "bloomperf/render/history/trend.py",
         "    return [c for c in topology.changes if c.cell == cell]",
         "    return []",
         (
@@ -328,7 +328,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "report-what-changed-against-itself",
-        "bloomperf/report_changes.py",
+        "bloomperf/render/report/changes.py",
         "        return nights[mine[0] - 1] if mine[0] > 0 else None",
         "        return nights[mine[0]]",
         (
@@ -370,7 +370,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "remote-ranks-unmeasured",
-        "bloomperf/launch.py",
+        "bloomperf/harness/launch.py",
         "        if self.multinode and ranks:",
         "        if False and ranks:",
         ("tests/test_multinode.py::test_bloomperf_run_on_two_nodes_then_faults_on_the_second",),
@@ -379,7 +379,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "markdown-cell-bar-unescaped",
-        "bloomperf/formatting.py",
+        "bloomperf/core/formatting.py",
         'return _one_line(text).replace("|", "\\\\|")',
         "return _one_line(text)",
         (
@@ -389,7 +389,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "html-cell-unescaped",
-        "bloomperf/formatting.py",
+        "bloomperf/core/formatting.py",
         "{html.escape(clean(value))}</td>",
         "{clean(value)}</td>",
         (

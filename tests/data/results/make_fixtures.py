@@ -21,10 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bloomperf.baseline import BaselineCell
-from bloomperf.baseline_json import load_baseline
-from bloomperf.results import CellResult, MemoryReading, Outcome, RunResult
-from bloomperf.results_json import run_to_dict, save_run
+from bloomperf.store.baseline import BaselineCell
+from bloomperf.store.baseline.codec import load_baseline
+from bloomperf.store.results import CellResult, MemoryReading, Outcome, RunResult
+from bloomperf.store.results.codec import run_to_dict, save_run
 from tests.builders import (
     BENCHMARK_STORAGE,
     BLOG_BASELINE,

@@ -1,0 +1,281 @@
+"""Verdicts: the ONE pass/fail rule, shared by the pytest plugin, `bloomperf run` and `diff`.
+
+Each measured cell is judged against its baseline cell, per metric and per OOM boundary. Every
+metric is lower-is-better (ms/token, peak memory, load time). A metric check is a small frozen
+object whose ``fails()`` returns a message or None; a cell's verdict combines its outcome with its
+metric checks:
+
+* ``same`` / ``regressed`` / ``improved``: ran, as the baseline expected; the worst metric decides.
+* ``expected-oom``: ran out of memory where the baseline did (passes).
+* ``unexpected-oom``: ran out of memory where the baseline ran (fails).
+* ``boundary-moved-up``: ran where the baseline ran out of memory (reported; fails if strict).
+* ``no-baseline``: nothing to compare with (recorded, never fails). This holds for an OOM too:
+  the baseline is the only expectation the gate judges against, and an OOM is a measurement
+  (where the boundary lies), not a breakage. A user gating an upgrade accepts a baseline first;
+  until then an OOM is reported, with what the memory model predicted, and the gate passes.
+* ``incomparable``: the run's topology, model or workload is not the baseline's (never fails,
+  never judged: another GPU model's figures say nothing about a regression).
+* ``error`` / ``timeout``: the cell did not finish (fails: nothing was measured).
+* ``skipped``: not run (e.g. beyond the OOM boundary without probing).
+
+A whole run fails too when it measured nothing (no cell ran or ran out of memory) or did not
+finish (``complete: false``), unless the caller allows incomplete runs: an empty or interrupted
+results file must never pass a gate. ``judge`` applies all of this; ``judge_cell`` is the same rule
+for one cell, as the plugin needs it while the run is still going. The statuses and the verdict
+types (with the text that explains them) are ``verdicts``'s.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from bloomperf.analysis.stats import IMPROVED, REGRESSED, SAME, classify_ratio, estimate_ratio
+from bloomperf.analysis.verdicts import (
+    BOUNDARY_MOVED_UP,
+    ERROR,
+    EXPECTED_OOM,
+    INCOMPARABLE,
+    NO_BASELINE,
+    NOT_JUDGED,
+    NOT_MEASURED,
+    SKIPPED,
+    TIMEOUT,
+    UNEXPECTED_OOM,
+    UNTRUSTWORTHY,
+    CellVerdict,
+    Comparison,
+    MetricVerdict,
+)
+from bloomperf.store.baseline import EXPECT_OK, Baseline, BaselineCell, expected_cell
+from bloomperf.store.latency import per_cycle
+from bloomperf.store.results import CellResult, Outcome, RunResult, latency_to_dict, table_order
+
+# ---- comparing ------------------------------------------------------------------------------
+
+
+def compare_metric(
+    metric: str,
+    measured: Sequence[float],
+    expected: float | None,
+    tolerance: float | None,
+    expected_samples: Sequence[float] = (),
+) -> MetricVerdict:
+    """One metric of one cell: the median of ``measured`` against the baseline figure."""
+    # A zero or negative reading is a broken measurement, not a figure to divide by.
+    samples = [float(v) for v in measured if v > 0]
+    point = statistics.median(samples) if samples else None
+    if expected is None or expected <= 0:
+        return MetricVerdict(metric, NO_BASELINE, point, None, tolerance)
+    if not samples:
+        return MetricVerdict(metric, NOT_MEASURED, None, expected, tolerance)
+    reference: float | Sequence[float] = expected_samples if expected_samples else expected
+    estimate = estimate_ratio(samples, reference)
+    if tolerance is None:
+        status = NOT_JUDGED
+    elif not all(math.isfinite(x) for x in (estimate.ratio, estimate.low, estimate.high)):
+        # An unbounded change is beyond every tolerance: never "same".
+        status = REGRESSED if point is not None and point > expected else IMPROVED
+    else:
+        status = classify_ratio(estimate, tolerance)
+    return MetricVerdict(metric, status, point, expected, tolerance, estimate)
+
+
+def compare_metrics(cell: CellResult, expected: BaselineCell) -> tuple[MetricVerdict, ...]:
+    memory = cell.peak_memory_bytes
+    verdicts = [
+        compare_metric(
+            "ms_per_token",
+            cell.samples_ms_per_token,
+            expected.ms_per_token,
+            expected.ms_per_token_tolerance,
+            expected.ms_per_token_samples,
+        ),
+        compare_metric(
+            "peak_memory",
+            [float(memory)] if memory is not None else [],
+            float(expected.peak_memory_bytes) if expected.peak_memory_bytes is not None else None,
+            expected.peak_memory_tolerance,
+        ),
+        compare_metric(
+            "load_time",
+            [cell.load_time_s] if cell.load_time_s is not None else [],
+            expected.load_time_s,
+            expected.load_time_tolerance,
+        ),
+    ]
+    # Latency only against baselines recorded from runs (the reference tables have none).
+    measured_latency = per_cycle(cell.samples_step_ms)
+    for metric, samples in expected.latency_samples.items():
+        verdicts.append(
+            compare_metric(
+                metric,
+                measured_latency.get(metric, ()),
+                statistics.median(samples) if samples else None,
+                expected.latency_tolerances.get(metric),
+                samples,
+            )
+        )
+    # A figure neither side has is noise in a report; one side having it is worth saying.
+    return tuple(v for v in verdicts if v.measured is not None or v.expected is not None)
+
+
+def status_of_metrics(metrics: Sequence[MetricVerdict]) -> str:
+    statuses = {m.status for m in metrics}
+    if REGRESSED in statuses:
+        return REGRESSED
+    if IMPROVED in statuses:
+        return IMPROVED
+    return SAME
+
+
+def compare_cell(
+    cell: CellResult,
+    expected: BaselineCell | None,
+    *,
+    strict: bool = False,
+    incomparable: str | None = None,
+) -> CellVerdict:
+    """The verdict for one measured cell (``expected`` from ``baseline.expected_cell``)."""
+
+    def verdict(
+        status: str, metrics: tuple[MetricVerdict, ...] = (), message: str = ""
+    ) -> CellVerdict:
+        return CellVerdict(
+            backend=cell.backend,
+            dtype=cell.dtype,
+            batch_size=cell.batch_size,
+            status=status,
+            measured_outcome=cell.outcome.value,
+            expected_outcome=expected.outcome if expected is not None else None,
+            metrics=metrics,
+            measured_ms_per_token=cell.ms_per_token,
+            expected_ms_per_token=expected.ms_per_token if expected is not None else None,
+            strict=strict,
+            message=message or cell.message,
+            latency=latency_to_dict(cell),
+        )
+
+    if incomparable:
+        return verdict(INCOMPARABLE, message=incomparable)
+    if cell.outcome == Outcome.SKIPPED:
+        return verdict(SKIPPED)
+    if cell.outcome == Outcome.ERROR:
+        return verdict(ERROR)
+    if cell.outcome == Outcome.TIMEOUT:
+        return verdict(TIMEOUT)
+    if expected is None:
+        return verdict(NO_BASELINE, message=prediction_note(cell))
+    if expected.outcome != EXPECT_OK:
+        return verdict(EXPECTED_OOM if cell.outcome == Outcome.OOM else BOUNDARY_MOVED_UP)
+    if cell.outcome == Outcome.OOM:
+        return verdict(UNEXPECTED_OOM)
+    metrics = compare_metrics(cell, expected)
+    if cell.telemetry is not None and cell.telemetry.flags:
+        return verdict(UNTRUSTWORTHY, metrics, "; ".join(cell.telemetry.flags))
+    return verdict(status_of_metrics(metrics), metrics)
+
+
+def prediction_note(cell: CellResult) -> str:
+    """What the memory model said of an OOM cell that has no baseline (informative only)."""
+    if cell.outcome is not Outcome.OOM:
+        return ""
+    fits = cell.details.get("predicted_fits")
+    if fits is True:
+        return "the memory model predicted it to fit: accept a baseline to judge it"
+    if fits is False:
+        return "the memory model predicted this OOM"
+    return ""
+
+
+def incomparable_reason(run: RunResult, baseline: Baseline) -> str | None:
+    """What makes the run's figures meaningless against this baseline, or None."""
+    if not baseline.matches_topology(run.topology):
+        return f"topology {run.topology} is not the baseline's {baseline.topology}"
+    if not baseline.matches_model(run.model.name):
+        return f"model {run.model.name} is not the baseline's {baseline.model}"
+    if baseline.model_layers and run.model.layers and baseline.model_layers != run.model.layers:
+        return f"model has {run.model.layers} layers, the baseline's {baseline.model_layers}"
+    if baseline.new_tokens and run.workload.new_tokens != baseline.new_tokens:
+        return (
+            f"run generates {run.workload.new_tokens} new tokens, the baseline "
+            f"{baseline.new_tokens}"
+        )
+    return None
+
+
+def judge_cell(
+    run: RunResult, baseline: Baseline | None, cell: CellResult, *, strict: bool = False
+) -> CellVerdict:
+    """One cell of ``run``: the plugin judges each cell as soon as it is measured."""
+    if baseline is None:
+        return compare_cell(cell, None)
+    reason = incomparable_reason(run, baseline)
+    return compare_cell(cell, expected_cell(baseline, cell), strict=strict, incomparable=reason)
+
+
+def judge(
+    run: RunResult,
+    baseline: Baseline | None,
+    *,
+    strict: bool = False,
+    allow_incomplete: bool = False,
+    no_baseline: str = "no baseline",
+) -> Comparison:
+    """The gate's verdict on a whole run; ``comparison.failed`` decides exit status 1."""
+    if baseline is None:
+        comparison = compare_without_baseline(run, no_baseline)
+    else:
+        comparison = compare_run(run, baseline, strict=strict)
+    gap = None if allow_incomplete else incompleteness(run)
+    return replace(comparison, incomplete=gap) if gap else comparison
+
+
+def incompleteness(run: RunResult) -> str | None:
+    """Why ``run`` cannot pass a gate as a whole: it measured nothing, or it did not finish."""
+    measured = sum(c.outcome in (Outcome.OK, Outcome.OOM) for c in run.cells)
+    if measured == 0:
+        return (
+            f"nothing measured: {len(run.cells)} cells in the results, none ran "
+            "(--allow-incomplete accepts that)"
+        )
+    if not run.complete:
+        return (
+            f"incomplete run: the results say the run did not finish ({measured} cells measured; "
+            "--allow-incomplete accepts that)"
+        )
+    return None
+
+
+def compare_run(run: RunResult, baseline: Baseline, *, strict: bool = False) -> Comparison:
+    reason = incomparable_reason(run, baseline)
+    verdicts = tuple(
+        compare_cell(c, expected_cell(baseline, c), strict=strict, incomparable=reason)
+        for c in sorted(run.cells, key=table_order)
+    )
+    return Comparison(
+        cells=verdicts,
+        topology=run.topology,
+        model=run.model.name,
+        baseline=baseline.path or baseline.topology,
+        incomparable=reason or "",
+        missing=missing_cells(run, baseline) if reason is None else (),
+    )
+
+
+def compare_without_baseline(run: RunResult, why: str) -> Comparison:
+    """Every cell recorded as having no baseline (never a failure, except errors)."""
+    verdicts = tuple(compare_cell(c, None) for c in sorted(run.cells, key=table_order))
+    return Comparison(cells=verdicts, topology=run.topology, model=run.model.name, baseline=why)
+
+
+def missing_cells(run: RunResult, baseline: Baseline) -> tuple[str, ...]:
+    rows = {(c.backend, c.dtype) for c in run.cells}
+    ran = {c.id for c in run.cells}
+    return tuple(
+        b.id
+        for b in baseline.cells
+        if (b.backend, b.dtype) in rows and b.id not in ran and b.outcome in (EXPECT_OK, "oom")
+    )

@@ -1,0 +1,2 @@
+"""Domain facts, each once: BLOOM shapes, dtypes, GPUs and topologies, checkpoints, the
+workload, the OOM texts of every library."""

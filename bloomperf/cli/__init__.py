@@ -1,0 +1,133 @@
+"""`bloomperf` command line: one subcommand per concern module.
+
+Each module in ``COMMAND_MODULES`` defines ``add_command(subparsers)`` which adds its parser and
+sets ``func`` (taking the parsed namespace, returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from bloomperf.core.errors import EXIT_INTERNAL, EXIT_USAGE, BloomperfError
+from bloomperf.core.formatting import clean
+from bloomperf.core.interrupt import interruption, sigterm_as_interrupt
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "bloomperf.cli.run",
+    "bloomperf.cli.diff",
+    "bloomperf.cli.baseline",
+    "bloomperf.cli.topology",
+    "bloomperf.cli.doctor",
+    "bloomperf.cli.history",
+    "bloomperf.cli.predict",
+    "bloomperf.cli.report",
+    "bloomperf.cli.calibrate",
+    "bloomperf.cli.shard",
+    "bloomperf.cli.ab",
+    "bloomperf.cli.bisect",
+)
+
+
+EXIT_CODES = """exit status:
+  0  pass
+  1  a judged failure: regression, unexpected OOM, error, timeout, or nothing measured
+  2  bad input or usage (one line naming the file or option)
+  3  internal error (one line, and the path of the saved traceback)
+  130 interrupted (Ctrl-C)
+  143 terminated (SIGTERM: a CI cancel, timeout, kill), cleaned up as for Ctrl-C"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its usage errors are one line (plus exit 2) like every other error, and
+    every command's --help ends with the exit codes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="bloomperf",
+        description="Performance regression suite for BLOOM inference (Accelerate, DeepSpeed).",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_command(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; whatever happens, the exit status keeps its meaning (see EXIT_CODES)."""
+    try:
+        parser = build_parser()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        refuse_dashes_as_value(argv)
+        args = parser.parse_args(argv)
+        with sigterm_as_interrupt():
+            code: int = args.func(args)
+    except BloomperfError as exc:
+        print(f"bloomperf: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (bloomperf.core.interrupt)
+        how, code = interruption(stop)
+        print(f"bloomperf: {how}", file=sys.stderr)
+        return code
+    except SystemExit as exc:  # argparse: --help, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except OSError as exc:
+        # The file system refused a path the user gave (too long, no permission, a loop …):
+        # bad input, named like every other, not a bug.
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"bloomperf: error: {one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:
+        # A bug, not a verdict: never exit 1 (which means "regression") with a traceback.
+        saved = save_traceback()
+        print(
+            f"bloomperf: internal error: {one_line(f'{type(exc).__name__}: {exc}')}"
+            f" (traceback saved to {saved})",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+    return code
+
+
+def refuse_dashes_as_value(argv: list[str]) -> None:
+    """``--opt=--``: Python 3.11's argparse drops the "--" and hands the option an empty list."""
+    for arg in argv:
+        if arg == "--":
+            return  # everything after it is positional
+        if arg.startswith("-") and arg.endswith("=--"):
+            raise BloomperfError(f"{arg.split('=', 1)[0]}: expected a value, found '--'")
+
+
+def one_line(text: str) -> str:
+    """A message from a file or a library as one printable line."""
+    return " ".join(clean(text).split())[:2000]
+
+
+def save_traceback() -> str:
+    """Write the current exception's traceback to a private file; its path, or why not."""
+    try:
+        fd, path = tempfile.mkstemp(prefix="bloomperf-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(traceback.format_exc())
+    except OSError as exc:
+        return f"nowhere: {exc.strerror or exc}"
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

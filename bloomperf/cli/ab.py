@@ -1,0 +1,364 @@
+"""`bloomperf ab`: compare two environments on this machine, interleaved, and judge each cell.
+
+An arm is an interpreter or venv, ``KEY=VALUE`` settings and pinned packages (see
+``bloomperf.harness.overlay``); the measuring is ``bloomperf.harness.interleave``'s, the statistics
+``bloomperf.analysis.paired``'s. The results file (kind ``bloomperf-ab``) holds both arms'
+fingerprints, what differs between them, and every sample with its arm and position; it is
+rewritten after each cell and at each look at an interval, so an interrupted comparison keeps what
+it measured.
+
+Exit status: 1 when B is slower than A beyond the tolerance in any cell, or a cell failed to
+run; 0 when every cell is same or faster. An inconclusive cell (the budget ran out before the
+interval decided) is printed as such and exits 0, unless ``--fail-inconclusive``: a gate that
+fails whenever the machine is too noisy to tell would fail for reasons unrelated to the change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from bloomperf.analysis.paired import SLOWER
+from bloomperf.catalog.checkpoints import default_cache_dir
+from bloomperf.catalog.topology import detect_topology
+from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import markdown_table
+from bloomperf.core.jsonfile import json_fields, write_json_atomic
+from bloomperf.harness.interleave import (
+    CYCLES,
+    GROUPS,
+    Comparison,
+    PairLog,
+    Settings,
+    arm_spec,
+    compare_group,
+    print_progress,
+)
+from bloomperf.harness.options import (
+    add_cli_options,
+    parse_positive_float,
+    parse_positive_int,
+    resolve_options,
+)
+from bloomperf.harness.overlay import (
+    Arm,
+    PackageSource,
+    describe_differences,
+    differences,
+    parse_settings,
+    prepare_arm,
+    resolve_python,
+)
+from bloomperf.harness.session import Session, lock_key, resolve_device, utc_now
+from bloomperf.store.results import Outcome
+
+KIND = "bloomperf-ab"
+SCHEMA_VERSION = 1
+FAILED_OUTCOMES = (Outcome.ERROR, Outcome.TIMEOUT, Outcome.OOM)
+
+
+def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``ab`` and ``bisect``: the verdict, the budget, the package index."""
+    group = parser.add_argument_group("comparison")
+    group.add_argument("--tolerance", type=float, default=0.05, help="slowdown that matters [0.05]")
+    group.add_argument(
+        "--confidence", type=float, default=0.99, help="confidence of the intervals [0.99]"
+    )
+    group.add_argument("--min-pairs", type=int, default=10, help="pairs before any verdict [10]")
+    group.add_argument("--max-pairs", type=int, default=2000, help="pairs at most per cell [2000]")
+    group.add_argument(
+        "--max-time",
+        type=float,
+        default=600.0,
+        help="seconds at most per cell, a group's first cell including the loads [600]",
+    )
+    group.add_argument(
+        "--mode",
+        choices=("auto", CYCLES, GROUPS),
+        default="auto",
+        help="cycles: both arms loaded, single cycles alternate (auto on CPU); groups: the arms "
+        "take turns loading the model, one round each (auto on GPU)",
+    )
+    group.add_argument("--seed", type=int, default=0, help="seed of the pair orders [0]")
+    group.add_argument(
+        "--fail-inconclusive", action="store_true", help="exit 1 on an inconclusive cell too"
+    )
+    group.add_argument("--index-url", help="package index for pins (pip's --index-url)")
+    group.add_argument(
+        "--find-links",
+        action="append",
+        help="folder or page of wheels for pins (pip's --find-links; alone: offline)",
+    )
+    group.add_argument(
+        "--with-deps", action="store_true", help="install the pins' dependencies too"
+    )
+    add_cli_options(parser)
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "ab",
+        help="compare two environments interleaved on this machine (exit 1: B slower)",
+        description="Compare arm B with arm A: an interpreter or venv, KEY=VALUE settings and "
+        "pinned packages each. Cycles alternate between the arms; each cell gets a paired "
+        "confidence interval of B/A and a verdict: same, slower, faster or inconclusive.",
+    )
+    for arm in ("a", "b"):
+        parser.add_argument(
+            f"--{arm}", metavar="PYTHON", help="interpreter or venv [this interpreter]"
+        )
+        parser.add_argument(
+            f"--{arm}-env", action="append", metavar="KEY=VALUE", help="environment setting"
+        )
+        parser.add_argument(
+            f"--{arm}-pin", action="append", metavar="REQ", help="pinned package, e.g. x==1.2"
+        )
+    add_comparison_arguments(parser)
+    parser.set_defaults(func=ab_command)
+
+
+def comparison_settings(args: Any, options: RunConfig, device: str) -> Settings:
+    """The Settings from the command line, each value checked with the option named."""
+    for name, value in (("--tolerance", args.tolerance), ("--confidence", args.confidence)):
+        if not 0.0 < value < 1.0:
+            raise BloomperfError(f"{name}: must be between 0 and 1, found {value}")
+    checked = {
+        "--min-pairs": parse_positive_int,
+        "--max-pairs": parse_positive_int,
+        "--max-time": parse_positive_float,
+    }
+    for name, parse in checked.items():
+        try:
+            parse(str(getattr(args, name[2:].replace("-", "_"))))
+        except ValueError as exc:
+            raise BloomperfError(f"{name}: {exc}") from None
+    mode = args.mode if args.mode != "auto" else (CYCLES if device == "cpu" else GROUPS)
+    return Settings(
+        tolerance=args.tolerance,
+        confidence=args.confidence,
+        min_pairs=args.min_pairs,
+        max_pairs=max(args.max_pairs, args.min_pairs),
+        max_time_s=args.max_time,
+        warmup=options.warmup,
+        cycles_per_round=options.cycles,
+        mode=mode,
+        seed=args.seed,
+    )
+
+
+def package_source(args: Any) -> PackageSource:
+    return PackageSource(
+        index_url=args.index_url,
+        find_links=tuple(args.find_links or ()),
+        with_deps=bool(args.with_deps),
+    )
+
+
+def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    options = resolve_options(vars(args))
+    topology = detect_topology()
+    settings = comparison_settings(args, options, resolve_device(options.device, topology))
+    cache_dir = options.cache_dir or default_cache_dir()
+    source = package_source(args)
+    arms = []
+    for name in ("a", "b"):
+        python = getattr(args, name)
+        pins = tuple(getattr(args, f"{name}_pin") or ())
+        print(
+            f"bloomperf ab: preparing arm {name.upper()}"
+            + (f" ({' '.join(pins)})" if pins else ""),
+            file=err,
+        )
+        arms.append(
+            prepare_arm(
+                name,
+                resolve_python(python, f"--{name}") if python else sys.executable,
+                parse_settings(getattr(args, f"{name}_env"), f"--{name}-env"),
+                pins,
+                source,
+                cache_dir,
+            )
+        )
+    output = options.output or Path("results") / (
+        f"bloomperf-ab-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    from bloomperf.harness.lock import hold_device_lock
+
+    with hold_device_lock(lock_key(topology), enabled=not options.no_lock):
+        session = Session.prepare(replace(options, output=None), topology)
+        for line in describe_differences(differences(arms[0], arms[1])) or ["(no difference)"]:
+            print(f"  differs: {line}", file=err)
+        comparisons = compare_arms(session, arms[0], arms[1], settings, output, err)
+    print(render_table(comparisons, settings), file=out)
+    print(f"results: {output}", file=out)
+    return exit_code(comparisons, args.fail_inconclusive)
+
+
+def compare_arms(
+    session: Session,
+    a: Arm,
+    b: Arm,
+    settings: Settings,
+    output: Path | None,
+    err: TextIO = sys.stderr,
+) -> list[Comparison]:
+    """Compare every planned cell; the results file is rewritten as the comparison goes."""
+    document = new_document(session, a, b, settings)
+    comparisons: list[Comparison] = []
+    show = print_progress(err)
+
+    def save() -> None:
+        if output is not None:
+            write_json_atomic(output, document)
+
+    def progress(log: PairLog, elapsed: float) -> None:
+        show(log, elapsed)
+        document["in_progress"] = log_json(log)
+        save()
+
+    save()  # an unwritable output fails now, not after a cell
+    print(
+        f"bloomperf ab: {session.model.name} on {session.topology.id}, {settings.mode} mode, "
+        f"tolerance {settings.tolerance * 100:g} %, up to {settings.max_time_s:g} s per cell",
+        file=err,
+    )
+    for group in session.groups:
+        runnable = []
+        for cell in group.cells():
+            reason = session.skip_reason(cell)
+            if reason:
+                comparisons.append(
+                    Comparison(
+                        cell, Outcome.SKIPPED, None, None, (), 0.0, "skipped", message=reason
+                    )
+                )
+            else:
+                runnable.append(cell)
+        if not runnable:
+            continue
+        spec = session.group_spec(runnable[0])
+        specs = {arm.name: arm_spec(spec, arm) for arm in (a, b)}
+        planned = replace(group, batch_sizes=tuple(c.batch_size for c in runnable))
+        for comparison in compare_group(specs, planned, settings, progress):
+            comparisons.append(comparison)
+            document["cells"] = [comparison_json(c) for c in comparisons]
+            document.pop("in_progress", None)
+            save()
+    document.update(finished_at=utc_now(), complete=True)
+    save()
+    return comparisons
+
+
+def new_document(session: Session, a: Arm, b: Arm, settings: Settings) -> dict[str, Any]:
+    return {
+        "kind": KIND,
+        "schema_version": SCHEMA_VERSION,
+        "started_at": utc_now(),
+        "finished_at": None,
+        "complete": False,
+        "model": {"name": session.model.name, "layers": session.model.layers},
+        "workload": {"new_tokens": session.run.workload.new_tokens},
+        "topology": session.topology.id,
+        "machine": {
+            k: session.run.environment.get(k) for k in ("hostname", "cpu_model", "gpus", "driver")
+        },
+        "settings": {
+            "tolerance": settings.tolerance,
+            "confidence": settings.confidence,
+            "look_confidence": settings.look_confidence,
+            "min_pairs": settings.min_pairs,
+            "max_pairs": settings.max_pairs,
+            "max_time_s": settings.max_time_s,
+            "warmup": settings.warmup,
+            "mode": settings.mode,
+            "cycles_per_round": settings.cycles_per_round,
+            "seed": settings.seed,
+        },
+        "arms": {"a": a.describe(), "b": b.describe()},
+        "differences": differences(a, b),
+        "cells": [],
+    }
+
+
+def comparison_json(comparison: Comparison) -> dict[str, Any]:
+    estimate = comparison.estimate
+    arms = {}
+    for name, result in comparison.arms.items():
+        arms[name] = {
+            "outcome": result.outcome.value,
+            "median_ms_per_token": comparison.median(name),
+            "load_time_s": result.load_time_s,
+            "peak_memory_bytes": result.peak_memory_bytes,
+            "message": result.message[-2000:],
+        }
+    return {
+        "id": comparison.cell.id,
+        **json_fields(comparison.cell),
+        "outcome": comparison.outcome.value,
+        "verdict": comparison.verdict,
+        "ratio": estimate.ratio if estimate else None,
+        "low": estimate.low if estimate else None,
+        "high": estimate.high if estimate else None,
+        "pairs": estimate.pairs if estimate else 0,
+        "stopped": comparison.stopped,
+        "elapsed_s": round(comparison.elapsed_s, 3),
+        "message": comparison.message[-2000:],
+        "arms": arms,
+        "samples": [json_fields(s) for s in comparison.samples],
+    }
+
+
+def log_json(log: PairLog) -> dict[str, Any]:
+    """The cell being measured, as far as it got (kept if the run is interrupted)."""
+    estimate = log.estimate
+    return {
+        "id": log.cell.id,
+        **json_fields(log.cell),
+        "pairs": log.pairs,
+        "ratio": estimate.ratio if estimate else None,
+        "low": estimate.low if estimate else None,
+        "high": estimate.high if estimate else None,
+        "samples": [json_fields(s) for s in log.samples],
+    }
+
+
+def render_table(comparisons: list[Comparison], settings: Settings) -> str:
+    header = ["cell", "A ms/token", "B ms/token", "B/A", "interval", "pairs", "verdict"]
+    rows = []
+    for c in comparisons:
+        e = c.estimate
+        a, b = c.median("a"), c.median("b")
+        verdict = (
+            c.verdict or f"{c.outcome.value}: {c.message.splitlines()[0] if c.message else ''}"
+        )
+        rows.append(
+            [
+                c.cell.id,
+                f"{a:.3f}" if a else "–",
+                f"{b:.3f}" if b else "–",
+                f"{e.ratio:.3f}" if e else "–",
+                f"[{e.low:.3f}, {e.high:.3f}]" if e else "–",
+                str(e.pairs if e else 0),
+                verdict,
+            ]
+        )
+    lines = markdown_table(header, rows)
+    lines.append(
+        f"(intervals at {settings.look_confidence * 100:.2f} % each: "
+        f"{settings.confidence * 100:g} % over all the looks at them)"
+    )
+    return "\n".join(lines)
+
+
+def exit_code(comparisons: list[Comparison], fail_inconclusive: bool) -> int:
+    for c in comparisons:
+        if c.outcome in FAILED_OUTCOMES or c.verdict == SLOWER:
+            return 1
+        if fail_inconclusive and c.verdict == "inconclusive":
+            return 1
+    return 0

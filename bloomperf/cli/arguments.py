@@ -1,0 +1,73 @@
+"""Command-line arguments that several commands share, each defined once.
+
+A run option (``options.OPTIONS``) keeps its flag, metavar, parser and help wherever another
+command takes it too, so ``--layers 0`` or a ``--include`` with shell characters is refused alike
+by ``run``, ``predict``, ``doctor`` and ``topology``. A command passes only what is its own: a
+help sentence where the meaning is narrower, a default, or ``required``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bloomperf.harness.options import OPTIONS, Option
+
+T = TypeVar("T")
+
+
+def checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An options parser as an argparse type: a usage error with its message (argparse's own
+    for a ValueError would be "invalid parse value")."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+def run_option(name: str) -> Option:
+    return next(option for option in OPTIONS if option.name == name)
+
+
+def add_run_option(parser: Any, name: str, *flags: str, **overrides: Any) -> None:
+    """Run option ``name`` on another command; ``flags`` adds older spellings of it."""
+    option = run_option(name)
+    settings: dict[str, Any] = {"dest": name, "help": option.help}
+    if option.flag:
+        settings["action"] = "store_true"
+    else:
+        settings.update(type=checked(option.parse), metavar=option.metavar, default=None)
+    settings.update(overrides)
+    parser.add_argument(option.cli_flag, *flags, **settings)
+
+
+def add_node_arguments(parser: Any) -> None:
+    """Multi-node: the nodes of a DeepSpeed hostfile, reached through the launcher's transport."""
+    add_run_option(parser, "hostfile", help="list every node of this DeepSpeed hostfile")
+    add_run_option(parser, "launcher", default="pdsh")
+    for name in ("ssh_port", "include", "exclude"):
+        add_run_option(parser, name)
+
+
+def add_format_argument(parser: Any, *more: str, help: str = "output format [text]") -> None:
+    parser.add_argument("--format", choices=("text", *more), default="text", help=help)
+
+
+def add_out_argument(parser: Any, help: str) -> None:
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help=help)
+
+
+def add_history_argument(parser: Any, help: str) -> None:
+    parser.add_argument("--history", type=Path, metavar="DIR", help=help)
+
+
+def add_allow_arguments(parser: Any, incomplete: str, synthetic: str) -> None:
+    """The two ways a results file is refused unless asked for: how the help words each."""
+    add_run_option(parser, "allow_incomplete", help=incomplete)
+    parser.add_argument("--allow-synthetic", action="store_true", help=synthetic)

@@ -1,0 +1,163 @@
+"""`bloomperf diff`: results against a baseline, or one result against another.
+
+Reads every format a run leaves behind: a ``bloomperf run`` results file, a pytest-benchmark
+``--benchmark-json`` file, a file of pytest-benchmark's ``--benchmark-save`` storage, or that
+storage folder (its newest file).
+
+Exit status: 1 when a cell regressed, ran out of memory unexpectedly, errored or timed out (or,
+with ``--strict``, moved its OOM boundary up), or when the results measured nothing or come from
+a run that did not finish (unless ``--allow-incomplete``); 0 otherwise; 2 on bad input; 3 on an
+internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bloomperf.analysis.compare import judge
+from bloomperf.analysis.verdicts import Comparison
+from bloomperf.catalog.provenance import NOTHING_CHANGED, what_changed
+from bloomperf.cli.arguments import (
+    add_allow_arguments,
+    add_format_argument,
+    add_history_argument,
+    add_run_option,
+)
+from bloomperf.cli.inputs import add_input_arguments, baseline_for
+from bloomperf.core.errors import EXIT_REGRESSION, BloomperfError
+from bloomperf.render.comparison import render_comparison
+from bloomperf.render.github import job_outputs, render_github, write_job_outputs
+from bloomperf.store.baseline import Baseline
+from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.history import add_detection_options, detection_settings, history_section
+from bloomperf.store.results import RunResult
+from bloomperf.store.results.files import read_many, read_results, refuse_synthetic
+
+# ---- comparing ---------------------------------------------------------------------------------
+
+
+def baseline_of_run(run: RunResult, source: str, ms_tolerance: float | None) -> Baseline:
+    """A result file as a baseline, for before/after diffs; its cycles feed the statistics."""
+    baseline = accept_run(run, None, source=source, force=True)
+    if ms_tolerance is not None:
+        cells = tuple(
+            replace(c, ms_per_token_tolerance=ms_tolerance) if c.ms_per_token is not None else c
+            for c in baseline.cells
+        )
+        baseline = replace(baseline, cells=cells)
+    return replace(baseline, path=source)
+
+
+def diff(
+    results: list[str],
+    baseline_arg: str | None,
+    baselines_dir: Path | None,
+    *,
+    strict: bool = False,
+    tolerance: float | None = None,
+    allow_incomplete: bool = False,
+    allow_synthetic: bool = False,
+) -> Comparison:
+    if baseline_arg is None and len(results) == 2:
+        before = refuse_synthetic(read_results(Path(results[0])), results[0], allow_synthetic)
+        after = refuse_synthetic(read_results(Path(results[1])), results[1], allow_synthetic)
+        expected = baseline_of_run(before, results[0], tolerance)
+        return judge(after, expected, strict=strict, allow_incomplete=allow_incomplete)
+    if baseline_arg is None and len(results) > 2:
+        raise BloomperfError(
+            "diff: give --baseline to compare several result files, or exactly two to diff them"
+        )
+    run = refuse_synthetic(read_many(results), ", ".join(results), allow_synthetic)
+    baseline, why = baseline_for(run, baseline_arg, baselines_dir)
+    return judge(run, baseline, strict=strict, allow_incomplete=allow_incomplete, no_baseline=why)
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "diff",
+        help="compare results with a baseline, or two result files",
+        description=__doc__,
+    )
+    add_input_arguments(
+        parser,
+        "bloomperf results, pytest-benchmark JSON, or a pytest-benchmark storage folder; "
+        "two of them without --baseline: before and after",
+    )
+    add_format_argument(
+        parser,
+        "markdown",
+        "json",
+        "github",
+        help="github: the text, then an ::error per failing cell and a ::warning per doubtful "
+        "one, and the verdict and counts in $GITHUB_OUTPUT",
+    )
+    add_run_option(parser, "strict")
+    add_allow_arguments(
+        parser,
+        incomplete="pass results that measured nothing or come from a run that did not finish",
+        synthetic="compare results of an injected slowdown (--slowdown-percent) too",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=_fraction,
+        help="ms/token tolerance when diffing two results (default: 0.05 on GPUs, "
+        "none on CPU), e.g. 0.1 for ±10%%",
+    )
+    # ---- history (bloomperf.store.history owns the test; this only wires it in) ----
+    add_history_argument(
+        parser,
+        "history folder: also list persistent changes over the nights, and fail when the "
+        "newest night confirmed one for the worse",
+    )
+    add_detection_options(parser)
+    parser.set_defaults(func=run_diff)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1), found {text}")
+    return value
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    comparison = diff(
+        args.results,
+        args.baseline,
+        args.baselines,
+        strict=args.strict,
+        tolerance=args.tolerance,
+        allow_incomplete=args.allow_incomplete,
+        allow_synthetic=args.allow_synthetic,
+    )
+    failed = comparison.failed
+    history = ""
+    if args.history is not None:
+        fmt = "markdown" if args.format == "markdown" else "text"
+        history, worse = history_section(args.history, fmt, **detection_settings(args))
+        failed = failed or worse
+    if args.format == "json" or not history:
+        print(render_comparison(comparison, args.format), end="")
+    else:
+        print(render_comparison(comparison, args.format) + "\n" + history, end="")
+    if args.format != "json" and args.baseline is None and len(args.results) == 2:
+        print(render_what_changed(args.results, args.format), end="")
+    if args.format == "github":
+        print(render_github(comparison, args.results[-1]), end="")
+        write_job_outputs(job_outputs(comparison, failed))
+    return EXIT_REGRESSION if failed else 0
+
+
+def render_what_changed(results: list[str], fmt: str) -> str:
+    """Between two runs: the checkout, system and package versions that differ."""
+    before, after = (read_results(Path(r)).environment for r in results)
+    lines = what_changed(before, after) or [NOTHING_CHANGED]
+    if fmt == "markdown":
+        return "\n### What changed between the runs\n\n" + "".join(f"- {x}\n" for x in lines)
+    return "\nWhat changed between the runs:\n" + "".join(f"  {x}\n" for x in lines)

@@ -1,0 +1,123 @@
+"""`bloomperf doctor`: what will not work on this machine, and why, before a nightly finds out.
+
+Each check ends ``ok``, ``warn`` or ``fail`` with a one-line reason. ``fail`` means a run of the
+chosen device cannot do something it is asked to (``--device cuda`` on a machine without NVML,
+torch built for a newer CUDA than the driver, no nvcc for DeepSpeed's fused kernels...); ``warn``
+means it runs, but skips cells or measures less reliably. On a CPU machine the GPU checks warn
+and say what is missing.
+
+NVML answers in this process (no CUDA context); torch, bitsandbytes and DeepSpeed are imported
+in a child process (``probe_libraries``), so a library that crashes on import cannot take the
+doctor down, and its findings come back as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from typing import Any
+
+from bloomperf.catalog.checkpoints import default_cache_dir
+from bloomperf.cli.arguments import add_format_argument, add_run_option
+from bloomperf.config.run import RunConfig
+from bloomperf.doctor.check import STATUSES, Check
+from bloomperf.doctor.host import check_disk, check_ram, check_shm
+from bloomperf.doctor.libraries import (
+    check_bitsandbytes,
+    check_deepspeed_jit,
+    check_fused_bloom,
+    check_torch_cuda,
+    probe_libraries,
+)
+from bloomperf.doctor.nvml import check_nvml
+
+DOCTOR_KIND = "bloomperf-doctor"
+SCHEMA_VERSION = 1
+
+
+def run_checks(
+    options: RunConfig, nvml: Any = None, facts: dict[str, Any] | None = None
+) -> list[Check]:
+    device = options.device
+    checks, found = check_nvml(nvml, device)
+    facts = facts if facts is not None else probe_libraries()
+    model = options.model or ("bloom-176b" if found["gpus"] else "tiny")
+    ranks = int(options.tp or found["gpus"] or 1)
+    cache = options.cache_dir or default_cache_dir()
+    return [
+        *checks,
+        check_torch_cuda(facts, found["cuda_driver"], device),
+        check_bitsandbytes(facts, device),
+        check_deepspeed_jit(facts, device),
+        check_fused_bloom(),
+        check_shm(ranks),
+        check_disk(model, options.layers, cache),
+        check_ram(model, options.layers, ranks),
+    ]
+
+
+def report_to_dict(checks: list[Check], device: str) -> dict[str, Any]:
+    return {
+        "kind": DOCTOR_KIND,
+        "schema_version": SCHEMA_VERSION,
+        "device": device,
+        "checks": [asdict(c) for c in checks],
+        "counts": {s: sum(c.status == s for c in checks) for s in STATUSES},
+    }
+
+
+def render_text(checks: list[Check]) -> str:
+    counts = ", ".join(f"{sum(c.status == s for c in checks)} {s}" for s in STATUSES)
+    width = max(len(c.name) for c in checks)
+    lines = [f"bloomperf doctor: {counts}"]
+    lines += [f"  {c.status:<4}  {c.name:<{width}}  {c.reason}" for c in checks]
+    return "\n".join(lines)
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check this machine: what will not work (NVML, CUDA, bitsandbytes, DeepSpeed's "
+        "JIT, /dev/shm, disk, RAM) and why",
+        description="Check the machine; every check ends ok, warn or fail. Exit 1 on a fail.",
+    )
+    add_format_argument(parser, "json")
+    add_run_option(
+        parser,
+        "device",
+        default="auto",
+        help="what the runs will use: cuda turns a missing GPU facility into a "
+        "fail (default auto: warn)",
+    )
+    add_run_option(
+        parser,
+        "model",
+        help="model to size disk and RAM for [default: bloom-176b with GPUs, tiny without]",
+    )
+    add_run_option(parser, "layers", help="build the model with this many blocks")
+    add_run_option(parser, "tp", help="ranks per DeepSpeed group [default: GPU count]")
+    add_run_option(
+        parser,
+        "cache_dir",
+        help="where runs keep built models (its disk is checked) "
+        "[$BLOOMPERF_CACHE or ~/.cache/bloomperf]",
+    )
+    parser.set_defaults(func=run_doctor_command)
+
+
+def run_doctor_command(args: argparse.Namespace) -> int:
+    checks = run_checks(
+        RunConfig(
+            device=args.device,
+            model=args.model,
+            layers=args.layers,
+            tp=args.tp,
+            cache_dir=args.cache_dir,
+        )
+    )
+    if args.format == "json":
+        print(json.dumps(report_to_dict(checks, args.device), indent=2, allow_nan=False))
+    else:
+        print(render_text(checks))
+    return 1 if any(c.status == "fail" for c in checks) else 0

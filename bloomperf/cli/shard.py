@@ -1,0 +1,147 @@
+"""`bloomperf shard --tp N`: write a tensor-parallel pre-sharded checkpoint.
+
+What the blog's ``microsoft/bloom-deepspeed-inference-fp16`` is: the model split for TP=N once,
+so that each rank later reads only its own files (a 1-minute instead of a 10-minute load for
+BLOOM-176B). N ranks run ``deepspeed.init_inference(save_mp_checkpoint_path=OUT)`` through the
+DeepSpeed launcher; a ``bloomperf-shard.json`` marker records TP degree, dtype and path
+(auto-TP or fused kernels: their files differ), and the ds-* backends load the folder with the
+``sharded=OUT`` option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bloomperf.catalog.dtypes import DTYPES
+from bloomperf.cli.arguments import add_out_argument, add_run_option
+from bloomperf.config.backend import BackendOptions
+from bloomperf.config.run import LaunchOptions
+from bloomperf.core.errors import BloomperfError
+
+SPEC_ENV = "BLOOMPERF_SHARD_SPEC"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What every shard rank is told (as JSON, in ``SPEC_ENV``)."""
+
+    backend: str
+    dtype: str
+    device: str
+    checkpoint: str
+    out: str  # the folder DeepSpeed saves the shards in
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ShardSpec:
+        return cls(**json.loads(text))
+
+
+def add_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser("shard", help="write a TP pre-sharded DeepSpeed checkpoint")
+    add_run_option(parser, "tp", required=True, help="tensor-parallel degree")
+    add_run_option(parser, "model", default="tiny", help="registry shape or checkpoint folder")
+    add_out_argument(parser, "folder to write")
+    parser.add_argument("--dtype", default="fp16", choices=DTYPES)
+    parser.add_argument(
+        "--backend",
+        default="ds-autotp",
+        choices=("ds-autotp", "ds-inference"),
+        help="whose layout to write: auto-TP, or the fused kernels' (GPU, reference profile)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="where the ranks run: GPUs (as the blog; each rank keeps only its share), or CPU "
+        "for tests",
+    )
+    parser.set_defaults(func=run_shard)
+
+
+def run_shard(args: argparse.Namespace) -> int:
+    from bloomperf.backends import backend_class
+    from bloomperf.catalog.checkpoints import resolve_model
+    from bloomperf.harness.dslaunch import cleanup_shm, rank_group_command, shm_segments
+
+    if args.tp == 1 and args.backend == "ds-autotp":
+        # inference/engine.py applies no auto-TP policy at TP=1, so nothing would be saved.
+        raise BloomperfError(
+            "--tp 1: DeepSpeed's auto-TP saves no shards at TP=1; load the checkpoint itself"
+        )
+    reason = backend_class(args.backend).unmet_requirement(
+        args.dtype, args.device, BackendOptions()
+    )
+    if reason:
+        raise BloomperfError(f"--backend {args.backend}: {reason}")
+    checkpoint = resolve_model(args.model).path
+    reason = backend_class(args.backend).host_memory_reason(
+        checkpoint, args.tp, args.dtype, BackendOptions()
+    )
+    if reason:
+        raise BloomperfError(f"--tp {args.tp}: {reason}")
+    spec = ShardSpec(
+        args.backend, args.dtype, args.device, str(checkpoint), str(args.out.resolve())
+    )
+    argv: list[str] = [sys.executable, "-m", "bloomperf.cli.shard"]
+    extra_env: dict[str, str] = {}
+    if args.tp > 1:
+        argv, extra_env = rank_group_command(args.tp, LaunchOptions(), module="bloomperf.cli.shard")
+    before = shm_segments()
+    env = {**os.environ, **extra_env, SPEC_ENV: spec.to_json()}
+    if args.device == "cpu":
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    try:
+        code = subprocess.run(argv, env=env, check=False).returncode
+    finally:
+        cleanup_shm(before)
+    if code != 0:
+        raise BloomperfError(f"--out {args.out}: sharding failed (exit {code}, see output above)")
+    print(f"wrote TP={args.tp} {args.backend} shards to {args.out}")
+    return 0
+
+
+def shard_rank(spec: ShardSpec) -> None:
+    """One rank: load the model by the backend's own path, the blog's meta-device one (each rank
+    reads the files one at a time and keeps its share, never the whole model), and let DeepSpeed
+    save this rank's part."""
+    import torch.distributed as dist
+
+    from bloomperf.backends import backend_class
+    from bloomperf.backends.base import LoadRequest
+    from bloomperf.backends.ds_inference import SHARD_MARKER, TensorParallelBackend
+
+    backend = backend_class(spec.backend)()
+    assert isinstance(backend, TensorParallelBackend)
+    request = LoadRequest(
+        checkpoint=Path(spec.checkpoint),
+        dtype=spec.dtype,
+        device=spec.device,
+        rank=int(os.environ.get("RANK", "0")),
+        world_size=int(os.environ.get("WORLD_SIZE", "1")),
+    )
+    backend.prepare(request)
+    backend.load_weights(request, save_mp_checkpoint_path=spec.out)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        marker = {
+            "tp": dist.get_world_size(),
+            "dtype": spec.dtype,
+            "kernel_inject": backend.kernel_inject,
+            "source": spec.checkpoint,
+        }
+        (Path(spec.out) / SHARD_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    shard_rank(ShardSpec.from_json(os.environ[SPEC_ENV]))

@@ -1,0 +1,1 @@
+"""Typed configuration: the run options (RunConfig, LaunchOptions) and what each backend reads."""

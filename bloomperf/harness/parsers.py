@@ -1,0 +1,150 @@
+"""The option table's parsers: text from a flag, the environment or an ini file → a typed
+value (the type of the ``RunConfig`` field of the same name), or ``ValueError`` saying why not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bloomperf.backends.ds_inference import read_shard_marker
+from bloomperf.catalog import accelerate_map
+from bloomperf.core.errors import BloomperfError
+
+
+def parse_names(valid: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        if not names:
+            raise ValueError("is empty")
+        for name in names:
+            if name not in valid:
+                raise ValueError(f"unknown value {name!r} (valid: {', '.join(valid)})")
+        return names
+
+    return parse
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    sizes = [parse_positive_int(part.strip(), "batch size") for part in text.split(",")]
+    if not sizes:
+        raise ValueError("is empty")
+    return tuple(sorted(set(sizes)))
+
+
+def parse_positive_int(text: str, name: str = "") -> int:
+    """A positive integer; ``name`` ("batch size") is said in the error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer{' ' + name if name else ''}") from None
+    if value <= 0:
+        raise ValueError(f"{name + ' ' if name else ''}must be a positive integer, got {value}")
+    return value
+
+
+def parse_positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(f"must be a positive number, got {text}")
+    return value
+
+
+def parse_percent(text: str) -> float:
+    value = parse_positive_float(text)
+    if value > 1000:
+        raise ValueError(f"must be at most 1000, got {text}")
+    return value
+
+
+def parse_node_filter(text: str) -> str:
+    """DeepSpeed's ``NAME[:SLOT[,SLOT...]][@NAME...]``; no character a shell would act on."""
+    if not re.fullmatch(
+        r"[A-Za-z0-9][A-Za-z0-9._-]*(:\d+(,\d+)*)?(@[A-Za-z0-9][A-Za-z0-9._-]*(:\d+(,\d+)*)?)*",
+        text,
+    ):
+        raise ValueError(f"{text!r} is not NODE[:SLOT[,SLOT...]][@NODE...]")
+    return text
+
+
+def parse_host(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text):
+        raise ValueError(f"{text!r} is not a host name or address")
+    return text
+
+
+def parse_choice(valid: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in valid:
+            raise ValueError(f"unknown value {text!r} (valid: {', '.join(valid)})")
+        return text
+
+    return parse
+
+
+def parse_text(text: str) -> str:
+    if not text.strip():
+        raise ValueError("is empty")
+    return text
+
+
+def parse_path(text: str) -> Path:
+    return Path(parse_text(text))
+
+
+def parse_ds_config(text: str) -> dict[str, Any]:
+    """A DeepSpeed config JSON file, read now: a missing or malformed file is a usage error."""
+    path = parse_path(text)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
+    return data
+
+
+def parse_max_memory(text: str) -> str:
+    return accelerate_map.parse_choice(parse_text(text).strip())
+
+
+def parse_work_folder(text: str) -> Path:
+    """A folder bloomperf or a library will write into (offload, NVMe): it must be a folder, or
+    creatable under a writable one; said now, not minutes later when the model stage fails."""
+    folder = parse_path(text)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} exists and is not a folder")
+    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{folder}: {existing} is not a writable folder")
+    return folder
+
+
+def parse_sharded(text: str) -> Path:
+    """A folder ``bloomperf shard`` wrote: its marker must be there and readable."""
+    folder = parse_path(text)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder")
+    try:
+        read_shard_marker(folder)
+    except BloomperfError as exc:
+        raise ValueError(str(exc)) from None
+    return folder
+
+
+def parse_flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use 1/0, true/false)")

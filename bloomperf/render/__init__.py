@@ -1,0 +1,1 @@
+"""Rendering: terminal and markdown text, GitHub output, the report and the history site."""

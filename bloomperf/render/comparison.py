@@ -1,0 +1,263 @@
+"""A ``Comparison`` as text, markdown or JSON: the verdict table and the lines worth reading.
+
+Only formats; the verdicts themselves are ``bloomperf.analysis.compare``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from bloomperf.analysis.stats import IMPROVED, REGRESSED, SAME
+from bloomperf.analysis.verdicts import (
+    CELL_LABELS,
+    NO_BASELINE,
+    NOT_JUDGED,
+    NOT_RUN,
+    OOM_LABELS,
+    QUIET,
+    SKIPPED,
+    CellVerdict,
+    Comparison,
+    MetricVerdict,
+)
+from bloomperf.catalog.hardware import known_topology
+from bloomperf.core.formatting import (
+    GIB,
+    clean,
+    format_ms,
+    format_table,
+    format_value,
+    markdown_table,
+    row_label,
+    table_layout,
+)
+from bloomperf.store.results import Outcome
+
+# The metrics a table cell names beside ms/token when they moved (load time has its own column:
+# one load serves the whole row).
+SIDE_METRICS = (("peak_memory", "memory"),)
+METRIC_LABELS = {REGRESSED: " REGRESSED", IMPROVED: " improved"}
+
+
+def change_text(m: MetricVerdict | None) -> str:
+    """The change in percent when it is judged or shows at the displayed precision; nothing for
+    noise: "(+0.0%)" on every cell hides the one that moved."""
+    if m is None or m.estimate is None:
+        return ""
+    percent = (m.estimate.ratio - 1) * 100
+    if m.status not in (REGRESSED, IMPROVED) and f"{abs(percent):.1f}" == "0.0":
+        return ""
+    note = ", not judged" if m.status == NOT_JUDGED else ""
+    return f" ({percent:+.1f}%{note})"
+
+
+def metrics_text(v: CellVerdict) -> str:
+    """ms/token with its change and verdict, then peak memory where it moved."""
+    ms = v.metric("ms_per_token")
+    text = format_ms(v.measured_ms_per_token) if v.measured_ms_per_token else v.measured_outcome
+    text += change_text(ms) + (METRIC_LABELS.get(ms.status, "") if ms is not None else "")
+    for metric, name in SIDE_METRICS:
+        m = v.metric(metric)
+        if m is not None and m.status in METRIC_LABELS:
+            figure = format_value(metric, m.measured)
+            text += f"; {name} {figure}{change_text(m)}{METRIC_LABELS[m.status]}"
+    return text
+
+
+def cell_text(v: CellVerdict | None) -> str:
+    """A table cell: the measured figure, its change and the verdict when it is not 'same'."""
+    if v is None:
+        return "–"
+    if v.measured_outcome == Outcome.OOM.value:
+        return OOM_LABELS.get(v.status, "OOM" + CELL_LABELS.get(v.status, f" ({v.status})"))
+    if v.status in NOT_RUN:
+        return v.status.upper() if v.status != SKIPPED else "skipped"
+    if v.status in (SAME, REGRESSED, IMPROVED):
+        return metrics_text(v)
+    return metrics_text(v) + CELL_LABELS.get(v.status, f" ({v.status})")
+
+
+def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    rows, sizes = table_layout(comparison.cells)
+    by_key = {(v.backend, v.dtype, v.batch_size): v for v in comparison.cells}
+    header = [
+        "Solution (dtype)",
+        *(f"Batch {s}" for s in sizes),
+        "Load time",
+        # Summed over the GPUs of a GPU topology; on a CPU the process's, over no GPU at all.
+        "Peak memory (all GPUs)" if known_topology(comparison.topology) else "Peak memory",
+    ]
+    body = []
+    for row in rows:
+        verdicts = [v for v in comparison.cells if (v.backend, v.dtype) == row]
+        body.append(
+            [
+                row_label(*row),
+                *(cell_text(by_key.get((*row, s))) for s in sizes),
+                load_text(verdicts),
+                memory_text(verdicts),
+            ]
+        )
+    return header, body
+
+
+STATUS_WORDS = {
+    SAME: "same",
+    REGRESSED: "REGRESSED",
+    IMPROVED: "improved",
+    NO_BASELINE: "no baseline",
+    NOT_JUDGED: "not judged",
+}
+
+
+def load_text(verdicts: list[CellVerdict]) -> str:
+    """One load serves every batch size of a row: its figure and verdict, once per row."""
+    m = next((m for v in verdicts if (m := v.metric("load_time")) and m.measured), None)
+    if m is None:
+        return "–"
+    change = change_text(m)
+    # A change shown says "not judged" itself; "(+49.5%, not judged) (not judged)" would stutter.
+    word = "" if m.status == NOT_JUDGED and change else verdict_word(m.status)
+    return f"{format_value('load_time', m.measured)}{change}{word}"
+
+
+def verdict_word(status: str) -> str:
+    """A verdict after a figure: a failure or an improvement loud, the rest in parentheses."""
+    word = STATUS_WORDS.get(status, status)
+    return f" {word}" if status in (REGRESSED, IMPROVED) else f" ({word})"
+
+
+def memory_text(verdicts: list[CellVerdict]) -> str:
+    """The row's largest peak and the memory verdict: the batch sizes that moved, if any."""
+    metrics = [(v.batch_size, m) for v in verdicts if (m := v.metric("peak_memory"))]
+    measured = [m.measured for _, m in metrics if m.measured]
+    if not measured:
+        return "–"
+    peak = max(measured) / GIB
+    # Whole GiB for a GPU's tens of them; a CPU's tiny model peaks below one ("≤ 0 GiB").
+    figure = f"≤ {peak:.0f} GiB" if peak >= 10 else f"≤ {peak:.2g} GiB"
+    moved = [
+        f"{STATUS_WORDS[m.status]} at bs{b}"
+        for b, m in metrics
+        if m.status in (REGRESSED, IMPROVED)
+    ]
+    if moved:
+        return f"{figure}, " + ", ".join(moved)
+    statuses = {m.status for _, m in metrics if m.measured}
+    words = [STATUS_WORDS.get(s, s) for s in sorted(statuses)]
+    return f"{figure} (" + " / ".join(words) + ")"
+
+
+LATENCY_COLUMNS = (
+    ("ttft_ms", "TTFT"),
+    ("tpot_ms", "TPOT p50"),
+    ("tpot_p90_ms", "p90"),
+    ("tpot_p99_ms", "p99"),
+)
+
+
+def latency_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Per cell with step times: prefill and decode latency, and throughput."""
+    header = ["Cell", *(name for _, name in LATENCY_COLUMNS), "tokens/s"]
+    body = []
+    for v in comparison.cells:
+        if v.latency.get("tpot_ms") is None:
+            continue
+        figures = [format_ms(v.latency[key] or 0.0) for key, _ in LATENCY_COLUMNS]
+        body.append([v.id, *figures, f"{v.latency.get('tokens_per_s') or 0.0:.1f}"])
+    return header, body
+
+
+def notable(comparison: Comparison) -> list[str]:
+    """A line for every cell worth reading about: failures first, then the rest that moved."""
+    lines = comparison.failures()
+    lines += [
+        f"{v.id}: {v.explain()}"
+        for v in comparison.cells
+        if v.status not in QUIET and not v.fails()
+    ]
+    return lines
+
+
+def render_comparison(comparison: Comparison, fmt: str = "text") -> str:
+    if fmt == "json":
+        return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False) + "\n"
+    header, body = table_rows(comparison)
+    title = f"{comparison.topology} · {comparison.model} vs {comparison.baseline}"
+    lines = notable(comparison)
+    if comparison.incomparable:
+        lines.insert(0, f"incomparable: {comparison.incomparable}")
+    if comparison.missing:
+        lines.append("not in the results: " + ", ".join(comparison.missing))
+    # Messages come from workers and files: no escape sequence reaches a terminal or a page.
+    lines = [clean(line) for line in lines]
+    latency_header, latency_body = latency_rows(comparison)
+    if fmt == "markdown":
+        parts = [f"**{clean(title)}**", "", *markdown_table(header, body), ""]
+        if latency_body:
+            parts += [*markdown_table(latency_header, latency_body), ""]
+        parts += [f"- {line}" for line in lines]
+        parts += ["", comparison.summary]
+        return "\n".join(parts) + "\n"
+    parts = [clean(title), format_table(header, body) if body else "(no cells)"]
+    if latency_body:
+        parts += ["", format_table(latency_header, latency_body)]
+    if lines:
+        parts += ["", *lines]
+    parts += ["", comparison.summary]
+    return "\n".join(parts) + "\n"
+
+
+def metric_to_dict(m: MetricVerdict) -> dict[str, Any]:
+    e = m.estimate
+    return {
+        "metric": m.metric,
+        "status": m.status,
+        "measured": finite(m.measured),
+        "expected": finite(m.expected),
+        "tolerance": m.tolerance,
+        "ratio": finite(e.ratio) if e else None,
+        "low": finite(e.low) if e else None,
+        "high": finite(e.high) if e else None,
+    }
+
+
+def finite(value: float | None) -> float | None:
+    """JSON has no Infinity or NaN: an unbounded figure is written as null."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def comparison_to_dict(c: Comparison) -> dict[str, Any]:
+    return {
+        "kind": "bloomperf-comparison",
+        "schema_version": 1,
+        "topology": c.topology,
+        "model": c.model,
+        "baseline": c.baseline,
+        "incomparable": c.incomparable or None,
+        "incomplete": c.incomplete or None,
+        "failed": c.failed,
+        "counts": c.counts,
+        "summary": c.summary,
+        "missing": list(c.missing),
+        "cells": [
+            {
+                "id": v.id,
+                "backend": v.backend,
+                "dtype": v.dtype,
+                "batch_size": v.batch_size,
+                "status": v.status,
+                "measured_outcome": v.measured_outcome,
+                "expected_outcome": v.expected_outcome,
+                "ms_per_token": v.measured_ms_per_token,
+                "expected_ms_per_token": v.expected_ms_per_token,
+                "fails": v.fails(),
+                "explain": v.explain(),
+                "metrics": [metric_to_dict(m) for m in v.metrics],
+                "latency": {k: finite(x) for k, x in v.latency.items()},
+            }
+            for v in c.cells
+        ],
+    }

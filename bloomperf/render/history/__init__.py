@@ -1,0 +1,1 @@
+"""The history site: an index of verdicts and one trend page per cell."""

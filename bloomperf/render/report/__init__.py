@@ -1,0 +1,124 @@
+"""The report of one run (`bloomperf report`): a page to look at rather than a table to read.
+
+Writes into DIR: ``index.html`` (self-contained: the plots are embedded, so it can be mailed or
+uploaded as one artifact file), ``report.md`` (the same content for a pull request or a job
+summary, next to the PNG files it links) and the PNGs themselves:
+
+* ``ratio_heatmap.png``: measured ÷ baseline per cell and judged metric, coloured by verdict.
+* ``ms_per_token.png``: ms/token against batch size, one colour per backend and dtype, log axes
+  whose ticks are the batch sizes; the baseline dashed beside the measurement; OOM cells crossed
+  at the top edge (measured) or ringed (expected by the baseline).
+* ``memory.png``: peak memory per GPU against batch size (the fullest GPU, with the band down to
+  the emptiest: pipeline parallelism leaves GPUs unevenly filled), one GPU's capacity as a line,
+  the baseline dashed; OOMs in a band above, measured crossed, the baseline's ringed.
+* ``load_time.png``: load time per backend and dtype as bars, the baseline's beside them.
+* ``ttft.png``, ``tpot.png``, ``tpot_percentiles.png``, ``energy_per_token.png``: latency and
+  energy, where the cells have them.
+* ``trend.png`` (with ``--history``): ms/token of every cell over the nights, the nights where a
+  persistent change started marked (``bloomperf.store.history`` finds them).
+
+The page opens with the verdicts and what changed in the software since the previous night (or
+the baseline; ``bloomperf.render.report.changes``). The verdicts come from
+``bloomperf.analysis.compare`` and the baseline from ``bloomperf.store.baseline``: the report
+draws, it does not judge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bloomperf.analysis.compare import judge
+from bloomperf.analysis.stats import REGRESSED
+from bloomperf.core.errors import BloomperfError
+from bloomperf.render.report.changes import WhatChanged, what_changed_since
+from bloomperf.render.report.figure import save_figure
+from bloomperf.render.report.heatmap import ratio_heatmap
+from bloomperf.render.report.latency import LATENCY_FILES, write_latency_plots
+from bloomperf.render.report.memory import plot_memory
+from bloomperf.render.report.page import write_pages
+from bloomperf.render.report.timing import plot_load_times, plot_ms_per_token
+from bloomperf.render.report.trend import plot_trend
+from bloomperf.store.baseline import Baseline
+from bloomperf.store.history import (
+    DEFAULT_TOLERANCE,
+    Change,
+    Night,
+    detect_changes,
+    load_history,
+)
+from bloomperf.store.results import RunResult
+
+# Every file a report writes into its --out folder.
+REPORT_FILES = (
+    "index.html",
+    "report.md",
+    "ratio_heatmap.png",
+    "ms_per_token.png",
+    "memory.png",
+    "load_time.png",
+    "trend.png",
+    *LATENCY_FILES,
+)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``write_report`` produced: the files, the history changes it marked, and what
+    changed in the software since the run it compared with."""
+
+    html: Path
+    markdown: Path
+    plots: tuple[Path, ...]
+    changes: tuple[Change, ...] = ()
+    what_changed: tuple[WhatChanged, ...] = ()  # since the previous night, or the baseline
+
+
+def write_report(
+    run: RunResult,
+    baseline: Baseline | None,
+    out: Path,
+    history: Path | None = None,
+    **settings: Any,
+) -> Report:
+    """Render the report of ``run`` (against ``baseline``) into the folder ``out``."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BloomperfError(f"--out {out}: cannot create: {exc.strerror or exc}") from None
+    if not run.cells:
+        raise BloomperfError("report: the results hold no cells")
+    comparison = judge(run, baseline, no_baseline="no baseline for this topology and model")
+    plots = {
+        "heatmap": save_figure(ratio_heatmap(comparison), out / "ratio_heatmap.png"),
+        "ms": plot_ms_per_token(
+            run,
+            baseline,
+            out / "ms_per_token.png",
+            frozenset(
+                c.id
+                for c in comparison.cells
+                for m in c.metrics
+                if m.metric == "ms_per_token" and m.status == REGRESSED
+            ),
+        ),
+        "memory": plot_memory(run, baseline, out / "memory.png"),
+        "load": plot_load_times(run, baseline, out / "load_time.png"),
+    }
+    latency = write_latency_plots(run, baseline, out)
+    plots.update(latency.paths)
+    nights: list[Night] = []
+    changes: list[Change] = []
+    if history is not None:
+        nights = load_history(history)
+        if not nights:
+            raise BloomperfError(f"--history {history}: holds no nights yet")
+        changes = detect_changes(nights, **settings)
+        tolerance = settings.get("tolerance", DEFAULT_TOLERANCE)
+        plots["trend"] = plot_trend(nights, changes, out / "trend.png", tolerance)
+    changed = what_changed_since(run, nights, baseline)
+    html_path, md_path = write_pages(
+        out, run, comparison, plots, nights, changes, latency.notes, changed
+    )
+    return Report(html_path, md_path, tuple(plots.values()), tuple(changes), tuple(changed))

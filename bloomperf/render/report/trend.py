@@ -1,0 +1,96 @@
+"""The report's trend plot: ms/token of every cell over the nights of a history, the nights where a
+persistent change started (``bloomperf.store.history`` finds them) marked in red.
+
+Each panel is one cell relative to its own median, all on one y scale: ±3 % of noise must look
+small next to a 15 % step, which autoscaled axes would both blow up to full height.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bloomperf.render.report.figure import COLOURS, OOM_COLOUR, new_figure, save_figure
+from bloomperf.store.history import METRIC_MS, Change, Night, series
+from bloomperf.store.results import CellResult
+
+
+def percent_range(nights: Sequence[Night], cells: Sequence[CellResult]) -> tuple[float, float]:
+    """A y range shared by every trend panel: at least ±10 %, wider where the data go."""
+    low, high = -10.0, 10.0
+    for cell in cells:
+        values = [v for _, v in series(nights, cell.id, METRIC_MS)]
+        centre = statistics.median(values)
+        low = min(low, *((v / centre - 1) * 100 for v in values))
+        high = max(high, *((v / centre - 1) * 100 for v in values))
+    return low * 1.1, high * 1.25  # headroom at the top for the change labels
+
+
+def mark_change(ax: Any, change: Change, colour: str = OOM_COLOUR) -> None:
+    """A dashed line on the night a persistent change started, labelled with its size."""
+    ax.axvline(change.night, color=colour, ls="--", lw=1.2)
+    rel = change.relative
+    text = f"{rel * 100:+.0f}%" if rel is not None else f"→ {change.after}"
+    ax.annotate(
+        f"{text} from\n{change.night_label}",
+        (change.night, 0.96),
+        xycoords=("data", "axes fraction"),
+        va="top",
+        ha="right",
+        fontsize=7,
+        color=colour,
+        xytext=(-3, 0),
+        textcoords="offset points",
+    )
+
+
+def plot_trend(
+    nights: Sequence[Night], changes: Sequence[Change], path: Path, tolerance: float
+) -> Path:
+    """ms/token per cell over the nights; a red line where a persistent change started."""
+    cells = sorted(
+        {c.id: c for n in nights for c in n.run.cells}.values(),
+        key=lambda c: (c.backend, c.dtype, c.batch_size),
+    )
+    cells = [c for c in cells if series(nights, c.id, METRIC_MS)]
+    columns = 4 if len(cells) > 4 else max(1, len(cells))
+    lines = max(1, math.ceil(len(cells) / columns))
+    # A fixed grid: constrained layout costs seconds per panel with a month of cells.
+    fig = new_figure(3.2 * columns, 2.3 * lines + 0.7, layout=None)
+    fig.set_dpi(90)
+    top = 1 - 0.6 / (2.3 * lines + 0.7)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.04, top=top, hspace=0.45, wspace=0.25)
+    axes = fig.subplots(lines, columns, squeeze=False)
+    for ax in axes.flat[len(cells) :]:
+        ax.set_visible(False)
+    step = max(1, len(nights) // 6)
+    ticks = list(range(0, len(nights), step))
+    low, high = percent_range(nights, cells)
+    for ax, cell in zip(axes.flat, cells, strict=False):
+        points = series(nights, cell.id, METRIC_MS)
+        # Relative to the cell's median, on one scale for all cells: ±3 % of noise must look
+        # small next to a 15 % step, which autoscaled axes would both blow up to full height.
+        centre = statistics.median(v for _, v in points)
+        percent = [(v / centre - 1) * 100 for _, v in points]
+        ax.axhspan(-tolerance * 100, tolerance * 100, color="grey", alpha=0.12, lw=0)
+        ax.plot([i for i, _ in points], percent, "-o", ms=3, color=COLOURS[0])
+        for change in changes:
+            if change.cell == cell.id and change.metric in (METRIC_MS, "outcome"):
+                mark_change(ax, change)
+        ax.set_title(f"{cell.id} (median {centre:.3g} ms)", fontsize=8)
+        ax.set_xticks(ticks, [nights[i].label[5:10] for i in ticks], fontsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_xlim(-0.5, len(nights) - 0.5)
+        ax.set_ylim(low, high)
+        ax.grid(True, alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("% vs median", fontsize=8)
+    fig.suptitle(
+        f"ms per token over {len(nights)} nights ({nights[0].label} … {nights[-1].label}); "
+        f"grey band: ±{tolerance * 100:g} %; dashed red: a persistent change started",
+        fontsize=10,
+    )
+    return save_figure(fig, path)

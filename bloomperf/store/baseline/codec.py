@@ -1,0 +1,222 @@
+"""A baseline's JSON form: the one reader and the one writer of ``bloomperf-baseline`` files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from bloomperf.catalog.names import check_model_name, check_topology_id
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import get_dict, get_float, get_int, get_list, get_str, json_fields
+from bloomperf.store.baseline import (
+    EXPECT_OK,
+    EXPECTED_OUTCOMES,
+    Baseline,
+    BaselineCell,
+    LoadTime,
+    Provenance,
+)
+from bloomperf.store.latency import JUDGED_LATENCY
+from bloomperf.store.results import read_backend_and_dtype
+from bloomperf.store.schema import DocumentKind, read_versioned, write_versioned
+
+BASELINE = DocumentKind("bloomperf-baseline", 1)
+
+
+def _tolerance(data: dict[str, Any], key: str, where: str) -> float | None:
+    value = get_float(data, key, where, optional=True)
+    if value is not None and value >= 1.0:
+        raise BloomperfError(
+            f"{where}: field {key!r} must be a fraction below 1 (0.05 = 5%), found {value}"
+        )
+    return value
+
+
+def _floats(values: Iterable[Any], where: str) -> tuple[float, ...]:
+    return tuple(float(get_float({"v": v}, "v", where, positive=True) or 0.0) for v in values)
+
+
+def _strings(values: Iterable[Any], where: str) -> tuple[str, ...]:
+    return tuple(get_str({"v": v}, "v", where) for v in values)
+
+
+def cell_from_dict(data: Any, where: str) -> BaselineCell:
+    backend, dtype = read_backend_and_dtype(data, where, "a cell")
+    outcome = get_str(data, "outcome", where)
+    if outcome not in EXPECTED_OUTCOMES:
+        raise BloomperfError(
+            f"{where}: unknown outcome {outcome!r} (valid: {', '.join(EXPECTED_OUTCOMES)})"
+        )
+    ms = get_float(data, "ms_per_token", where, optional=True, positive=True)
+    if outcome != EXPECT_OK and ms is not None:
+        raise BloomperfError(f"{where}: an {outcome!r} cell cannot have ms_per_token")
+    return BaselineCell(
+        backend=backend,
+        dtype=dtype,
+        batch_size=int(get_int(data, "batch_size", where, minimum=1) or 0),
+        outcome=outcome,
+        ms_per_token=ms,
+        ms_per_token_tolerance=_tolerance(data, "ms_per_token_tolerance", where),
+        ms_per_token_decimals=get_int(data, "ms_per_token_decimals", where, optional=True),
+        ms_per_token_samples=_floats(get_list(data, "ms_per_token_samples", where, []), where),
+        peak_memory_bytes=get_int(data, "peak_memory_bytes", where, optional=True),
+        peak_memory_tolerance=_tolerance(data, "peak_memory_tolerance", where),
+        load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
+        load_time_tolerance=_tolerance(data, "load_time_tolerance", where),
+        provenance=get_str(data, "provenance", where, default=""),
+        **latency_from_dict(get_dict(data, "latency", where, default={}), f"{where} latency"),
+    )
+
+
+def latency_from_dict(data: dict[str, Any], where: str) -> dict[str, Any]:
+    samples, tolerances = {}, {}
+    for metric, entry in data.items():
+        if metric not in JUDGED_LATENCY or not isinstance(entry, dict):
+            raise BloomperfError(f"{where}: unknown latency metric {metric!r}")
+        samples[metric] = _floats(get_list(entry, "samples", where), where)
+        tolerances[metric] = _tolerance(entry, "tolerance", where)
+    return {"latency_samples": samples, "latency_tolerances": tolerances}
+
+
+def cell_to_dict(c: BaselineCell) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "backend": c.backend,
+        "dtype": c.dtype,
+        "batch_size": c.batch_size,
+        "outcome": c.outcome,
+    }
+    optional: dict[str, Any] = {
+        "ms_per_token": whole_number(c.ms_per_token),
+        "ms_per_token_tolerance": c.ms_per_token_tolerance,
+        "ms_per_token_decimals": c.ms_per_token_decimals,
+        "ms_per_token_samples": list(c.ms_per_token_samples) or None,
+        "peak_memory_bytes": c.peak_memory_bytes,
+        "peak_memory_tolerance": c.peak_memory_tolerance,
+        "load_time_s": whole_number(c.load_time_s),
+        "load_time_tolerance": c.load_time_tolerance,
+    }
+    data.update({k: v for k, v in optional.items() if v is not None})
+    if c.latency_samples:
+        data["latency"] = {
+            metric: {"samples": list(values), "tolerance": c.latency_tolerances.get(metric)}
+            for metric, values in c.latency_samples.items()
+        }
+    data["provenance"] = c.provenance
+    return data
+
+
+def whole_number(value: float | None) -> float | int | None:
+    """Whole numbers stay integers in the file ("283", as the blog prints it, not "283.0")."""
+    if value is not None and float(value).is_integer():
+        return int(value)
+    return value
+
+
+def load_time_from_dict(data: Any, where: str) -> LoadTime:
+    backend, dtype = read_backend_and_dtype(data, where, "a load time")
+    return LoadTime(
+        backend=backend,
+        dtype=dtype,
+        variant=get_str(data, "variant", where, default=""),
+        seconds=float(get_float(data, "seconds", where, positive=True) or 0.0),
+        tolerance=_tolerance(data, "tolerance", where),
+        provenance=get_str(data, "provenance", where, default=""),
+    )
+
+
+def provenance_from_dict(data: Any, where: str) -> Provenance:
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: a provenance entry must be an object")
+    software = get_dict(data, "software", where, default={})
+    return Provenance(
+        id=get_str(data, "id", where),
+        source=get_str(data, "source", where),
+        date=get_str(data, "date", where),
+        hardware=get_str(data, "hardware", where),
+        software={str(k): get_str(software, k, f"{where} software") for k in software},
+    )
+
+
+def baseline_from_dict(data: dict[str, Any], where: str) -> Baseline:
+    topology = get_dict(data, "topology", where)
+    model = get_dict(data, "model", where)
+    workload = get_dict(data, "workload", where, default={})
+    provenance = tuple(
+        provenance_from_dict(p, f"{where} provenance {i}")
+        for i, p in enumerate(get_list(data, "provenance", where))
+    )
+    cells = tuple(
+        cell_from_dict(c, f"{where} cell {i}") for i, c in enumerate(get_list(data, "cells", where))
+    )
+    load_times = tuple(
+        load_time_from_dict(lt, f"{where} load time {i}")
+        for i, lt in enumerate(get_list(data, "load_times", where, default=[]))
+    )
+    baseline = Baseline(
+        topology=check_topology_id(get_str(topology, "id", where), where),
+        topology_aliases=tuple(
+            check_topology_id(a, where)
+            for a in _strings(get_list(topology, "aliases", where, []), where)
+        ),
+        topology_description=get_str(topology, "description", where, default=""),
+        model=check_model_name(get_str(model, "name", where), where),
+        model_aliases=tuple(
+            check_model_name(a, where)
+            for a in _strings(get_list(model, "aliases", where, []), where)
+        ),
+        model_layers=get_int(model, "layers", where, optional=True),
+        new_tokens=get_int(workload, "new_tokens", where, optional=True, minimum=1),
+        provenance=provenance,
+        cells=cells,
+        load_times=load_times,
+        notes=_strings(get_list(data, "notes", where, []), where),
+        path=where,
+    )
+    check_consistent(baseline, where)
+    return baseline
+
+
+def check_consistent(baseline: Baseline, where: str) -> None:
+    """No cell twice, and every figure's provenance is described."""
+    seen: set[str] = set()
+    for c in baseline.cells:
+        if c.id in seen:
+            raise BloomperfError(f"{where}: cell {c.id} appears twice")
+        seen.add(c.id)
+    known = {p.id for p in baseline.provenance}
+    for item_id, ref in [(c.id, c.provenance) for c in baseline.cells] + [
+        (f"load time {lt.backend}-{lt.dtype}", lt.provenance) for lt in baseline.load_times
+    ]:
+        if ref not in known:
+            raise BloomperfError(f"{where}: {item_id} names unknown provenance {ref!r}")
+
+
+def baseline_to_dict(b: Baseline) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        **BASELINE.header(),
+        "topology": {
+            "id": b.topology,
+            "aliases": list(b.topology_aliases),
+            "description": b.topology_description,
+        },
+        "model": {"name": b.model, "aliases": list(b.model_aliases), "layers": b.model_layers},
+        "workload": {"new_tokens": b.new_tokens},
+        "provenance": [json_fields(p) for p in b.provenance],
+        "notes": list(b.notes),
+        "cells": [cell_to_dict(c) for c in b.cells],
+        "load_times": [
+            json_fields(lt) | {"seconds": whole_number(lt.seconds)} for lt in b.load_times
+        ],
+    }
+    return data
+
+
+def load_baseline(path: Path) -> Baseline:
+    path = Path(path)
+    data = read_versioned(path, BASELINE)
+    return baseline_from_dict(data, str(path))
+
+
+def save_baseline(baseline: Baseline, path: Path) -> None:
+    write_versioned(Path(path), BASELINE, baseline_to_dict(baseline))

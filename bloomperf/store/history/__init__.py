@@ -1,0 +1,379 @@
+"""Nightly history: the nights where a cell's figures changed, and ``bloomperf history``.
+
+The folder of nights and each cell's series over them are ``bloomperf.store.history.nights``; the
+``bloomperf history`` command is ``bloomperf.cli.history``.
+
+Change detection: a persistent-shift test on log values
+---------------------------------------------------------
+A night's ms/token carries noise (clocks, neighbours, the file cache) and sometimes one bad
+night (+40 % once, then back). What matters is a *level* that moved and stayed. For each cell and
+metric the series of nights is scanned in order; a change is declared at night k when
+
+* the median of the nights after k (k and up to ``window``−1 more, at least ``confirm`` of them)
+  differs from the median of the up to ``window`` nights before k (since the last change) by more
+  than ``max(log(1 + tolerance), c · σ · √(π/2) · √(1/n_before + 1/n_after))`` on log scale.
+
+Why this and not a plain threshold or a CUSUM:
+
+* medians on both sides: one outlier night can move neither median, so it cannot raise an alarm;
+  a shift has to hold on most of the following nights (a majority of up to ``window`` nights:
+  two bad nights in a row inside six normal ones do not make a change either), which is what
+  "persists" means here. A change at the newest nights needs ``confirm`` nights to be seen.
+* logs: a 15 % slowdown is the same step at 200 ms/token and at 0.7 ms/token.
+* σ, the night-to-night noise, is estimated per series as MAD(differences) · 1.4826 / √2, the
+  usual robust noise estimate of change-point methods, over the lag-1 and lag-2 differences: a
+  step spoils two of them and an outlier four, so neither inflates σ, and twice the differences
+  make σ steadier on a month of nights (a σ that comes out low by chance is what turns a clump
+  of noise into a false change). √(π/2) is the standard error of a median relative to a mean;
+  with c = 4 a pure-noise series crosses the bar about once in 10⁴ comparisons.
+* the ``tolerance`` floor (5 %, the baseline's ms/token tolerance) keeps a real but irrelevant
+  drift of 1 % on very quiet GPUs from being reported.
+* CUSUM needs the in-control level and σ known in advance, and e-divisive needs permutation
+  tests: both heavier and less obvious to a reader of the report than "median after vs median
+  before, beyond the noise".
+
+Where the alarm first fires the step lies somewhere in the after-window; the night reported is the
+split that fits two constant levels best (least absolute deviations), i.e. the night the new
+level started. The outcome of a cell (ok → oom, say) is checked the same way with the most
+common outcome in place of the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bloomperf.catalog.provenance import what_changed
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import format_value, markdown_table
+from bloomperf.store.history.nights import (
+    METRIC_MEMORY,
+    METRIC_MS,
+    METRIC_OUTCOME,
+    Night,
+    cell_ids,
+    load_history,
+    outcome_series,
+    series,
+)
+from bloomperf.store.results import Outcome
+
+# Defaults of the persistent-shift test (see the module docstring).
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_WINDOW = 6
+DEFAULT_CONFIRM = 3
+NOISE_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Change:
+    """A level shift in one cell's metric that started at ``nights[night]``."""
+
+    cell: str
+    metric: str
+    night: int
+    night_label: str
+    before: float | str
+    after: float | str
+    nights_after: int  # how many nights confirm it (fewer than the window near the newest night)
+
+    @property
+    def relative(self) -> float | None:
+        """after / before − 1 for figures; None for outcome changes."""
+        if isinstance(self.before, float) and isinstance(self.after, float) and self.before > 0:
+            return self.after / self.before - 1.0
+        return None
+
+    @property
+    def worse(self) -> bool:
+        """Slower, larger, or a cell that stopped running (every metric is lower-is-better)."""
+        if self.metric == METRIC_OUTCOME:
+            return self.before == Outcome.OK.value and self.after != Outcome.OK.value
+        rel = self.relative
+        return rel is not None and rel > 0
+
+
+# ---- the persistent-shift test ---------------------------------------------------------------
+
+
+def noise_sigma(logs: Sequence[float]) -> float:
+    """Robust night-to-night noise: MAD of the lag-1 and lag-2 differences · 1.4826 / √2."""
+    diffs = [logs[i] - logs[i - lag] for lag in (1, 2) for i in range(lag, len(logs))]
+    if len(diffs) < 2:
+        return 0.0
+    centre = statistics.median(diffs)
+    mad = statistics.median(abs(d - centre) for d in diffs)
+    return 1.4826 * mad / math.sqrt(2.0)
+
+
+def shift_threshold(sigma: float, n_before: int, n_after: int, tolerance: float) -> float:
+    noise = NOISE_FACTOR * sigma * math.sqrt(math.pi / 2) * math.sqrt(1 / n_before + 1 / n_after)
+    return max(math.log1p(tolerance), noise)
+
+
+def split_cost(values: Sequence[float], split: int) -> float:
+    """Sum of absolute deviations from each side's median: small where two levels fit best."""
+    cost = 0.0
+    for part in (values[:split], values[split:]):
+        if part:
+            centre = statistics.median(part)
+            cost += sum(abs(v - centre) for v in part)
+    return cost
+
+
+def locate_split(values: Sequence[float], lo: int, candidates: range, hi: int) -> int:
+    """The candidate split of ``values[lo:hi]`` with the lowest two-level cost (first on ties)."""
+    return min(candidates, key=lambda k: (split_cost(values[lo:hi], k - lo), k))
+
+
+def find_shifts(
+    logs: Sequence[float],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    window: int = DEFAULT_WINDOW,
+    confirm: int = DEFAULT_CONFIRM,
+) -> list[int]:
+    """Positions in ``logs`` where a persistent level shift starts (see the module docstring)."""
+    check_test_settings(tolerance, window, confirm)
+    sigma = noise_sigma(logs)
+    shifts: list[int] = []
+    start = 0
+    k = confirm
+    while k + confirm <= len(logs):
+        before = logs[max(start, k - window) : k]
+        after = logs[k : k + window]
+        if is_shifted(before, after, sigma, tolerance):
+            lo = max(start, k - window)
+            hi = k + len(after)
+            # The alarm fires once most of the after-window is shifted: the step lies in it.
+            split = locate_split(logs, lo, range(k, hi), hi)
+            new_level = logs[split : split + window]
+            confirmed = len(new_level) >= confirm and split - max(start, split - window) >= 1
+            if confirmed and is_shifted(
+                logs[max(start, split - window) : split], new_level, sigma, tolerance
+            ):
+                shifts.append(split)
+                start = split
+                k = split + confirm
+                continue
+        k += 1
+    return shifts
+
+
+def is_shifted(before: Sequence[float], after: Sequence[float], sigma: float, tol: float) -> bool:
+    if not before or not after:
+        return False
+    step = abs(statistics.median(after) - statistics.median(before))
+    return step > shift_threshold(sigma, len(before), len(after), tol)
+
+
+def find_outcome_shifts(
+    outcomes: Sequence[str], *, window: int = DEFAULT_WINDOW, confirm: int = DEFAULT_CONFIRM
+) -> list[int]:
+    """Where the most common outcome changes and stays changed on most following nights."""
+    check_test_settings(DEFAULT_TOLERANCE, window, confirm)
+    shifts: list[int] = []
+    start = 0
+    k = confirm
+    while k + confirm <= len(outcomes):
+        before = most_common(outcomes[max(start, k - window) : k])
+        after_window = outcomes[k : k + window]
+        after = most_common(after_window)
+        # The new outcome must hold tonight and on a strict majority of the following nights.
+        strict = after_window.count(after) * 2 > len(after_window)
+        if after != before and outcomes[k] == after and strict:
+            shifts.append(k)
+            start = k
+            k += confirm
+            continue
+        k += 1
+    return shifts
+
+
+def most_common(values: Sequence[str]) -> str:
+    counts = Counter(values)
+    # Ties go to the earlier value: the known state wins over a new one.
+    return max(values, key=lambda v: (counts[v], -values.index(v)))
+
+
+def check_test_settings(tolerance: float, window: int, confirm: int) -> None:
+    if not 0 <= tolerance < 1:
+        raise BloomperfError(f"--change-tolerance: must be a fraction below 1, found {tolerance}")
+    if confirm < 2:
+        raise BloomperfError(f"--confirm: must be at least 2 nights, found {confirm}")
+    if window < confirm:
+        raise BloomperfError(f"--window: must be at least --confirm ({confirm}), found {window}")
+
+
+def detect_changes(
+    nights: Sequence[Night],
+    *,
+    metrics: Sequence[str] = (METRIC_MS, METRIC_MEMORY),
+    tolerance: float = DEFAULT_TOLERANCE,
+    window: int = DEFAULT_WINDOW,
+    confirm: int = DEFAULT_CONFIRM,
+) -> list[Change]:
+    """Every persistent change in the history, per cell and metric, oldest first."""
+    changes: list[Change] = []
+    for cell in cell_ids(nights):
+        for metric in metrics:
+            points = series(nights, cell, metric)
+            logs = [math.log(v) for _, v in points]
+            for pos in find_shifts(logs, tolerance=tolerance, window=window, confirm=confirm):
+                changes.append(numeric_change(cell, metric, nights, points, pos, window, len(logs)))
+        outcomes = outcome_series(nights, cell)
+        values = [o for _, o in outcomes]
+        for pos in find_outcome_shifts(values, window=window, confirm=confirm):
+            index = outcomes[pos][0]
+            changes.append(
+                Change(
+                    cell=cell,
+                    metric=METRIC_OUTCOME,
+                    night=index,
+                    night_label=nights[index].label,
+                    before=most_common(values[max(0, pos - window) : pos]),
+                    after=values[pos],
+                    nights_after=min(window, len(values) - pos),
+                )
+            )
+    changes.sort(key=lambda c: (c.night, c.cell, c.metric))
+    return changes
+
+
+def numeric_change(
+    cell: str,
+    metric: str,
+    nights: Sequence[Night],
+    points: Sequence[tuple[int, float]],
+    pos: int,
+    window: int,
+    length: int,
+) -> Change:
+    values = [v for _, v in points]
+    index = points[pos][0]
+    return Change(
+        cell=cell,
+        metric=metric,
+        night=index,
+        night_label=nights[index].label,
+        before=float(statistics.median(values[max(0, pos - window) : pos])),
+        after=float(statistics.median(values[pos : pos + window])),
+        nights_after=min(window, length - pos),
+    )
+
+
+def new_changes(nights: Sequence[Night], **settings: Any) -> list[Change]:
+    """Changes the newest night brought to light: found now, not found without that night.
+
+    A change stays in the history for good; a nightly job should fail only on the night it is
+    first confirmed, not on every night after it.
+    """
+    if not nights:
+        return []
+    known = {(c.cell, c.metric, c.night) for c in detect_changes(nights[:-1], **settings)}
+    return [
+        c for c in detect_changes(nights, **settings) if (c.cell, c.metric, c.night) not in known
+    ]
+
+
+# ---- showing ----------------------------------------------------------------------------------
+
+
+def describe_change(c: Change) -> str:
+    rel = c.relative
+    shift = f" ({rel * 100:+.1f} %)" if rel is not None else ""
+    return (
+        f"{format_value(c.metric, c.before)} → {format_value(c.metric, c.after)}{shift}"
+        f", {c.nights_after} night{'s' if c.nights_after != 1 else ''} since"
+    )
+
+
+def render_changes(
+    changes: Sequence[Change], nights: Sequence[Night], fmt: str, new: Sequence[Change] = ()
+) -> str:
+    """The changes as a text or markdown section; ``new`` ones are flagged."""
+    new_keys = {(c.cell, c.metric, c.night) for c in new}
+    span = f"{nights[0].label} … {nights[-1].label}" if nights else "no nights"
+    title = f"History: {len(nights)} nights ({span}), {len(changes)} change(s)"
+    rows = [
+        [
+            c.night_label,
+            c.cell,
+            c.metric,
+            describe_change(c),
+            ("new, " if (c.cell, c.metric, c.night) in new_keys else "")
+            + ("worse" if c.worse else "better"),
+        ]
+        for c in changes
+    ]
+    for row, c in zip(rows, changes, strict=True):
+        row.append("; ".join(changed_at(nights, c.night)) or "nothing recorded")
+    header = ["Night", "Cell", "Metric", "Change", "Kind", "What changed that night"]
+    if fmt == "markdown":
+        lines = [f"### {title}", ""]
+        if rows:
+            lines += markdown_table(header, rows)
+        else:
+            lines.append("No persistent change in any cell.")
+        return "\n".join(lines) + "\n"
+    lines = [title]
+    for r in rows:
+        lines += [f"  {r[0]}  {r[1]}  {r[2]}: {r[3]} [{r[4]}]", f"      what changed: {r[5]}"]
+    return "\n".join(lines) + "\n"
+
+
+def changed_at(nights: Sequence[Night], night: int) -> list[str]:
+    """What differs between the night a step began and the night before it."""
+    if night <= 0 or night >= len(nights):
+        return []
+    return what_changed(nights[night - 1].run.environment, nights[night].run.environment)
+
+
+def history_section(folder: Path, fmt: str, **settings: Any) -> tuple[str, bool]:
+    """What ``bloomperf diff --history DIR`` adds: the section, and whether the newest night
+    confirmed a change for the worse (the nightly job fails on that night only)."""
+    nights = load_history(folder)
+    changes = detect_changes(nights, **settings)
+    new = new_changes(nights, **settings)
+    return render_changes(changes, nights, fmt, new), any(c.worse for c in new)
+
+
+# ---- the detection settings on a command line ------------------------------------------------
+
+
+def add_detection_options(parser: argparse.ArgumentParser) -> None:
+    """The test's settings, shared with ``bloomperf diff --history`` and ``bloomperf report``."""
+    parser.add_argument(
+        "--change-tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="smallest relative shift reported (default 0.05)",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help="nights compared on each side (default 6)",
+    )
+    parser.add_argument(
+        "--confirm",
+        type=int,
+        default=DEFAULT_CONFIRM,
+        help="nights a new level must hold before it is reported (default 3)",
+    )
+
+
+def detection_settings(args: argparse.Namespace) -> dict[str, Any]:
+    settings = {
+        "tolerance": args.change_tolerance,
+        "window": args.window,
+        "confirm": args.confirm,
+    }
+    check_test_settings(**settings)
+    return settings

@@ -1,0 +1,138 @@
+"""``bloomperf history merge SRC… --into DEST``: the nights of several runners in one history.
+
+A history root holds one folder per topology, named by the run's own ``topology`` id (what the
+run measured, never the label of the runner that happened to run it)::
+
+    DEST/8xA100-SXM4-80GB/2026-11-29.json
+    DEST/4xA100-SXM4-80GB/2026-11-29.json
+
+each folder a history as ``bloomperf.store.history.nights`` describes. A SRC is a results file, or
+a folder whose ``*.json`` files, and those of its direct subfolders, are results files: a history
+folder, a history root, or the folder ``actions/download-artifact`` fills with one subfolder per
+artifact.
+
+A run is identified by its topology and its ``started_at``. The same run arriving twice (an
+artifact downloaded again, a merge re-run) is stored once, so merging twice changes nothing. A
+file that claims the identity of a run already seen but differs in content is a conflict: the
+merge is refused (exit 2) naming both files, before anything is written.
+
+Every source is read and checked before the first write; each night is then written with the one
+atomic writer. An interrupted merge leaves DEST with whole nights only (the ones already written),
+its earlier nights untouched, and running the merge again completes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from bloomperf.core.errors import BloomperfError
+from bloomperf.store.history.nights import NIGHT_NAME, load_history, night_date, night_file
+from bloomperf.store.results import RunResult
+from bloomperf.store.results.codec import run_to_dict, save_run
+from bloomperf.store.results.files import read_results
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One run to merge, and the file it came from."""
+
+    source: Path
+    run: RunResult
+    day: date
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What a merge did to one topology's folder."""
+
+    folder: Path
+    added: tuple[Path, ...]
+    already: int
+
+
+def source_files(source: Path) -> list[Path]:
+    """The results files a SRC names: itself, or the ``*.json`` in it and its direct subfolders
+    (deeper ones, such as pytest-benchmark's storage in a history folder, are not nights)."""
+    if source.is_file():
+        return [source]
+    if not source.is_dir():
+        raise BloomperfError(f"{source}: no such results file or folder")
+    found = [*source.glob("*.json"), *source.glob("*/*.json")]
+    return sorted(p for p in found if not p.name.startswith("."))  # skip atomic-write leftovers
+
+
+def read_incoming(path: Path) -> Incoming:
+    run = read_results(path)
+    match = NIGHT_NAME.match(path.name)
+    # A history file's name is its night (it may have been added with --date); otherwise the
+    # run's own start date decides.
+    day = date.fromisoformat(match["date"]) if match else night_date(run, str(path))
+    return Incoming(source=path, run=run, day=day)
+
+
+def run_key(run: RunResult) -> tuple[str, str] | None:
+    """The identity of a run; None for one without a start time (matched on content only)."""
+    started = run.started_at.strip()
+    return (run.topology, started) if started else None
+
+
+def gather(sources: Sequence[Path]) -> list[Incoming]:
+    """Every run of the sources, once; a conflicting duplicate among them is refused."""
+    runs: list[Incoming] = []
+    for source in sources:
+        for path in source_files(source):
+            incoming = read_incoming(path)
+            if not any(is_same_run(incoming, seen.run, seen.source) for seen in runs):
+                runs.append(incoming)
+    runs.sort(key=lambda i: (i.run.topology, i.day, i.run.started_at))
+    return runs
+
+
+def is_same_run(incoming: Incoming, other: RunResult, where: Path) -> bool:
+    """True for the same run twice; False for two runs; a conflict raises."""
+    same_content = run_to_dict(incoming.run) == run_to_dict(other)
+    key = run_key(incoming.run)
+    if key is not None and key == run_key(other) and not same_content:
+        raise BloomperfError(
+            f"{incoming.source}: conflicts with {where}: the same run "
+            f"({key[0]}, started {key[1]}) with different content; refusing to merge"
+        )
+    return same_content
+
+
+def plan_merge(runs: Sequence[Incoming], dest: Path) -> dict[str, list[Incoming]]:
+    """Per topology, the runs DEST lacks; raises on a conflict with a night already there."""
+    missing: dict[str, list[Incoming]] = {}
+    for topology in sorted({i.run.topology for i in runs}):
+        folder = dest / topology
+        stored = load_history(folder) if folder.exists() else []
+        missing[topology] = [
+            i
+            for i in runs
+            if i.run.topology == topology and not any(is_same_run(i, n.run, n.path) for n in stored)
+        ]
+    return missing
+
+
+def merge_histories(sources: Sequence[Path], dest: Path) -> list[Merged]:
+    """Merge the runs of ``sources`` into the history root ``dest`` (see the module docstring)."""
+    if dest.exists() and not dest.is_dir():
+        raise BloomperfError(f"--into {dest}: is not a directory")
+    runs = gather(sources)
+    if not runs:
+        raise BloomperfError(f"{', '.join(map(str, sources))}: holds no results files")
+    missing = plan_merge(runs, dest)
+    merged = []
+    for topology, new in missing.items():
+        folder = dest / topology
+        added = []
+        for incoming in new:
+            path = night_file(folder, incoming.day)
+            save_run(incoming.run, path)
+            added.append(path)
+        total = sum(1 for i in runs if i.run.topology == topology)
+        merged.append(Merged(folder=folder, added=tuple(added), already=total - len(added)))
+    return merged

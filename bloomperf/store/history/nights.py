@@ -1,0 +1,166 @@
+"""The nightly history folder: one results file per night, and each cell's series over them.
+
+The convention is ``<dir>/<YYYY-MM-DD>.json`` for the night's run, ``<YYYY-MM-DD>-2.json``,
+``-3`` … for further runs on the same date; the date is the run's own ``started_at``. A run is
+added through the results schema (validated, written atomically) and never twice. What the nights
+say (the level shifts) is ``bloomperf.store.history``'s business.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+
+from bloomperf.core.errors import BloomperfError
+from bloomperf.store.results import CellResult, Outcome, RunResult
+from bloomperf.store.results.codec import run_to_dict, save_run
+from bloomperf.store.results.files import read_results
+
+METRIC_MS = "ms_per_token"
+METRIC_MEMORY = "peak_memory"
+METRIC_LOAD = "load_time"
+METRIC_TTFT = "ttft_ms"
+METRIC_TPOT = "tpot_ms"
+METRIC_OUTCOME = "outcome"
+METRICS = (METRIC_MS, METRIC_MEMORY, METRIC_LOAD, METRIC_TTFT, METRIC_TPOT)
+
+NIGHT_NAME = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<n>[2-9]|[1-9]\d+))?\.json$")
+
+
+@dataclass(frozen=True)
+class Night:
+    """One results file of the history folder."""
+
+    label: str  # the file name without ``.json``: 2026-11-29, 2026-11-29-2
+    path: Path
+    run: RunResult
+
+
+def night_date(run: RunResult, where: str) -> date:
+    """The calendar date the run started, as written in its own ``started_at``."""
+    text = run.started_at.strip()
+    if not text:
+        raise BloomperfError(f"{where}: the run has no started_at; give its night with --date")
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).date()
+    except ValueError:
+        raise BloomperfError(f"{where}: started_at {text!r} is not an ISO date-time") from None
+
+
+def parse_date(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise BloomperfError(f"--date: {text!r} is not a date like 2026-11-29") from None
+
+
+def night_file(folder: Path, day: date) -> Path:
+    """The first free name for ``day``: ``2026-11-29.json``, then ``2026-11-29-2.json``, …"""
+    path = folder / f"{day.isoformat()}.json"
+    n = 2
+    while path.exists():
+        path = folder / f"{day.isoformat()}-{n}.json"
+        n += 1
+    return path
+
+
+def add_to_history(result: Path, folder: Path, day: date | None = None) -> tuple[Path, bool]:
+    """Copy a results file into the history; returns (its path there, whether it was added).
+
+    The file is read and written back through the results schema, so a broken or foreign file
+    never enters the history. A run that is already there (same content) is not added again:
+    a re-run workflow step must not count one night twice.
+    """
+    run = read_results(result)
+    day = day if day is not None else night_date(run, str(result))
+    if folder.exists() and not folder.is_dir():
+        raise BloomperfError(f"{folder}: is not a directory")
+    content = run_to_dict(run)
+    for existing in sorted(folder.glob(f"{day.isoformat()}*.json")) if folder.is_dir() else []:
+        if NIGHT_NAME.match(existing.name) and run_to_dict(read_results(existing)) == content:
+            return existing, False
+    path = night_file(folder, day)
+    save_run(run, path)
+    return path, True
+
+
+def night_order(path: Path) -> tuple[str, int]:
+    match = NIGHT_NAME.match(path.name)
+    assert match is not None
+    return match["date"], int(match["n"] or 1)
+
+
+def load_history(folder: Path) -> list[Night]:
+    """Every night of ``folder``, oldest first. A JSON file not named by the convention is an
+    error rather than silently left out of the trend."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BloomperfError(f"{folder}: no such history directory")
+    paths = []
+    for path in folder.glob("*.json"):
+        if path.name.startswith("."):
+            continue  # a temporary file of an atomic write in progress
+        if not NIGHT_NAME.match(path.name):
+            raise BloomperfError(
+                f"{path}: history files are named YYYY-MM-DD.json or YYYY-MM-DD-N.json"
+            )
+        paths.append(path)
+    paths.sort(key=night_order)
+    return [Night(label=p.stem, path=p, run=read_results(p)) for p in paths]
+
+
+# ---- series -----------------------------------------------------------------------------------
+
+
+def metric_value(cell: CellResult, metric: str) -> float | None:
+    """A cell's figure for ``metric``; None where the cell did not run to completion."""
+    if cell.outcome != Outcome.OK:
+        return None
+    if metric == METRIC_MS:
+        return cell.ms_per_token
+    if metric == METRIC_MEMORY:
+        peak = cell.peak_memory_bytes
+        return float(peak) if peak is not None else None
+    if metric == METRIC_LOAD:
+        return cell.load_time_s
+    if metric in (METRIC_TTFT, METRIC_TPOT):
+        # Step times were recorded only by newer runs; an older night has no figure.
+        steps = cell.steps
+        return None if steps is None else getattr(steps, metric)
+    raise BloomperfError(f"metric: unknown {metric!r} (valid: {', '.join(METRICS)})")
+
+
+def cell_ids(nights: Sequence[Night]) -> list[str]:
+    """Every cell id seen in the history, in the order they first appear."""
+    seen: dict[str, None] = {}
+    for night in nights:
+        for cell in night.run.cells:
+            seen.setdefault(cell.id, None)
+    return list(seen)
+
+
+def find_cell(run: RunResult, cell: str) -> CellResult | None:
+    return next((c for c in run.cells if c.id == cell), None)
+
+
+def series(nights: Sequence[Night], cell: str, metric: str) -> list[tuple[int, float]]:
+    """(night index, value) for the nights where the cell has a positive figure."""
+    points = []
+    for i, night in enumerate(nights):
+        found = find_cell(night.run, cell)
+        value = metric_value(found, metric) if found is not None else None
+        if value is not None and value > 0:
+            points.append((i, value))
+    return points
+
+
+def outcome_series(nights: Sequence[Night], cell: str) -> list[tuple[int, str]]:
+    points = []
+    for i, night in enumerate(nights):
+        found = find_cell(night.run, cell)
+        if found is not None and found.outcome != Outcome.SKIPPED:
+            points.append((i, found.outcome.value))
+    return points

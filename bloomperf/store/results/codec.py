@@ -1,0 +1,216 @@
+"""A run's JSON form: the ``bloomperf-results`` document and its one writer.
+
+``resultfiles.read_results`` is its one reader (it also reads pytest-benchmark's files).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bloomperf.catalog.names import check_model_name, check_topology_id
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import get_dict, get_float, get_int, get_list, get_str, json_fields
+from bloomperf.store.results import (
+    CellResult,
+    EnergyReading,
+    MemoryReading,
+    ModelInfo,
+    Outcome,
+    RunResult,
+    WorkloadInfo,
+    latency_to_dict,
+    read_backend_and_dtype,
+)
+from bloomperf.store.schema import DocumentKind, write_versioned
+from bloomperf.store.telemetry import telemetry_from_dict, telemetry_to_dict
+
+RESULTS = DocumentKind("bloomperf-results", 1)
+
+
+def energy_from_dict(data: Any, where: str) -> EnergyReading | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: energy must be an object")
+    return EnergyReading(
+        source=get_str(data, "source", where),
+        energy_j=get_float(data, "energy_j", where, optional=True),
+        seconds=float(get_float(data, "seconds", where) or 0.0),
+        tokens=int(get_int(data, "tokens", where) or 0),
+        reason=get_str(data, "reason", where, default=""),
+    )
+
+
+def cell_to_dict(c: CellResult) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "backend": c.backend,
+        "dtype": c.dtype,
+        "batch_size": c.batch_size,
+        "outcome": c.outcome.value,
+        "ms_per_token": c.ms_per_token,
+        "samples_ms_per_token": list(c.samples_ms_per_token),
+        **latency_to_dict(c),
+        "samples_step_ms": [list(steps) for steps in c.samples_step_ms],
+        "energy_j": c.energy.energy_j if c.energy else None,
+        "j_per_token": c.energy.j_per_token if c.energy else None,
+        "avg_power_w": c.energy.avg_power_w if c.energy else None,
+        "energy": json_fields(c.energy) if c.energy else None,
+        "flags": list(c.telemetry.flags) if c.telemetry else [],
+        "telemetry": telemetry_to_dict(c.telemetry),
+        "load_time_s": c.load_time_s,
+        "peak_memory_bytes": c.peak_memory_bytes,
+        "load_memory": json_fields(c.load_memory) if c.load_memory else None,
+        "generate_memory": json_fields(c.generate_memory) if c.generate_memory else None,
+        "message": c.message,
+        "details": c.details,
+    }
+
+
+def run_to_dict(run: RunResult) -> dict[str, Any]:
+    return {
+        **RESULTS.header(),
+        "complete": run.complete,
+        "synthetic": run.synthetic or None,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "topology": run.topology,
+        "model": {
+            "name": run.model.name,
+            "path": run.model.path,
+            "layers": run.model.layers,
+            "parameters": run.model.parameters,
+        },
+        "workload": {
+            "new_tokens": run.workload.new_tokens,
+            "cycles": run.workload.cycles,
+            "warmup": run.workload.warmup,
+            "prompts": list(run.workload.prompts),
+        },
+        "environment": run.environment,
+        "cells": [cell_to_dict(c) for c in run.cells],
+    }
+
+
+def memory_from_dict(data: Any, where: str) -> MemoryReading | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: memory reading must be an object")
+    per_device = get_list(data, "per_device_bytes", where, default=[])
+    return MemoryReading(
+        source=get_str(data, "source", where),
+        peak_bytes=get_int(data, "peak_bytes", where, optional=True),
+        per_device_bytes=tuple(
+            int(get_int({"v": v}, "v", f"{where} per_device_bytes") or 0) for v in per_device
+        ),
+        process_bytes=get_int(data, "process_bytes", where, optional=True),
+        torch_allocated_bytes=get_int(data, "torch_allocated_bytes", where, optional=True),
+        torch_reserved_bytes=get_int(data, "torch_reserved_bytes", where, optional=True),
+        reason=get_str(data, "reason", where, default=""),
+        start_bytes=get_int(data, "start_bytes", where, optional=True),
+        per_node_bytes=per_node_from_list(data, where),
+    )
+
+
+def per_node_from_list(data: dict[str, Any], where: str) -> tuple[tuple[str, int], ...]:
+    """``[[node, bytes], ...]`` (written by json_fields from the tuple of pairs)."""
+    pairs = get_list(data, "per_node_bytes", where, default=[])
+    nodes: list[tuple[str, int]] = []
+    for pair in pairs:
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise BloomperfError(f"{where}: per_node_bytes must hold [node, bytes] pairs")
+        node = get_str({"node": pair[0]}, "node", f"{where} per_node_bytes")
+        size = get_int({"bytes": pair[1]}, "bytes", f"{where} per_node_bytes") or 0
+        nodes.append((node, size))
+    return tuple(nodes)
+
+
+def cell_from_dict(data: Any, where: str) -> CellResult:
+    backend, dtype = read_backend_and_dtype(data, where, "a cell")
+    outcome_text = get_str(data, "outcome", where)
+    try:
+        outcome = Outcome(outcome_text)
+    except ValueError:
+        valid = ", ".join(o.value for o in Outcome)
+        raise BloomperfError(
+            f"{where}: unknown outcome {outcome_text!r} (valid: {valid})"
+        ) from None
+    samples = get_list(data, "samples_ms_per_token", where, default=[])
+    return CellResult(
+        backend=backend,
+        dtype=dtype,
+        batch_size=int(get_int(data, "batch_size", where, minimum=1) or 0),
+        outcome=outcome,
+        samples_ms_per_token=tuple(
+            float(get_float({"v": s}, "v", f"{where} samples_ms_per_token", positive=True) or 0.0)
+            for s in samples
+        ),
+        load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
+        load_memory=memory_from_dict(data.get("load_memory"), where),
+        generate_memory=memory_from_dict(data.get("generate_memory"), where),
+        message=get_str(data, "message", where, default=""),
+        details=get_dict(data, "details", where, default={}),
+        energy=energy_from_dict(data.get("energy"), f"{where} energy"),
+        telemetry=telemetry_from_dict(data.get("telemetry"), f"{where} telemetry"),
+        samples_step_ms=steps_from_list(
+            get_list(data, "samples_step_ms", where, default=[]), where
+        ),
+    )
+
+
+def steps_from_list(cycles: list[Any], where: str) -> tuple[tuple[float, ...], ...]:
+    """Per-cycle step times; absent in files written before per-step timing (read as none)."""
+    what = f"{where} samples_step_ms"
+    read: list[tuple[float, ...]] = []
+    for steps in cycles:
+        if not isinstance(steps, list):
+            raise BloomperfError(f"{what}: each cycle must be a list of milliseconds")
+        read.append(
+            tuple(float(get_float({"v": ms}, "v", what, positive=True) or 0.0) for ms in steps)
+        )
+    return tuple(read)
+
+
+def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
+    model = get_dict(data, "model", where)
+    workload = get_dict(data, "workload", where)
+    cells = tuple(
+        cell_from_dict(c, f"{where} cell {i}") for i, c in enumerate(get_list(data, "cells", where))
+    )
+    check_unique(cells, where)
+    return RunResult(
+        model=ModelInfo(
+            name=check_model_name(get_str(model, "name", where), where),
+            path=get_str(model, "path", where, default=""),
+            layers=int(get_int(model, "layers", where, optional=True) or 0),
+            parameters=int(get_int(model, "parameters", where, optional=True) or 0),
+        ),
+        workload=WorkloadInfo(
+            new_tokens=int(get_int(workload, "new_tokens", where, minimum=1) or 0),
+            cycles=int(get_int(workload, "cycles", where, minimum=1) or 0),
+            warmup=int(get_int(workload, "warmup", where) or 0),
+            prompts=tuple(str(p) for p in get_list(workload, "prompts", where, default=[])),
+        ),
+        topology=check_topology_id(get_str(data, "topology", where), where),
+        environment=get_dict(data, "environment", where, default={}),
+        cells=cells,
+        started_at=get_str(data, "started_at", where, default=""),
+        finished_at=get_str(data, "finished_at", where, default=""),
+        complete=bool(data.get("complete", False)),
+        synthetic=get_str(data, "synthetic", where, default="") if data.get("synthetic") else "",
+    )
+
+
+def check_unique(cells: tuple[CellResult, ...], where: str) -> None:
+    """A cell measured twice in one file is a corrupt or hand-edited file: which one counts?"""
+    seen: set[str] = set()
+    for cell in cells:
+        if cell.id in seen:
+            raise BloomperfError(f"{where}: cell {cell.id} appears twice")
+        seen.add(cell.id)
+
+
+def save_run(run: RunResult, path: Path) -> None:
+    write_versioned(Path(path), RESULTS, run_to_dict(run))
