@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -17,6 +18,19 @@ from bloomperf.doctor.check import Check
 # NCCL's intra-node transport needs /dev/shm as well: Docker's default 64 MiB is too small.
 SHM_PER_RANK = 66 * MIB
 SHM_COMFORT = 1 * GIB
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """The host figures the disk and RAM checks compare against: this machine's, or another
+    machine's documented ones (benchmarks/rehearse.py judges the H200's from its facts file)."""
+
+    ram_bytes: int
+    disk_free_bytes: int | None = None  # None: measure the cache folder's file system
+
+    @classmethod
+    def here(cls) -> HostFacts:
+        return cls(ram_bytes=int(psutil.virtual_memory().total))
 
 
 def check_shm(ranks: int, shm: Path = Path("/dev/shm")) -> Check:
@@ -43,7 +57,7 @@ def check_shm(ranks: int, shm: Path = Path("/dev/shm")) -> Check:
     return Check("shm", "ok" if not stale else "warn", f"{free / GIB:.1f} GiB free in {shm}{note}")
 
 
-def check_disk(model: str, layers: int | None, cache_dir: Path) -> Check:
+def check_disk(model: str, layers: int | None, cache_dir: Path, free: int | None = None) -> Check:
     shape = MODEL_SHAPES.get(model)
     if shape is None:
         return Check("disk", "ok", f"{model}: an existing checkpoint, nothing to build")
@@ -52,11 +66,11 @@ def check_disk(model: str, layers: int | None, cache_dir: Path) -> Check:
     if folder.is_dir():
         return Check("disk", "ok", f"{model} ({n_layer} layers) is already built in {folder}")
     parent = existing_parent(cache_dir)
+    free = free if free is not None else shutil.disk_usage(parent).free
     try:
-        check_free_space(shape, n_layer, parent)
+        check_free_space(shape, n_layer, parent, free)
     except BloomperfError as exc:
         return Check("disk", "fail", str(exc))
-    free = shutil.disk_usage(parent).free
     return Check(
         "disk",
         "ok",
@@ -70,13 +84,12 @@ def existing_parent(path: Path) -> Path:
     return path
 
 
-def check_ram(model: str, layers: int | None, ranks: int) -> Check:
+def check_ram(model: str, layers: int | None, ranks: int, total: int) -> Check:
     """Each DeepSpeed rank loading through from_pretrained holds the whole model in host RAM."""
     shape = MODEL_SHAPES.get(model)
     if shape is None:
         return Check("ram", "ok", f"{model}: size unknown before loading; not checked")
     weights = shape.parameters(check_layers(layers, shape.n_layer, shape.name)) * 2
-    total = psutil.virtual_memory().total
     size = f"{weights / 1e9:.1f} GB" if weights >= 1e8 else f"{weights / 1e6:.1f} MB"
     need = f"{ranks} rank{'s' if ranks > 1 else ''} × {size} of 16-bit weights"
     if weights > total:
