@@ -207,6 +207,16 @@ class DeepSpeedInferenceBackend(TensorParallelBackend):
     kernel_inject: ClassVar[bool] = True
 
     @classmethod
+    def group_per_batch(cls, options: BackendOptions) -> bool:
+        """DeepSpeed-Inference allocates its kernel workspace once, sized by the batch of a
+        group's first forward (ds_transformer.py, inference_context.h; DeepSpeed issues #4684,
+        #3402): a group that served batch 1 first writes past that buffer at larger batches
+        (beyond about 2.6 k rows at TP=1), and its peaks and OOM boundary are not the blog's,
+        which ran one batch per process. So a fresh group per batch size, unless
+        ``--ds-load-once`` trades that for one load per dtype."""
+        return not options.ds_load_once
+
+    @classmethod
     def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:
         reason = super().unmet_requirement(dtype, device, options) or deepspeed_missing()
         if reason:

@@ -111,20 +111,31 @@ class Session:
     baseline: Baseline | None = None
     backend_options: BackendOptions = field(default_factory=BackendOptions)
     active: GroupRunner | None = None
+    active_batch: int | None = None  # the batch size the active group was started for
     oom_at: dict[tuple[str, str], int] = field(default_factory=dict)
     ok_at: dict[tuple[str, str], int] = field(default_factory=dict)  # largest batch that ran
 
     def runner(self, cell: Cell) -> GroupRunner:
         """The runner of the cell's group; the previous group's workers are stopped first, so
         two models never share the devices."""
-        if self.active is not None and self.active.spec.group == cell.group:
+        if self.active is not None and self.serves(self.active, cell):
             return self.active
         self.stop()
         spec = self.group_spec(cell)
         self.active = GroupRunner(
             spec, warmup=self.run.workload.warmup, cycles=self.run.workload.cycles
         )
+        self.active_batch = cell.batch_size
         return self.active
+
+    def serves(self, runner: GroupRunner, cell: Cell) -> bool:
+        """Whether the running group may serve ``cell``: same (backend, dtype), and the same
+        batch size where the backend needs a group per batch (Backend.group_per_batch)."""
+        if runner.spec.group != cell.group:
+            return False
+        if not backend_class(cell.backend).group_per_batch(self.backend_options):
+            return True
+        return self.active_batch == cell.batch_size
 
     def group_spec(self, cell: Cell) -> GroupSpec:
         """How the worker group serving ``cell``'s (backend, dtype) is started: ranks, GPUs,
