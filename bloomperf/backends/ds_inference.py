@@ -37,6 +37,7 @@ from bloomperf.backends.ds_ranks import (
     timed_step,
 )
 from bloomperf.catalog.dtypes import DTYPE_TABLE, load_torch_dtype, stored_torch_dtype
+from bloomperf.catalog.topology import ram_doubt
 from bloomperf.config.backend import BackendOptions, TensorParallelOptions
 from bloomperf.core.errors import BloomperfError
 
@@ -73,7 +74,7 @@ class TensorParallelBackend(Backend):
             need = host_bytes_per_rank(load, folder, world_size, scale, not cls.kernel_inject)
         except (BloomperfError, OSError):
             return None  # a missing folder fails at load, with the loader's own message
-        return host_memory_reason(need, world_size, load, host_memory_bytes())
+        return host_memory_reason(need, world_size, load, host_memory_bytes(), ram_doubt())
 
     def prepare(self, request: LoadRequest) -> None:
         """Everything that must not count as load time, each step timed on its own: importing

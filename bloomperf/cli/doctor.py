@@ -57,7 +57,7 @@ def run_checks(
         check_fused_bloom(),
         check_shm(ranks),
         check_disk(model, options.layers, cache, host.disk_free_bytes),
-        check_ram(model, options.layers, ranks, host.ram_bytes),
+        check_ram(model, options.layers, ranks, host.ram_bytes, host.ram_doubt),
     ]
 
 
