@@ -4,10 +4,12 @@ record every cell as soon as it is measured. Shared by ``bloomperf run`` and the
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bloomperf.analysis.roofline import efficiency
 from bloomperf.analysis.scenario import SuiteCell
@@ -22,6 +24,7 @@ from bloomperf.catalog.topology import Topology, detect_topology
 from bloomperf.catalog.workload import PROMPTS
 from bloomperf.config.backend import BackendOptions
 from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import utc_now
 from bloomperf.harness.launch import GroupSpec
 from bloomperf.harness.matrix import Cell, Group, plan_groups
@@ -74,6 +77,8 @@ class Session:
             topology, _ = read_cluster(options.launch_options())
         topology = topology or detect_topology()
         device = resolve_device(options.device, topology)
+        if device == "cuda" and any(g.uuid for g in topology.gpus):  # detected, not planned
+            refuse_own_cuda_context(topology)
         if model is None:
             name = options.model or DEFAULT_MODEL[device]
             model = resolve_model(name, options.layers, options.cache_dir)
@@ -245,6 +250,26 @@ class Session:
         if self.output is not None:
             save_run(self.run, self.output)
         return self.run
+
+
+def refuse_own_cuda_context(topology: Topology, nvml: Any = None) -> None:
+    """The controller (bloomperf run, or the pytest process of the GPU matrix) must hold no CUDA
+    context: NVML's device figures would then include it in every peak on that GPU. Whatever
+    touches a GPU in the controller's process belongs in a child process."""
+    from bloomperf.catalog.topology import load_nvml
+    from bloomperf.measure.nvml_sampler import gpus_holding
+
+    try:
+        nvml = nvml if nvml is not None else load_nvml()
+    except ImportError:
+        return
+    held = gpus_holding(nvml, os.getpid(), [g.index for g in topology.gpus])
+    if held:
+        raise BloomperfError(
+            f"this process (PID {os.getpid()}) holds a CUDA context on GPU "
+            f"{', '.join(map(str, held))}: every NVML peak there would include it; create "
+            "no CUDA tensor in the controller or the pytest process (use a child process)"
+        )
 
 
 def logs_dir(output: Path) -> Path:
