@@ -17,7 +17,7 @@ import json
 import platform
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from functools import partial
 from importlib import metadata
 from pathlib import Path
@@ -35,7 +35,8 @@ def record(nvml: Any, date: str | None = None) -> dict[str, Any]:
     devices = [record_device(nvml, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
     names = [d["name"] for d in devices]
     models = ", ".join(sorted(set(names)))
-    date = date or datetime.now(UTC).isoformat(timespec="seconds")
+    # timezone.utc, not datetime.UTC: that needs Python 3.11, and pyproject admits 3.10.
+    date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
     return {
         "note": (
             f"NVML answers recorded by {RECORDER} on {count} GPU(s) ({models}), driver "

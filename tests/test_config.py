@@ -72,6 +72,7 @@ def every_option_set(tmp_path: Path) -> RunConfig:
             "tp": "2",
             "sharded": str(shards),
             "load": "hf",
+            "ds_load_once": "1",
             "zero_offload": "nvme",
             "nvme_path": str(tmp_path),
             "ds_config": str(tmp_path / "ds.json"),

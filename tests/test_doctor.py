@@ -125,10 +125,11 @@ def test_host_checks_against_real_sizes(tmp_path: Path) -> None:
     assert huge.status == ("fail" if free < 352 * GB * 1.05 else "ok")
     ram = __import__("psutil").virtual_memory().total
     weights = MODEL_SHAPES["bloom-176b"].parameters() * 2
-    assert check_ram("bloom-176b", None, 8).status == ("fail" if weights > ram else "warn")
+    # The whole model does not fit this RAM, but accelerate and meta-device loads never hold it.
+    assert check_ram("bloom-176b", None, 8, ram).status == "warn" or weights <= ram
     two_layers = MODEL_SHAPES["bloom-176b"].parameters(2) * 2
     expected = "ok" if 8 * two_layers <= ram else "warn"
-    assert check_ram("bloom-176b", 2, 8).status == expected
+    assert check_ram("bloom-176b", 2, 8, ram).status == expected
 
 
 # ---- GPU branches: hand-written NVML answers and library facts ---------------------------------

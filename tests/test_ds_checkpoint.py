@@ -94,9 +94,14 @@ def test_ranks_times_weights_beyond_host_ram_is_skipped_with_the_figures(tmp_pat
     hf = host_bytes_per_rank("hf", folder, 8, 1.0, share_on_host=True)
     assert hf == weights
     assert host_memory_reason(hf, 8, "hf", one_tib) == (
-        f"8 ranks x {weights / GIB:.1f} GiB host memory each (hf load) = "
+        f"host RAM: 8 ranks x {weights / GIB:.1f} GiB host memory each (hf load) = "
         f"{8 * weights / GIB:.1f} GiB > 1024.0 GiB RAM: it would swap; drop --load hf: the "
         "checkpoints-JSON load reads one file at a time"
+    )
+    # A RAM figure in doubt (a Firecracker guest's MemTotal grows with use) is named.
+    doubted = host_memory_reason(hf, 8, "hf", one_tib, doubt="a Firecracker guest")
+    assert doubted is not None and doubted.endswith(
+        "(the RAM figure may read low: a Firecracker guest)"
     )
     # The blog's path: one file at a time, plus the share for auto-TP, which fills it on the host.
     largest = max(p.stat().st_size for p in folder.glob("*.safetensors"))
@@ -211,7 +216,9 @@ def test_shard_refuses_what_would_swap_or_save_nothing(tmp_path: Path) -> None:
     share = host_bytes_per_rank("unsharded", folder, 8, 1.0, share_on_host=True) / GIB
     result = run_shard_command("--tp", "8", "--model", str(folder), "--out", out)
     assert result.returncode == 2
-    assert f"--tp 8: 8 ranks x {share:.1f} GiB host memory each (unsharded load)" in result.stderr
+    assert f"--tp 8: host RAM: 8 ranks x {share:.1f} GiB host memory each (unsharded load)" in (
+        result.stderr
+    )
     assert f"{host_memory_bytes() / GIB:.1f} GiB RAM: it would swap" in result.stderr
     result = run_shard_command("--tp", "1", "--model", str(folder), "--out", out)
     assert result.returncode == 2
@@ -237,9 +244,11 @@ def test_the_run_plan_skips_a_group_that_would_swap_with_the_figures(tmp_path: P
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     ram = f"GiB > {host_memory_bytes() / GIB:.1f} GiB RAM: it would swap"
     assert plans["hf"]["ds-autotp"].startswith(
-        f"8 ranks x {weights / GIB:.1f} GiB host memory each (hf load)"
+        f"host RAM: 8 ranks x {weights / GIB:.1f} GiB host memory each (hf load)"
     )
     assert ram in plans["hf"]["ds-autotp"]
     # The checkpoints-JSON load: auto-TP's share plus one file per rank is still too much here.
     share = host_bytes_per_rank("unsharded", folder, 8, 1.0, share_on_host=True) / GIB
-    assert plans["unsharded"]["ds-autotp"].startswith(f"8 ranks x {share:.1f} GiB host memory each")
+    assert plans["unsharded"]["ds-autotp"].startswith(
+        f"host RAM: 8 ranks x {share:.1f} GiB host memory each"
+    )

@@ -114,3 +114,22 @@ def test_a_cpu_run_on_this_host_reports_energy_or_says_why_not(tmp_path: Path) -
     assert cell["flags"] == [] and cell["telemetry"]["reason"] == "cpu: no GPU telemetry"
     assert cell["details"]["mbu_percent"] is None
     assert cell["details"]["utilisation_reason"] == "cpu: no peak bandwidth or FLOP figures"
+
+
+def test_a_group_with_no_gpu_on_this_node_has_no_energy_figure_with_the_reason() -> None:
+    """A multi-node group's GPUs are not this node's (session.group_gpus gives none): its energy
+    is unavailable and says why, never a sum over no counters (0.0 J)."""
+    from bloomperf.catalog.topology import planned_topology
+    from bloomperf.harness.session import group_gpus
+
+    topology = planned_topology("2x8xA100-80GB")
+    for backend in ("ds-inference", "ds-zero", "ds-autotp"):
+        devices = group_gpus(topology, "cuda", True, backend, 16)
+        nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+        nvml.script_energy({i: [1_000, 2_000, 3_000] for i in range(8)})
+        meter = create_meter("cuda", [d.index for d in devices], nvml=nvml)
+        reading = meter.between(meter.snapshot(), meter.snapshot(), tokens=10)
+        assert reading.energy_j is None and reading.source == "unavailable", reading
+        assert "none of the group's GPUs is on this node" in reading.reason
+        total = total_energy([reading, reading])
+        assert total is not None and total.energy_j is None and total.reason == reading.reason

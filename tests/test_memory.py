@@ -372,3 +372,22 @@ def test_process_query_goes_on_past_someone_elses_process() -> None:
     assert reading.reason == ""
     assert reading.process_bytes == 2 * GB
     assert still
+
+
+def test_a_controller_holding_a_cuda_context_is_refused_before_measuring() -> None:
+    """NVML's device figures count every context on the GPU: a CUDA context in the controller
+    (or in the pytest process of the GPU matrix) would be in every peak there."""
+    from nvml_replay import NvmlReplay
+
+    from bloomperf.catalog.topology import detect_topology
+    from bloomperf.core.errors import BloomperfError
+    from bloomperf.harness.session import refuse_own_cuda_context
+
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    topology = detect_topology(nvml=nvml)
+    refuse_own_cuda_context(topology, nvml)  # no process listed: fine
+    nvml.set_processes(2, [(os.getpid() + 1, 2**30)])  # a worker's context: fine
+    refuse_own_cuda_context(topology, nvml)
+    nvml.set_processes(3, [(os.getpid(), 500 * 2**20)])
+    with pytest.raises(BloomperfError, match=f"PID {os.getpid()}.* context on GPU 3"):
+        refuse_own_cuda_context(topology, nvml)

@@ -82,3 +82,41 @@ def test_per_node_figures_survive_the_results_file() -> None:
     stored["per_node_bytes"] = [["a"]]
     with pytest.raises(BloomperfError, match="per_node_bytes"):
         memory_from_dict(stored, "results.json")
+
+
+# ---- a GPU rank's figure: NVML's per-process count where the rank can read it ----------------
+
+
+def test_nvml_counts_a_ranks_own_memory_where_it_lists_the_rank() -> None:
+    from nvml_replay import NvmlReplay
+
+    from bloomperf.measure.rank_peaks import nvml_process_bytes
+
+    nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+    uuids = [d["uuid"] for d in nvml.devices]
+    nvml.set_processes(2, [(4242, 30 * 2**30), (777, 5 * 2**30)])
+    nvml.set_processes(3, [(4242, 2 * 2**30)])
+    assert nvml_process_bytes(nvml, 4242, [uuids[2], uuids[3]]) == 32 * 2**30
+    assert nvml_process_bytes(nvml, 4242, [uuids[2]]) == 30 * 2**30
+    # Not listed (another PID namespace), a count NVML withholds, a GPU it does not know: None.
+    assert nvml_process_bytes(nvml, 999, [uuids[2]]) is None
+    nvml.set_processes(4, [(4242, None)])
+    assert nvml_process_bytes(nvml, 4242, [uuids[4]]) is None
+    assert nvml_process_bytes(nvml, 4242, ["GPU-not-here"]) is None
+    assert nvml.init_calls == nvml.shutdown_calls
+
+
+@pytest.mark.parametrize(
+    ("peak", "now", "nvml_now", "expected"),
+    [
+        (40, 30, 38, 48),  # 8 outside torch (context, NCCL, DeepSpeed): added to the peak
+        (40, 30, 30, 40),  # nothing outside torch
+        (40, 30, 20, 40),  # NVML below torch's reserved: never subtracted
+    ],
+)
+def test_outside_torch_is_added_to_torchs_peak(
+    peak: int, now: int, nvml_now: int, expected: int
+) -> None:
+    from bloomperf.measure.rank_peaks import with_outside_torch
+
+    assert with_outside_torch(peak, now, nvml_now) == expected

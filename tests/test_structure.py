@@ -79,3 +79,15 @@ def test_every_benchmark_script_starts(script: str) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_oldest_supported_python_is_the_one_checked() -> None:
+    """requires-python's floor is what mypy checks against (it refuses what that Python lacks,
+    such as datetime.UTC before 3.11) and what ruff targets: one declaration, tested in CI."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    floor = re.fullmatch(r">=\s*3\.(\d+)", project["project"]["requires-python"])
+    assert floor is not None, project["project"]["requires-python"]
+    assert project["tool"]["mypy"]["python_version"] == f"3.{floor[1]}"
+    assert project["tool"]["ruff"]["target-version"] == f"py3{floor[1]}"

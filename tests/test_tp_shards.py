@@ -14,10 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.catalog.models import MODEL_SHAPES
+from bloomperf.cli.shard import shard_command
 from bloomperf.config.run import LaunchOptions
+from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.dslaunch import cleanup_shm, rank_group_command, shm_segments
 
 pytest.importorskip("deepspeed")
@@ -73,3 +77,37 @@ def test_each_zero_rank_holds_half_of_each_parameter(tmp_path: Path) -> None:
             "rank_numel": whole // 2,
             "device": "cpu",
         }
+
+
+# ---- bloomperf shard --device cuda: DeepSpeed's runner is told which GPUs -------------------
+
+
+@given(
+    visible=st.lists(st.integers(0, 15), min_size=2, max_size=8, unique=True),
+    data=st.data(),
+)
+@settings(max_examples=40, deadline=None)
+def test_shard_on_gpus_includes_the_visible_gpus_never_num_gpus(
+    visible: list[int], data: st.DataObject
+) -> None:
+    """Whatever GPUs CUDA_VISIBLE_DEVICES leaves, shard's ranks run on the first tp of them:
+    DeepSpeed's own runner parser reads ``--include localhost:<ids>`` and no GPU count (its
+    ``--num_gpus`` drops CUDA_VISIBLE_DEVICES and takes GPUs 0..tp-1)."""
+    from deepspeed.launcher.runner import parse_args
+
+    tp = data.draw(st.integers(2, len(visible)))
+    argv, env = shard_command(tp, visible)
+    assert argv[:3] == ["env", "-u", "CUDA_VISIBLE_DEVICES"]
+    runner = argv.index("deepspeed.launcher.runner")
+    parsed = parse_args(argv[runner + 1 :])
+    assert parsed.include == "localhost:" + ",".join(map(str, visible[:tp]))
+    assert parsed.num_gpus == -1 and "--num_gpus" not in argv
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_shard_refuses_more_ranks_than_visible_gpus_and_keeps_num_gpus_on_cpu() -> None:
+    with pytest.raises(BloomperfError, match="--tp 4: only 2 GPUs are visible"):
+        shard_command(4, [0, 1])
+    argv, env = shard_command(2, None)
+    assert "--num_gpus" in argv and "--include" not in argv and env["LOCAL_SIZE"] == "2"
+    assert shard_command(1, [3])[0][-1] == "bloomperf.cli.shard"

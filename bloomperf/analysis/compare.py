@@ -49,6 +49,7 @@ from bloomperf.analysis.verdicts import (
     Comparison,
     MetricVerdict,
 )
+from bloomperf.backends.ds_checkpoint import HOST_RAM_SKIP
 from bloomperf.store.baseline import EXPECT_OK, Baseline, BaselineCell, expected_cell
 from bloomperf.store.latency import per_cycle
 from bloomperf.store.results import CellResult, Outcome, RunResult, latency_to_dict, table_order
@@ -236,6 +237,9 @@ def judge(
 def incompleteness(run: RunResult) -> str | None:
     """Why ``run`` cannot pass a gate as a whole: it measured nothing, or it did not finish."""
     measured = sum(c.outcome in (Outcome.OK, Outcome.OOM) for c in run.cells)
+    ram = host_ram_headline(run)
+    if ram:
+        return f"{ram} (--allow-incomplete accepts that)"
     if measured == 0:
         return (
             f"nothing measured: {len(run.cells)} cells in the results, none ran "
@@ -247,6 +251,19 @@ def incompleteness(run: RunResult) -> str | None:
             "--allow-incomplete accepts that)"
         )
     return None
+
+
+def host_ram_headline(run: RunResult) -> str | None:
+    """What a run that skipped every cell for host RAM must say first, or None."""
+    reasons = [c.message for c in run.cells]
+    if not reasons or not all(
+        c.outcome is Outcome.SKIPPED and c.message.startswith(HOST_RAM_SKIP) for c in run.cells
+    ):
+        return None
+    return (
+        f"nothing measured: every one of the {len(reasons)} cells was skipped for host RAM "
+        f"({reasons[0][len(HOST_RAM_SKIP) :]})"
+    )
 
 
 def compare_run(run: RunResult, baseline: Baseline, *, strict: bool = False) -> Comparison:

@@ -55,6 +55,12 @@ class Backend(ABC):
         return 1
 
     @classmethod
+    def group_per_batch(cls, options: BackendOptions) -> bool:
+        """Whether each batch size needs a worker group of its own (a fresh load) rather than
+        the (backend, dtype) group that served the previous batch."""
+        return False
+
+    @classmethod
     def host_memory_reason(
         cls, checkpoint: Path, world_size: int, dtype: str, options: BackendOptions
     ) -> str | None:

@@ -172,12 +172,22 @@ ADVICE = {
 }
 
 
-def host_memory_reason(need_per_rank: int, ranks: int, load: str, host_bytes: int) -> str | None:
-    """The skip reason when the group's ranks together need more than the host's RAM."""
+HOST_RAM_SKIP = "host RAM: "  # how every host-RAM skip reason starts (analysis/compare reads it)
+
+
+def host_memory_reason(
+    need_per_rank: int, ranks: int, load: str, host_bytes: int, doubt: str = ""
+) -> str | None:
+    """The skip reason when the group's ranks together need more than the host's RAM, by what
+    the load path really holds (``host_bytes_per_rank``). A RAM figure in doubt (``doubt``:
+    why, e.g. a Firecracker guest's MemTotal, which grows with use) is named in the reason:
+    ranks that would swap a whole machine are still not started on a guess."""
     need = need_per_rank * ranks
     if need <= host_bytes:
         return None
     return (
-        f"{ranks} ranks x {need_per_rank / GIB:.1f} GiB host memory each ({load} load) = "
+        f"{HOST_RAM_SKIP}{ranks} ranks x {need_per_rank / GIB:.1f} GiB host memory each "
+        f"({load} load) = "
         f"{need / GIB:.1f} GiB > {host_bytes / GIB:.1f} GiB RAM: it would swap; {ADVICE[load]}"
+        + (f" (the RAM figure may read low: {doubt})" if doubt else "")
     )

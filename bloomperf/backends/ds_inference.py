@@ -37,6 +37,7 @@ from bloomperf.backends.ds_ranks import (
     timed_step,
 )
 from bloomperf.catalog.dtypes import DTYPE_TABLE, load_torch_dtype, stored_torch_dtype
+from bloomperf.catalog.topology import ram_doubt
 from bloomperf.config.backend import BackendOptions, TensorParallelOptions
 from bloomperf.core.errors import BloomperfError
 
@@ -73,7 +74,7 @@ class TensorParallelBackend(Backend):
             need = host_bytes_per_rank(load, folder, world_size, scale, not cls.kernel_inject)
         except (BloomperfError, OSError):
             return None  # a missing folder fails at load, with the loader's own message
-        return host_memory_reason(need, world_size, load, host_memory_bytes())
+        return host_memory_reason(need, world_size, load, host_memory_bytes(), ram_doubt())
 
     def prepare(self, request: LoadRequest) -> None:
         """Everything that must not count as load time, each step timed on its own: importing
@@ -205,6 +206,16 @@ class DeepSpeedInferenceBackend(TensorParallelBackend):
     name: ClassVar[str] = "ds-inference"
     dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16", "int8")
     kernel_inject: ClassVar[bool] = True
+
+    @classmethod
+    def group_per_batch(cls, options: BackendOptions) -> bool:
+        """DeepSpeed-Inference allocates its kernel workspace once, sized by the batch of a
+        group's first forward (ds_transformer.py, inference_context.h; DeepSpeed issues #4684,
+        #3402): a group that served batch 1 first writes past that buffer at larger batches
+        (beyond about 2.6 k rows at TP=1), and its peaks and OOM boundary are not the blog's,
+        which ran one batch per process. So a fresh group per batch size, unless
+        ``--ds-load-once`` trades that for one load per dtype."""
+        return not options.ds_load_once
 
     @classmethod
     def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:

@@ -140,9 +140,10 @@ def remove_stale_partials(folder: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def check_free_space(shape: ModelShape, layers: int, parent: Path) -> None:
+def check_free_space(shape: ModelShape, layers: int, parent: Path, free: int | None = None) -> None:
+    """Refuse a build that would not fit; ``free`` defaults to what ``parent``'s disk has."""
     needed = shape.parameters(layers) * TORCH_BYTES[shape.checkpoint_dtype]
-    free = shutil.disk_usage(parent).free
+    free = free if free is not None else shutil.disk_usage(parent).free
     if free < needed * 1.05:
         raise BloomperfError(
             f"--model: building {shape.name} with {layers} layers needs {needed / 1e9:.1f} GB "

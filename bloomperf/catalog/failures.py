@@ -39,6 +39,9 @@ OOM_TEXTS = (
     #   "Workspace can't be allocated, no enough memory." and
     #   "Workspace can't be allocated, not enough memory"
     "Workspace can't be allocated",
+    # ... and when its cudaMalloc returned nothing (GenWorkSpace, after printing "Requested:
+    # Free: Total:"): "Workspace is null."
+    "Workspace is null.",
     # cuBLAS's handle or workspace (ATen/cuda/Exceptions.h, TORCH_CUDABLAS_CHECK):
     #   "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
     "CUBLAS_STATUS_ALLOC_FAILED",

@@ -231,6 +231,19 @@ def cpu_facts() -> dict[str, Any]:
     }
 
 
+def ram_doubt(
+    release: str | None = None, balloon: Path = Path("/sys/bus/virtio/drivers/virtio_balloon")
+) -> str:
+    """Why MemTotal may read far below the machine's RAM, or "": a Firecracker guest (its
+    kernel says "-fc-") or a virtio balloon starts small and grows as memory is used."""
+    release = release if release is not None else platform.release()
+    if "-fc-" in release:
+        return f"a Firecracker guest (kernel {release}): MemTotal starts low and grows with use"
+    if any(balloon.glob("virtio*")):
+        return "a virtio balloon is present: MemTotal can grow as memory is used"
+    return ""
+
+
 def cpu_model() -> str:
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")

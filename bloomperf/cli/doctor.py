@@ -22,7 +22,7 @@ from bloomperf.catalog.checkpoints import default_cache_dir
 from bloomperf.cli.arguments import add_format_argument, add_run_option
 from bloomperf.config.run import RunConfig
 from bloomperf.doctor.check import STATUSES, Check
-from bloomperf.doctor.host import check_disk, check_ram, check_shm
+from bloomperf.doctor.host import HostFacts, check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
     check_bitsandbytes,
     check_deepspeed_jit,
@@ -37,9 +37,13 @@ SCHEMA_VERSION = 1
 
 
 def run_checks(
-    options: RunConfig, nvml: Any = None, facts: dict[str, Any] | None = None
+    options: RunConfig,
+    nvml: Any = None,
+    facts: dict[str, Any] | None = None,
+    host: HostFacts | None = None,
 ) -> list[Check]:
     device = options.device
+    host = host or HostFacts.here()
     checks, found = check_nvml(nvml, device)
     facts = facts if facts is not None else probe_libraries()
     model = options.model or ("bloom-176b" if found["gpus"] else "tiny")
@@ -52,8 +56,8 @@ def run_checks(
         check_deepspeed_jit(facts, device),
         check_fused_bloom(),
         check_shm(ranks),
-        check_disk(model, options.layers, cache),
-        check_ram(model, options.layers, ranks),
+        check_disk(model, options.layers, cache, host.disk_free_bytes),
+        check_ram(model, options.layers, ranks, host.ram_bytes, host.ram_doubt),
     ]
 
 
@@ -106,18 +110,25 @@ def add_command(subparsers: Any) -> None:
     parser.set_defaults(func=run_doctor_command)
 
 
-def run_doctor_command(args: argparse.Namespace) -> int:
-    checks = run_checks(
-        RunConfig(
-            device=args.device,
-            model=args.model,
-            layers=args.layers,
-            tp=args.tp,
-            cache_dir=args.cache_dir,
-        )
+def doctor_options(args: argparse.Namespace) -> RunConfig:
+    """What a doctor command line asks about (benchmarks/rehearse.py reads it the same way)."""
+    return RunConfig(
+        device=args.device,
+        model=args.model,
+        layers=args.layers,
+        tp=args.tp,
+        cache_dir=args.cache_dir,
     )
-    if args.format == "json":
-        print(json.dumps(report_to_dict(checks, args.device), indent=2, allow_nan=False))
+
+
+def run_doctor_command(args: argparse.Namespace) -> int:
+    return print_report(run_checks(doctor_options(args)), args.format, args.device)
+
+
+def print_report(checks: list[Check], form: str, device: str) -> int:
+    """Print the checks as text or JSON; the exit status: 1 on a fail."""
+    if form == "json":
+        print(json.dumps(report_to_dict(checks, device), indent=2, allow_nan=False))
     else:
         print(render_text(checks))
     return 1 if any(c.status == "fail" for c in checks) else 0

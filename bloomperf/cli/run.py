@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from bloomperf.analysis.compare import judge
+from bloomperf.analysis.compare import host_ram_headline, judge
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.plan import add_plan_arguments, run_dry
 from bloomperf.config.run import RunConfig
@@ -71,6 +71,9 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
             print(f"bloomperf: {how}; {done} cells saved in {session.output}", file=err)
             return code
         run = session.finish()
+    headline = host_ram_headline(run)
+    if headline:  # first, above the table: nothing else in the run matters as much
+        print(f"bloomperf: {headline}", file=out)
     print(render_run_table(run), file=out)
     print(f"results: {session.output}", file=out)
     return print_verdicts(run, session.baseline, options, out)

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ def add_command(subparsers: Any) -> None:
 def run_shard(args: argparse.Namespace) -> int:
     from bloomperf.backends import backend_class
     from bloomperf.catalog.checkpoints import resolve_model
-    from bloomperf.harness.dslaunch import cleanup_shm, rank_group_command, shm_segments
+    from bloomperf.harness.dslaunch import cleanup_shm, shm_segments
 
     if args.tp == 1 and args.backend == "ds-autotp":
         # inference/engine.py applies no auto-TP policy at TP=1, so nothing would be saved.
@@ -92,10 +93,8 @@ def run_shard(args: argparse.Namespace) -> int:
     spec = ShardSpec(
         args.backend, args.dtype, args.device, str(checkpoint), str(args.out.resolve())
     )
-    argv: list[str] = [sys.executable, "-m", "bloomperf.cli.shard"]
-    extra_env: dict[str, str] = {}
-    if args.tp > 1:
-        argv, extra_env = rank_group_command(args.tp, LaunchOptions(), module="bloomperf.cli.shard")
+    gpus = visible_gpus() if args.device == "cuda" else None
+    argv, extra_env = shard_command(args.tp, gpus)
     before = shm_segments()
     env = {**os.environ, **extra_env, SPEC_ENV: spec.to_json()}
     if args.device == "cpu":
@@ -108,6 +107,31 @@ def run_shard(args: argparse.Namespace) -> int:
         raise BloomperfError(f"--out {args.out}: sharding failed (exit {code}, see output above)")
     print(f"wrote TP={args.tp} {args.backend} shards to {args.out}")
     return 0
+
+
+def visible_gpus() -> tuple[int, ...]:
+    """The NVML indices of the GPUs this process may use (CUDA_VISIBLE_DEVICES honoured)."""
+    from bloomperf.catalog.topology import detect_topology
+
+    topology = detect_topology()
+    if not topology.gpus:
+        raise BloomperfError(f"--device cuda: no GPU here ({topology.nvml_reason})")
+    return tuple(g.index for g in topology.gpus)
+
+
+def shard_command(tp: int, gpus: Sequence[int] | None) -> tuple[list[str], dict[str, str]]:
+    """The shard ranks' command line: one plain process at TP=1; else DeepSpeed's launcher,
+    on GPUs with ``--include localhost:<the first tp visible GPUs>`` (``--num_gpus`` would drop
+    CUDA_VISIBLE_DEVICES and take GPUs 0..tp-1, harness/dslaunch.py), on CPU with ``--num_gpus``.
+    """
+    from bloomperf.harness.dslaunch import rank_group_command
+
+    if tp == 1:
+        return [sys.executable, "-m", "bloomperf.cli.shard"], {}
+    if gpus is not None and len(gpus) < tp:
+        raise BloomperfError(f"--tp {tp}: only {len(gpus)} GPUs are visible here")
+    chosen = None if gpus is None else list(gpus)[:tp]
+    return rank_group_command(tp, LaunchOptions(), module="bloomperf.cli.shard", gpus=chosen)
 
 
 def shard_rank(spec: ShardSpec) -> None:

@@ -26,6 +26,7 @@ class TensorParallelOptions:
     tp: int | None = None  # ranks; None: every visible GPU (one on CPU)
     sharded: str | None = None  # a folder ``bloomperf shard`` wrote
     load: str | None = None  # unsharded | hf; None: the backend's own choice
+    ds_load_once: bool = False  # ds-inference: one group serves every batch size
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ class RunConfig(LaunchOptions):
     zero_offload: str = "none"
     sharded: Path | None = None
     load: str | None = None
+    ds_load_once: bool = False
     nvme_path: Path | None = None
     ds_config: dict[str, Any] | None = None
     baselines: Path | None = None
@@ -77,6 +78,7 @@ class RunConfig(LaunchOptions):
             tp=self.tp,
             sharded=str(self.sharded) if self.sharded is not None else None,
             load=self.load,
+            ds_load_once=self.ds_load_once,
             zero_offload=self.zero_offload,
             nvme_path=str(self.nvme_path) if self.nvme_path is not None else None,
             ds_config=self.ds_config,

@@ -164,6 +164,14 @@ OPTIONS: tuple[Option, ...] = (
         "[unsharded where DeepSpeed can read the files, else hf]",
         "HOW",
     ),
+    Option(
+        "ds_load_once",
+        parse_flag,
+        "ds-inference: load once per dtype and serve every batch size from that group "
+        "[default: a fresh group per batch size, since DeepSpeed sizes its kernel workspace "
+        "at a group's first forward]",
+        flag=True,
+    ),
     Option("nvme_path", parse_work_folder, "folder on NVMe for ds-zero's nvme offload", "DIR"),
     Option(
         "ds_config",

@@ -4,10 +4,12 @@ record every cell as soon as it is measured. Shared by ``bloomperf run`` and the
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bloomperf.analysis.roofline import efficiency
 from bloomperf.analysis.scenario import SuiteCell
@@ -22,6 +24,7 @@ from bloomperf.catalog.topology import Topology, detect_topology
 from bloomperf.catalog.workload import PROMPTS
 from bloomperf.config.backend import BackendOptions
 from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import utc_now
 from bloomperf.harness.launch import GroupSpec
 from bloomperf.harness.matrix import Cell, Group, plan_groups
@@ -74,6 +77,8 @@ class Session:
             topology, _ = read_cluster(options.launch_options())
         topology = topology or detect_topology()
         device = resolve_device(options.device, topology)
+        if device == "cuda" and any(g.uuid for g in topology.gpus):  # detected, not planned
+            refuse_own_cuda_context(topology)
         if model is None:
             name = options.model or DEFAULT_MODEL[device]
             model = resolve_model(name, options.layers, options.cache_dir)
@@ -111,20 +116,31 @@ class Session:
     baseline: Baseline | None = None
     backend_options: BackendOptions = field(default_factory=BackendOptions)
     active: GroupRunner | None = None
+    active_batch: int | None = None  # the batch size the active group was started for
     oom_at: dict[tuple[str, str], int] = field(default_factory=dict)
     ok_at: dict[tuple[str, str], int] = field(default_factory=dict)  # largest batch that ran
 
     def runner(self, cell: Cell) -> GroupRunner:
         """The runner of the cell's group; the previous group's workers are stopped first, so
         two models never share the devices."""
-        if self.active is not None and self.active.spec.group == cell.group:
+        if self.active is not None and self.serves(self.active, cell):
             return self.active
         self.stop()
         spec = self.group_spec(cell)
         self.active = GroupRunner(
             spec, warmup=self.run.workload.warmup, cycles=self.run.workload.cycles
         )
+        self.active_batch = cell.batch_size
         return self.active
+
+    def serves(self, runner: GroupRunner, cell: Cell) -> bool:
+        """Whether the running group may serve ``cell``: same (backend, dtype), and the same
+        batch size where the backend needs a group per batch (Backend.group_per_batch)."""
+        if runner.spec.group != cell.group:
+            return False
+        if not backend_class(cell.backend).group_per_batch(self.backend_options):
+            return True
+        return self.active_batch == cell.batch_size
 
     def group_spec(self, cell: Cell) -> GroupSpec:
         """How the worker group serving ``cell``'s (backend, dtype) is started: ranks, GPUs,
@@ -234,6 +250,26 @@ class Session:
         if self.output is not None:
             save_run(self.run, self.output)
         return self.run
+
+
+def refuse_own_cuda_context(topology: Topology, nvml: Any = None) -> None:
+    """The controller (bloomperf run, or the pytest process of the GPU matrix) must hold no CUDA
+    context: NVML's device figures would then include it in every peak on that GPU. Whatever
+    touches a GPU in the controller's process belongs in a child process."""
+    from bloomperf.catalog.topology import load_nvml
+    from bloomperf.measure.nvml_sampler import gpus_holding
+
+    try:
+        nvml = nvml if nvml is not None else load_nvml()
+    except ImportError:
+        return
+    held = gpus_holding(nvml, os.getpid(), [g.index for g in topology.gpus])
+    if held:
+        raise BloomperfError(
+            f"this process (PID {os.getpid()}) holds a CUDA context on GPU "
+            f"{', '.join(map(str, held))}: every NVML peak there would include it; create "
+            "no CUDA tensor in the controller or the pytest process (use a child process)"
+        )
 
 
 def logs_dir(output: Path) -> Path:

@@ -25,6 +25,10 @@ from typing import Any
 from bloomperf.store.results import EnergyReading
 
 POWERCAP = Path("/sys/class/powercap")
+NO_LOCAL_GPU = (
+    "nvml: none of the group's GPUs is on this node (a multi-node group's ranks run where "
+    "DeepSpeed's launcher puts them): their energy counters cannot be read from here"
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,8 @@ class RaplEnergy(EnergyMeter):
 def create_meter(device: str, gpu_indexes: Sequence[int], nvml: Any = None) -> EnergyMeter:
     """The meter for a group: NVML on GPUs, RAPL on CPU; unavailable (with why) otherwise."""
     if device == "cuda" or device.startswith("cuda:"):
+        if not gpu_indexes:  # counting no GPU would read 0 J: a figure, and a false one
+            return EnergyMeter(NO_LOCAL_GPU)
         try:
             if nvml is None:
                 from bloomperf.catalog.topology import load_nvml

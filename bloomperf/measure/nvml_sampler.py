@@ -231,3 +231,24 @@ class NvmlSampler(MemorySampler):
                 f"(PIDs {shown}) but none of the worker tree's; NVML reports host PIDs inside a "
                 "PID namespace (container)"
             )
+
+
+def gpus_holding(nvml: Any, pid: int, indexes: Sequence[int]) -> list[int]:
+    """The GPUs (NVML indices) on which NVML lists process ``pid``: where it holds a CUDA
+    context. Empty where NVML cannot tell."""
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return []
+    try:
+        held = []
+        for index in indexes:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            listed = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            if any(int(p.pid) == pid for p in listed):
+                held.append(index)
+        return held
+    except nvml.NVMLError:
+        return []
+    finally:
+        nvml.nvmlShutdown()

@@ -7,8 +7,11 @@ not even on the controller's own host. So every rank measures itself at the end 
 and rank 0 gathers the figures with one collective, outside any timed region.
 
 On CPU a rank's figure is its VmHWM (reset at the start of each cell, as the controller's sampler
-resets its tree); on GPU it is torch's reserved peak on the rank's devices, which leaves out the
-CUDA context and NCCL's buffers (NVML would see them, but only on its own node).
+resets its tree). On GPU, where the rank can read NVML's per-process figure for itself
+(``nvml-process``), it is torch's reserved peak plus what NVML counts beyond torch's reserved
+memory at the phase's end: the CUDA context, NCCL's buffers and DeepSpeed's own cudaMallocs, which
+torch never sees. Where NVML does not list the rank (another PID namespace, no NVML), it is
+torch's reserved peak alone (``torch-reserved``). Each figure names its source.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class RankPeak:
     rank: int
     node: str  # the node as the launcher named it (rankenv.node_name)
     peak_bytes: int | None
-    measure: str  # "vmhwm" (CPU) or "torch-reserved" (GPU)
+    measure: str  # "vmhwm" (CPU), "nvml-process" or "torch-reserved" (GPU)
 
 
 def reset_own_peak() -> None:
@@ -46,12 +49,60 @@ def own_peak(rank: int, node: str, cuda_devices: Sequence[int]) -> RankPeak:
 
     if cuda_devices and torch.cuda.is_available() and torch.cuda.is_initialized():
         reserved = sum(int(torch.cuda.max_memory_reserved(i)) for i in cuda_devices)
-        return RankPeak(rank, node, reserved, "torch-reserved")
+        uuids = [f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in cuda_devices]
+        try:
+            from bloomperf.catalog.topology import load_nvml
+
+            used = nvml_process_bytes(load_nvml(), os.getpid(), uuids)
+        except ImportError:
+            used = None
+        if used is None:
+            return RankPeak(rank, node, reserved, "torch-reserved")
+        now = sum(int(torch.cuda.memory_reserved(i)) for i in cuda_devices)
+        return RankPeak(rank, node, with_outside_torch(reserved, now, used), "nvml-process")
     try:
         rss: int | None = read_peak_rss(os.getpid())
     except OSError:
         rss = None
     return RankPeak(rank, node, rss, "vmhwm")
+
+
+def with_outside_torch(reserved_peak: int, reserved_now: int, nvml_now: int) -> int:
+    """torch's reserved peak plus what NVML counts for the process beyond torch's reserved
+    memory now (context, NCCL, DeepSpeed's workspace): allocations outside torch's caching
+    allocator stay for the group's life, so they were there at the peak too."""
+    return reserved_peak + max(0, nvml_now - reserved_now)
+
+
+def nvml_process_bytes(nvml: Any, pid: int, uuids: Sequence[str]) -> int | None:
+    """NVML's figure for process ``pid`` summed over the GPUs ``uuids``; None where NVML cannot
+    say (no NVML, a GPU it does not list, the PID not listed: another PID namespace)."""
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        by_uuid = {text(nvml.nvmlDeviceGetUUID(h)): h for h in handles}
+        total = 0
+        for uuid in uuids:
+            if uuid not in by_uuid:
+                return None
+            listed = nvml.nvmlDeviceGetComputeRunningProcesses(by_uuid[uuid])
+            used = [p.usedGpuMemory for p in listed if int(p.pid) == pid]
+            if not used or any(u is None for u in used):
+                return None
+            total += sum(int(u) for u in used)
+        return total
+    except nvml.NVMLError:
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def gather_peaks(own: RankPeak, world_size: int) -> list[dict[str, Any]]:
