@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -326,3 +328,59 @@ def test_a_file_of_another_pair_at_the_target_name_is_refused(tmp_path: Path) ->
     code, _, err = run_cli("baseline", "accept", CPU_STEPS, "--baselines", folder)
     one_line(code, err, str(held), "gpu / tiny")
     assert held.read_text() == text
+
+
+# ---- a first run: nothing judged fails unless opted in; accepting it makes the next judged ---
+
+
+def test_a_first_run_fails_unjudged_passes_opted_in_and_its_baseline_judges_the_next(
+    tmp_path: Path,
+) -> None:
+    """The real `bloomperf run` on the tiny model (its own processes), against an empty
+    baselines folder: exit 1 "nothing judged"; with --allow-no-baseline 0; accepted, the same
+    run is judged and passes."""
+    folder = tmp_path / "baselines"
+    folder.mkdir()
+    quick = ["--batch-sizes", "1", "--dtypes", "fp32", "--new-tokens", "4", "--cycles", "2"]
+    quick += ["--no-lock", "--baselines", str(folder)]
+
+    def run(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "bloomperf", "run", *quick, "--output", str(tmp_path / name)]
+        return subprocess.run([*argv, *extra], capture_output=True, text=True, timeout=600)
+
+    first = run("first.json")
+    assert first.returncode == 1, first.stderr
+    assert "FAILED nothing judged" in first.stdout and "--allow-no-baseline" in first.stdout
+    opted = run("opted.json", "--allow-no-baseline")
+    assert opted.returncode == 0, opted.stdout + opted.stderr
+    assert run_cli("baseline", "accept", tmp_path / "opted.json", "--baselines", folder)[0] == 0
+    judged = run("judged.json")
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    assert "verdicts against" in judged.stdout and "nothing judged" not in judged.stdout
+
+
+PLUGIN_TEST = """
+import pytest
+
+@pytest.mark.cpu
+def test_cpu(bloomperf_cell, bloomperf, benchmark):
+    bloomperf.check(bloomperf_cell, benchmark)
+"""
+
+
+def test_the_plugin_fails_a_session_that_judged_nothing(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """The same rule in the pytest plugin: every cell passes its own test (nothing to compare
+    it with), but the session fails unless --bloomperf-allow-no-baseline."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    pytester.makepyfile(test_matrix=PLUGIN_TEST)
+    argv = ["-m", "cpu", "--bloomperf-new-tokens=4", "--bloomperf-cycles=2"]
+    argv += ["--bloomperf-dtypes=fp32", "--bloomperf-batch-sizes=1", "--bloomperf-no-lock"]
+    argv += [f"--bloomperf-baselines={folder}", f"--bloomperf-output={tmp_path / 'r.json'}"]
+    failed = pytester.runpytest_subprocess(*argv)
+    assert failed.ret == pytest.ExitCode.TESTS_FAILED
+    failed.stdout.fnmatch_lines(["*bloomperf: FAILED: nothing judged*", "*1 passed*"])
+    allowed = pytester.runpytest_subprocess(*argv, "--bloomperf-allow-no-baseline")
+    assert allowed.ret == pytest.ExitCode.OK
