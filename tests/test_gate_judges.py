@@ -384,3 +384,14 @@ def test_the_plugin_fails_a_session_that_judged_nothing(
     failed.stdout.fnmatch_lines(["*bloomperf: FAILED: nothing judged*", "*1 passed*"])
     allowed = pytester.runpytest_subprocess(*argv, "--bloomperf-allow-no-baseline")
     assert allowed.ret == pytest.ExitCode.OK
+
+
+def test_a_baselines_own_words_never_become_workflow_commands(tmp_path: Path) -> None:
+    data = json.loads(BLOG_BASELINE.read_text())
+    data["notes"] = list(HOSTILE)
+    data["provenance"][0]["source"] = HOSTILE[0]
+    data["provenance"][0]["hardware"] = HOSTILE[1]
+    path = write(tmp_path / "b.json", data)
+    code, out, err = run_cli("baseline", "show", path)
+    assert code == 0, err
+    assert not lines_starting_commands(out), out
