@@ -132,6 +132,9 @@ def versions_between(available: list[Version], good: str, bad: str) -> list[Vers
 def search(versions: list[str], test: Callable[[str], Step]) -> tuple[Finding, list[Step]]:
     """Binary search for the first version slower than ``versions[0]`` (GOOD), BAD first."""
     steps = [test(versions[-1])]
+    if steps[0].verdict == SKIPPED:
+        # BAD itself cannot be installed or started: the input is wrong, not a finding (2).
+        raise BloomperfError(f"bisect: BAD {versions[-1]} cannot be tested: {steps[0].message}")
     if steps[0].verdict != SLOWER:
         reason = f"BAD {versions[-1]} is not slower than GOOD ({steps[0].verdict})"
         return Finding(versions[0], None, (), reason), steps

@@ -535,4 +535,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_gate_judges.py::test_a_file_of_another_pair_at_the_target_name_is_refused",),
         "accept silently replaces another pair's baseline that sits at the target name",
     ),
+    Mutation(
+        "bisect-uninstallable-bad-is-a-finding",
+        "bloomperf/cli/bisect.py",
+        "    if steps[0].verdict == SKIPPED:",
+        "    if False:",
+        (
+            "tests/test_bisect.py::"
+            "test_a_bad_version_that_cannot_install_is_bad_input_not_a_finding",
+        ),
+        "a BAD pin that cannot install reads as 'not slower' (exit 1), not as bad input",
+    ),
 )
