@@ -239,3 +239,23 @@ def test_results_json_is_unchanged_by_a_refused_option(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     refused("run", "--no-lock", "--output", out, "--dtypes", "fp32,fp32", fragment="twice")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        '{"tp": "2", "kernel_inject": false}',
+        '{"tp": 2, "kernel_inject": "false"}',
+        '{"tp": 2, "kernel_inject": 0}',
+        '{"tp": 0, "kernel_inject": false}',
+        '{"tp": 2, "tp": 4, "kernel_inject": false}',
+        "[2]",
+    ],
+)
+def test_a_shard_marker_of_the_wrong_types_is_refused(tmp_path: Path, marker: str) -> None:
+    """The marker `bloomperf shard` writes is read like every document: never coerced."""
+    (tmp_path / "bloomperf-shard.json").write_text(marker)
+    refused(*DRY, "--sharded", tmp_path, fragment="bloomperf-shard.json")
+    (tmp_path / "bloomperf-shard.json").write_text('{"tp": 2, "kernel_inject": false}')
+    code, _, err = run_cli(*DRY, "--sharded", tmp_path, "--dtypes", "fp32")
+    assert code in (0, 2) and "bloomperf-shard.json" not in err, err
