@@ -395,3 +395,24 @@ def test_a_baselines_own_words_never_become_workflow_commands(tmp_path: Path) ->
     code, out, err = run_cli("baseline", "show", path)
     assert code == 0, err
     assert not lines_starting_commands(out), out
+
+
+def test_a_baseline_that_judges_no_figure_judges_nothing(tmp_path: Path) -> None:
+    """Every tolerance null: each cell reads `same` having compared nothing; the run fails as
+    judged nothing, until one figure has a tolerance."""
+    baseline = json.loads(BLOG_BASELINE.read_text())
+    for cell in baseline["cells"]:
+        for key in ("ms_per_token_tolerance", "peak_memory_tolerance", "load_time_tolerance"):
+            cell[key] = None
+    for load in baseline["load_times"]:
+        load["tolerance"] = None
+    named = write(tmp_path / "b.json", baseline)
+    data = blog()
+    data["cells"] = [c for c in data["cells"] if c["outcome"] == "ok"]
+    results = write(tmp_path / "r.json", data)
+    code, verdict, _ = diff_json(results, "--baseline", named)
+    assert code == 1 and verdict is not None and "gives no figure" in verdict["unjudged"]
+    assert {c["status"] for c in verdict["cells"]} == {"same"}
+    baseline["cells"][0]["ms_per_token_tolerance"] = 0.05
+    write(named, baseline)
+    assert diff_json(results, "--baseline", named)[0] == 0

@@ -249,10 +249,12 @@ def judge(
 
 def unjudged(comparison: Comparison) -> str | None:
     """Why no cell of a run with cells was compared with anything, or None when one was."""
-    if not comparison.cells or any(c.status not in UNJUDGED for c in comparison.cells):
+    if not comparison.cells or any(was_judged(c) for c in comparison.cells):
         return None
     if comparison.incomparable:
         why = f"incomparable: {comparison.incomparable}"
+    elif any(c.status not in UNJUDGED for c in comparison.cells):
+        why = f"{comparison.baseline} gives no figure of the run's cells a tolerance"
     elif all(c.status == NO_BASELINE for c in comparison.cells if c.status != SKIPPED):
         why = (
             comparison.baseline
@@ -265,6 +267,16 @@ def unjudged(comparison: Comparison) -> str | None:
         f"nothing judged: {why} (accept a baseline with `bloomperf baseline accept RESULTS`; "
         "--allow-no-baseline passes a run with nothing to compare)"
     )
+
+
+def was_judged(cell: CellVerdict) -> bool:
+    """Compared with something: an outcome against the expected one, or a figure against a
+    figure with a tolerance (a cell whose every figure is "not judged" reads same, unjudged)."""
+    if cell.status in UNJUDGED:
+        return False
+    if cell.status in (SAME, IMPROVED, UNTRUSTWORTHY):
+        return any(m.status in (SAME, REGRESSED, IMPROVED) for m in cell.metrics)
+    return True
 
 
 def incompleteness(run: RunResult) -> str | None:
