@@ -21,7 +21,7 @@ from bloomperf.analysis.compare import judge, judge_cell
 from bloomperf.analysis.verdicts import Comparison
 from bloomperf.catalog.topology import Topology, detect_topology
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import clean
+from bloomperf.core.formatting import plain
 from bloomperf.core.interrupt import sigterm_as_interrupt
 from bloomperf.core.progress import emit, set_sink
 from bloomperf.harness.matrix import Cell, plan_groups
@@ -191,7 +191,7 @@ class BloomperfController:
         verdict = judge_cell(session.run, session.baseline, result, strict=self.options.strict)
         failure = verdict.fails()
         if failure:
-            pytest.fail(clean(failure), pytrace=False)
+            pytest.fail(plain(failure), pytrace=False)
         return result
 
     @pytest.hookimpl(trylast=True)
@@ -222,6 +222,7 @@ class BloomperfController:
             session.baseline,
             strict=self.options.strict,
             allow_incomplete=self.options.allow_incomplete,
+            allow_no_baseline=self.options.allow_no_baseline,
         )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -243,8 +244,9 @@ class BloomperfController:
         self._locks.clear()
         if self.sessions:
             set_sink(None)
-        # Cells fail their own tests; a run that measured nothing fails the session itself.
-        nothing = any(self.verdict(s).incomplete for s in self.sessions.values())
+        # Cells fail their own tests; a run that measured or judged nothing fails the session.
+        verdicts = [self.verdict(s) for s in self.sessions.values()]
+        nothing = any(v.incomplete or v.unjudged for v in verdicts)
         if nothing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return (yield)
@@ -260,8 +262,10 @@ class BloomperfController:
                 terminalreporter.write_line("")
                 terminalreporter.write_line(f"verdicts against {session.baseline.path}:")
                 terminalreporter.write_line(render_comparison(comparison, "text"))
-            elif comparison.incomplete:
-                terminalreporter.write_line(f"bloomperf: FAILED: {comparison.incomplete}")
+            else:
+                for line in (comparison.incomplete, comparison.unjudged):
+                    if line:
+                        terminalreporter.write_line(f"bloomperf: FAILED: {line}")
             if session.output is not None:
                 terminalreporter.write_line(f"results: {session.output}")
 

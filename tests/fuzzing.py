@@ -137,6 +137,98 @@ def serialised(draw: st.DrawFn, document: Any) -> bytes:
     return data
 
 
+# ---- the strict readers' properties: a wrong JSON type, a key named twice ----------------------
+
+# For each JSON type a value has, values of every other JSON type (JSON has one number type).
+WRONG_TYPES: dict[type, list[Any]] = {
+    bool: ["false", "true", 0, 1, [], {}],
+    int: ["1", 1.5, True, [], {}],
+    float: ["1.0", True, [], {}],
+    str: [1, True, [], {}],
+    list: ["[]", 1, {}, True],
+    dict: ["{}", [], 1, True],
+}
+# Free-form by design: what the environment, the backends and other plugins recorded.
+FREE_FORM = ("environment", "details", "machine_info", "commit_info", "stats", "options")
+
+
+def typed_places(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], type]]:
+    """Every place of ``document`` that holds a typed value, with that value's type."""
+    if path and path[-1] in FREE_FORM:
+        return []
+    found: list[tuple[tuple[Any, ...], type]] = []
+    children = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node[:2])
+        if isinstance(node, list)
+        else []
+    )
+    for key, value in children:
+        found += typed_places(value, (*path, key))
+    if path and node is not None and node != []:
+        found.append((path, type(node)))
+    return found
+
+
+@st.composite
+def retyped(
+    draw: st.DrawFn, document: Any, skip: tuple[str, ...] = (), within: tuple[str, ...] = ()
+) -> Any:
+    """``document`` with one typed value replaced by a value of another JSON type; only at
+    places named by none of ``skip`` and, if given, by one of ``within``."""
+    choices = [
+        p
+        for p in typed_places(document)
+        if not set(map(str, p[0])) & set(skip) and (not within or set(map(str, p[0])) & set(within))
+    ]
+    path, kind = draw(st.sampled_from(choices))
+    wrong = [v for v in WRONG_TYPES[kind] if not (kind is float and type(v) is int)]
+    doc = copy.deepcopy(document)
+    node = doc
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = draw(st.sampled_from(wrong))
+    return doc
+
+
+def objects_in(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path] if isinstance(node, dict) and node else []
+    children = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node[:2])
+        if isinstance(node, list)
+        else []
+    )
+    for key, value in children:
+        found += objects_in(value, (*path, key))
+    return found
+
+
+def dumps_with_duplicate(node: Any, target: tuple[Any, ...], path: tuple[Any, ...] = ()) -> str:
+    """``node`` as JSON text, the object at ``target`` naming its first key twice."""
+    if isinstance(node, dict):
+        items = [
+            f"{json.dumps(k)}: {dumps_with_duplicate(v, target, (*path, k))}"
+            for k, v in node.items()
+        ]
+        if path == target and items:
+            items.append(items[0])
+        return "{" + ", ".join(items) + "}"
+    if isinstance(node, list):
+        inner = (dumps_with_duplicate(v, target, (*path, i)) for i, v in enumerate(node))
+        return "[" + ", ".join(inner) + "]"
+    return json.dumps(node)
+
+
+@st.composite
+def with_duplicate_key(draw: st.DrawFn, document: Any) -> bytes:
+    """``document`` as JSON text in which one object, anywhere, names a key twice."""
+    target = draw(st.sampled_from(objects_in(document)))
+    return dumps_with_duplicate(document, target).encode()
+
+
 def run_cli(*argv: object) -> tuple[int, str, str]:
     """The real entry point, in process: (exit status, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()

@@ -58,6 +58,13 @@ def test_search_narrows_to_the_first_slower_version_and_goes_around_skips() -> N
     assert [s.version for s in steps] == tested
 
 
+def test_a_bad_version_that_cannot_install_is_bad_input_not_a_finding() -> None:
+    test, tested = verdicts({"1.0": SAME, "1.1": SAME, "1.2": SKIPPED})
+    with pytest.raises(BloomperfError, match=r"BAD 1\.2 cannot be tested") as caught:
+        search(["1.0", "1.1", "1.2"], test)
+    assert caught.value.exit_code == 2 and tested == ["1.2"]
+
+
 def test_search_stops_when_bad_is_not_slower() -> None:
     test, tested = verdicts({"1.0": SAME, "1.1": SAME, "1.2": SAME})
     finding, _ = search(["1.0", "1.1", "1.2"], test)

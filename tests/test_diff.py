@@ -89,17 +89,27 @@ def test_two_results_diff_before_and_after(capsys: pytest.CaptureFixture[str]) -
     assert code == 0
 
 
-def test_another_gpu_model_against_a_named_baseline_is_incomparable(
+def test_another_gpu_model_against_a_named_baseline_is_refused_unless_allowed(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, blog_run: RunResult
 ) -> None:
+    """Judging nothing never passes silently (docs/gate.md): a named baseline of another GPU is
+    bad input (2), no baseline at all is the gate's "nothing judged" (1); --allow-no-baseline
+    reports either unjudged and passes."""
     h100 = replace(blog_run, topology="8xH100-SXM5-80GB")
     path = tmp_path / "h100.json"
     save_run(h100, path)
-    code, out, _ = bloomperf(capsys, "diff", path, "--baseline", "8xA100-80GB")
+    code, out, err = bloomperf(capsys, "diff", path, "--baseline", "8xA100-80GB")
+    assert code == 2 and "--baseline 8xA100-80GB" in err and "8xH100-SXM5-80GB" in err
+    assert len(err.strip().splitlines()) == 1
+    allow = "--allow-no-baseline"
+    code, out, _ = bloomperf(capsys, "diff", path, "--baseline", "8xA100-80GB", allow)
     assert code == 0
     assert "28 cells: 28 incomparable" in out
     code, out, _ = bloomperf(capsys, "diff", path)  # no baseline for an H100 at all
-    assert code == 0 and "28 no-baseline" in out and "no baseline for 8xH100-SXM5-80GB" in out
+    assert code == 1 and "28 no-baseline" in out and "no baseline for 8xH100-SXM5-80GB" in out
+    assert "nothing judged" in out
+    code, out, _ = bloomperf(capsys, "diff", path, allow)
+    assert code == 0 and "28 no-baseline" in out and "nothing judged" not in out
 
 
 def test_unexpected_oom_exits_1_and_moved_boundary_only_under_strict(
@@ -390,7 +400,10 @@ def test_a_named_topology_with_another_model_is_incomparable(
     save_run(
         replace(run, model=replace(run.model, name="bloom-7b1", layers=30)), tmp_path / "r.json"
     )
-    code, out, _ = bloomperf(capsys, "diff", tmp_path / "r.json", "--baseline", "8xA100-80GB")
+    named = (tmp_path / "r.json", "--baseline", "8xA100-80GB")
+    code, _, err = bloomperf(capsys, "diff", *named)
+    assert code == 2 and "model bloom-7b1 is not the baseline's bloom-176b" in err
+    code, out, _ = bloomperf(capsys, "diff", *named, "--allow-no-baseline")
     assert code == 0
     assert "incomparable: model bloom-7b1 is not the baseline's bloom-176b" in out
 

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bloomperf import cli
+from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.options import resolve_options
 
@@ -57,6 +58,13 @@ option_values = st.one_of(
             "1;rm -rf /",
             "$(id)",
             "0x10",
+            # Beyond what any machine or reader holds; a value named twice (issue 22).
+            "70000",
+            "65536",
+            "1000000000",
+            "fp32,fp32",
+            "accelerate,accelerate",
+            "1,2,1",
         ]
     ),
     st.integers(min_value=-(10**12), max_value=10**12).map(str),
@@ -204,6 +212,20 @@ def test_hostile_report_options(tmp_path: Path) -> None:
         assert_gate_answer(code, err, full)
 
     probe()
+
+
+LISTS = {"--dtypes": DTYPES, "--backends": BACKEND_NAMES, "--batch-sizes": ("1", "2", "4")}
+
+
+@FUZZ
+@given(flag=st.sampled_from(sorted(LISTS)), data=st.data())
+def test_a_list_option_naming_a_value_twice_is_refused(flag: str, data: st.DataObject) -> None:
+    """Each value is one cell: a second would be measured, then replace the first."""
+    names = data.draw(st.lists(st.sampled_from(LISTS[flag]), min_size=1, max_size=3))
+    again = data.draw(st.permutations([*names, data.draw(st.sampled_from(names))]))
+    code, _, err = run_cli("run", "--dry-run", "--no-lock", flag, ",".join(again))
+    assert_gate_answer(code, err)
+    assert code == 2 and "twice" in err and flag in err, err
 
 
 @pytest.mark.parametrize("command", PARSE_ONLY)

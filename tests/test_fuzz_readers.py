@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzzing import FUZZ, NASTY_TEXT, assert_gate_answer, run_cli, serialised
+from fuzzing import (
+    FUZZ,
+    NASTY_TEXT,
+    assert_gate_answer,
+    retyped,
+    run_cli,
+    serialised,
+    with_duplicate_key,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -97,6 +105,43 @@ def test_pytest_benchmark_json(data: bytes) -> None:
         bench.write_bytes(data)
         code, _, err = run_cli("diff", bench, "--baselines", REPO / "baselines")
         assert_gate_answer(code, err)
+
+
+# ---- the strict readers: one rule for every format -------------------------------------------
+
+DOCUMENTS = {"results": RESULTS, "baseline": BASELINE, "pytest-benchmark": BENCHMARK}
+
+
+def diff_reading(kind: str, path: Path) -> tuple[int, str, str]:
+    """`diff` reading ``path`` as what it is: the results, or the baseline judged against."""
+    if kind == "baseline":
+        return run_cli("diff", DATA / "8xA100-SXM4-80GB.blog.results.json", "--baseline", path)
+    return run_cli("diff", path, "--baselines", REPO / "baselines")
+
+
+@FUZZ
+@given(kind=st.sampled_from(sorted(DOCUMENTS)), data=st.data())
+def test_a_value_of_another_json_type_is_refused_in_every_format(kind: str, data: Any) -> None:
+    """Never coerced (``bool("false")`` is True): exit 2 with one line naming the file."""
+    # Of pytest-benchmark's own fields bloomperf reads only the names and the date.
+    within = ("extra_info", "fullname", "name", "datetime") if kind == "pytest-benchmark" else ()
+    document = data.draw(retyped(DOCUMENTS[kind], ("kind", "schema_version"), within))
+    with folder() as tmp:
+        path = Path(tmp) / "d.json"
+        path.write_text(json.dumps(document))
+        code, _, err = diff_reading(kind, path)
+        assert_gate_answer(code, err)
+        assert code == 2 and str(path) in err, (code, err)
+
+
+@FUZZ
+@given(kind=st.sampled_from(sorted(DOCUMENTS)), data=st.data())
+def test_a_key_named_twice_is_refused_in_every_format(kind: str, data: Any) -> None:
+    with folder() as tmp:
+        path = Path(tmp) / "d.json"
+        path.write_bytes(data.draw(with_duplicate_key(DOCUMENTS[kind])))
+        code, _, err = diff_reading(kind, path)
+        assert code == 2 and "appears twice" in err, (code, err)
 
 
 storage_names = st.sampled_from(

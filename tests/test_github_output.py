@@ -64,7 +64,10 @@ def test_doubtful_cells_are_warnings_and_failures_errors(
     )
     h100 = tmp_path / "h100.json"
     save_run(replace(run, topology="8xH100-SXM5-80GB"), h100)
-    assert cli.main(["diff", str(h100), "--format", "github"]) == 0
+    assert cli.main(["diff", str(h100), "--format", "github"]) == 1
+    errors = annotations(capsys.readouterr().out, "error")
+    assert len(errors) == 1 and "title=bloomperf%3A nothing judged::nothing judged" in errors[0]
+    assert cli.main(["diff", str(h100), "--format", "github", "--allow-no-baseline"]) == 0
     out = capsys.readouterr().out
     warnings = annotations(out, "warning")
     assert len(warnings) == 28 and annotations(out, "error") == []

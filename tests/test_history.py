@@ -177,6 +177,7 @@ def test_diff_with_history_fails_on_the_night_a_slowdown_is_confirmed(
     no_baselines = tmp_path / "no-baselines"
     no_baselines.mkdir()
     args = ["diff", str(tonight), "--baselines", str(no_baselines), "--format", "markdown"]
+    args.append("--allow-no-baseline")  # no baseline: only the history judges
     assert main([*args, "--history", str(folder)]) == 1
     out = capsys.readouterr().out
     assert "### History: 15 nights" in out and "new, worse" in out

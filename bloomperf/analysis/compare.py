@@ -9,7 +9,10 @@ metric checks:
 * ``expected-oom``: ran out of memory where the baseline did (passes).
 * ``unexpected-oom``: ran out of memory where the baseline ran (fails).
 * ``boundary-moved-up``: ran where the baseline ran out of memory (reported; fails if strict).
-* ``no-baseline``: nothing to compare with (recorded, never fails). This holds for an OOM too:
+* ``not-measured``: ran, but a figure its baseline judges (ms/token on a GPU, peak memory on
+  CPU, ...) is missing from the results (fails: deleting a figure must never turn a fail into a
+  pass).
+* ``no-baseline``: nothing to compare with (recorded; fails no cell). This holds for an OOM too:
   the baseline is the only expectation the gate judges against, and an OOM is a measurement
   (where the boundary lies), not a breakage. A user gating an upgrade accepts a baseline first;
   until then an OOM is reported, with what the memory model predicted, and the gate passes.
@@ -20,8 +23,12 @@ metric checks:
 
 A whole run fails too when it measured nothing (no cell ran or ran out of memory) or did not
 finish (``complete: false``), unless the caller allows incomplete runs: an empty or interrupted
-results file must never pass a gate. ``judge`` applies all of this; ``judge_cell`` is the same rule
-for one cell, as the plugin needs it while the run is still going. The statuses and the verdict
+results file must never pass a gate. It fails as well when no cell was judged (every cell
+``no-baseline``, ``incomparable`` or ``skipped``: no baseline, another topology's, an empty
+one), unless the caller allows a run without a baseline (``--allow-no-baseline``, a first run):
+a pass means something was measured and compared (docs/gate.md). ``judge`` applies all of
+this; ``judge_cell`` is the same rule for one cell, as the plugin needs it while the run is
+still going. The statuses and the verdict
 types (with the text that explains them) are ``verdicts``'s.
 """
 
@@ -44,6 +51,7 @@ from bloomperf.analysis.verdicts import (
     SKIPPED,
     TIMEOUT,
     UNEXPECTED_OOM,
+    UNJUDGED,
     UNTRUSTWORTHY,
     CellVerdict,
     Comparison,
@@ -174,6 +182,8 @@ def compare_cell(
     if cell.outcome == Outcome.OOM:
         return verdict(UNEXPECTED_OOM)
     metrics = compare_metrics(cell, expected)
+    if any(m.status == NOT_MEASURED and m.tolerance is not None for m in metrics):
+        return verdict(NOT_MEASURED, metrics)
     if cell.telemetry is not None and cell.telemetry.flags:
         return verdict(UNTRUSTWORTHY, metrics, "; ".join(cell.telemetry.flags))
     return verdict(status_of_metrics(metrics), metrics)
@@ -223,6 +233,7 @@ def judge(
     *,
     strict: bool = False,
     allow_incomplete: bool = False,
+    allow_no_baseline: bool = False,
     no_baseline: str = "no baseline",
 ) -> Comparison:
     """The gate's verdict on a whole run; ``comparison.failed`` decides exit status 1."""
@@ -231,7 +242,42 @@ def judge(
     else:
         comparison = compare_run(run, baseline, strict=strict)
     gap = None if allow_incomplete else incompleteness(run)
-    return replace(comparison, incomplete=gap) if gap else comparison
+    if gap:
+        comparison = replace(comparison, incomplete=gap)
+    why = None if allow_no_baseline else unjudged(comparison)
+    return replace(comparison, unjudged=why) if why else comparison
+
+
+def unjudged(comparison: Comparison) -> str | None:
+    """Why no cell of a run with cells was compared with anything, or None when one was."""
+    if not comparison.cells or any(was_judged(c) for c in comparison.cells):
+        return None
+    if comparison.incomparable:
+        why = f"incomparable: {comparison.incomparable}"
+    elif any(c.status not in UNJUDGED for c in comparison.cells):
+        why = f"{comparison.baseline} gives no figure of the run's cells a tolerance"
+    elif all(c.status == NO_BASELINE for c in comparison.cells if c.status != SKIPPED):
+        why = (
+            comparison.baseline
+            if comparison.baseline.startswith("no baseline")
+            else (f"{comparison.baseline} has none of the run's cells")
+        )
+    else:
+        why = "every cell was skipped"
+    return (
+        f"nothing judged: {why} (accept a baseline with `bloomperf baseline accept RESULTS`; "
+        "--allow-no-baseline passes a run with nothing to compare)"
+    )
+
+
+def was_judged(cell: CellVerdict) -> bool:
+    """Compared with something: an outcome against the expected one, or a figure against a
+    figure with a tolerance (a cell whose every figure is "not judged" reads same, unjudged)."""
+    if cell.status in UNJUDGED:
+        return False
+    if cell.status in (SAME, IMPROVED, UNTRUSTWORTHY):
+        return any(m.status in (SAME, REGRESSED, IMPROVED) for m in cell.metrics)
+    return True
 
 
 def incompleteness(run: RunResult) -> str | None:

@@ -21,7 +21,8 @@ SKIPPED = "skipped"
 # Measured while the GPU throttled or its clocks moved (telemetry flags): neither same nor
 # regressed, because the figure reflects the GPU's cooling or power budget, not the software.
 UNTRUSTWORTHY = "untrustworthy"
-# Metric-only states: a figure the run did not measure, or one the baseline keeps unjudged.
+# Metric states: a figure the run did not measure, or one the baseline keeps unjudged. A cell
+# that ran but lacks a figure its baseline judges is ``not-measured`` as a whole (it fails).
 NOT_MEASURED = "not-measured"
 NOT_JUDGED = "not-judged"
 
@@ -52,7 +53,10 @@ CELL_STATUSES = (
     TIMEOUT,
     SKIPPED,
     UNTRUSTWORTHY,
+    NOT_MEASURED,
 )
+# Statuses that compared nothing: a run whose cells all have one was not judged at all.
+UNJUDGED = (NO_BASELINE, INCOMPARABLE, SKIPPED)
 
 METRICS = {
     "ms_per_token": "ms/token",
@@ -127,6 +131,10 @@ class CellVerdict:
             return f"{self.id}: {self.explain()} (fails under --strict)"
         if self.status in (ERROR, TIMEOUT):
             return f"{self.id}: {self.status}{self._detail()}"
+        if self.status == NOT_MEASURED:
+            missing = [m for m in self.metrics if m.status == NOT_MEASURED and m.tolerance]
+            named = "; ".join(f"{METRICS[m.metric]} {m.describe()}" for m in missing)
+            return f"{self.id}: ran, but the figures its baseline judges are missing: {named}"
         return None
 
     def explain(self) -> str:
@@ -163,14 +171,15 @@ class Comparison:
     incomparable: str = ""
     missing: tuple[str, ...] = ()  # baseline cells (ok or oom) of the run's rows it did not run
     incomplete: str = ""  # why the run as a whole fails: nothing measured, or it did not finish
+    unjudged: str = ""  # why it fails for want of a comparison: no cell was judged at all
 
     @property
     def failed(self) -> bool:
-        return bool(self.incomplete) or any(c.fails() for c in self.cells)
+        return bool(self.incomplete or self.unjudged) or any(c.fails() for c in self.cells)
 
     def failures(self) -> list[str]:
         cells = [message for message in (c.fails() for c in self.cells) if message]
-        return [self.incomplete, *cells] if self.incomplete else cells
+        return [m for m in (self.incomplete, self.unjudged) if m] + cells
 
     @property
     def counts(self) -> dict[str, int]:

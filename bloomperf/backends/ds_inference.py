@@ -40,6 +40,7 @@ from bloomperf.catalog.dtypes import DTYPE_TABLE, load_torch_dtype, stored_torch
 from bloomperf.catalog.topology import ram_doubt
 from bloomperf.config.backend import BackendOptions, TensorParallelOptions
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import get_bool, get_int, read_document
 
 # The last transformers release whose BLOOM DeepSpeed's kernel injection accepts.
 KERNEL_TRANSFORMERS_MAX = "4.43.4"
@@ -310,11 +311,14 @@ def read_shard_marker(folder: Path) -> dict[str, Any]:
     path = folder / SHARD_MARKER
     if not path.is_file():
         raise BloomperfError(f"{folder}: not a pre-sharded checkpoint ({SHARD_MARKER} missing)")
-    try:
-        marker = json.loads(path.read_text())
-        return {"tp": int(marker["tp"]), "kernel_inject": bool(marker["kernel_inject"])}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BloomperfError(f"{path}: unreadable shard marker ({exc})") from None
+    marker = read_document(path, "a shard marker")  # bounded, strict JSON
+    if not isinstance(marker, dict):
+        raise BloomperfError(f"{path}: unreadable shard marker (not a JSON object)")
+    # Typed like every document read: "kernel_inject": "false" is not False.
+    return {
+        "tp": get_int(marker, "tp", str(path), minimum=1),
+        "kernel_inject": get_bool(marker, "kernel_inject", str(path)),
+    }
 
 
 def assign_tensors(model: Any, path: Path, skip: tuple[str, ...] = ()) -> None:

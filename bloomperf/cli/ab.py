@@ -122,6 +122,10 @@ def add_command(subparsers: Any) -> None:
     parser.set_defaults(func=ab_command)
 
 
+# The sequential test resamples every pair it has: its work grows with the pairs.
+MAX_PAIRS = 100_000
+
+
 def comparison_settings(args: Any, options: RunConfig, device: str) -> Settings:
     """The Settings from the command line, each value checked with the option named."""
     for name, value in (("--tolerance", args.tolerance), ("--confidence", args.confidence)):
@@ -137,12 +141,19 @@ def comparison_settings(args: Any, options: RunConfig, device: str) -> Settings:
             parse(str(getattr(args, name[2:].replace("-", "_"))))
         except ValueError as exc:
             raise BloomperfError(f"{name}: {exc}") from None
+    if args.min_pairs > args.max_pairs:
+        raise BloomperfError(
+            f"--min-pairs {args.min_pairs}: above --max-pairs {args.max_pairs}; no verdict could "
+            "ever be reached"
+        )
+    if args.max_pairs > MAX_PAIRS:
+        raise BloomperfError(f"--max-pairs: at most {MAX_PAIRS}, found {args.max_pairs}")
     mode = args.mode if args.mode != "auto" else (CYCLES if device == "cpu" else GROUPS)
     return Settings(
         tolerance=args.tolerance,
         confidence=args.confidence,
         min_pairs=args.min_pairs,
-        max_pairs=max(args.max_pairs, args.min_pairs),
+        max_pairs=args.max_pairs,
         max_time_s=args.max_time,
         warmup=options.warmup,
         cycles_per_round=options.cycles,

@@ -58,6 +58,11 @@ def add_command(subparsers: Any) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     baseline = resolve_baseline(args.topology, args.model, args.baselines)
+    if args.model is not None and not baseline.matches_model(args.model):
+        raise BloomperfError(
+            f"--model {args.model}: no baseline for topology {args.topology} and this model "
+            f"(it has one for {baseline.model}); {describe_search(args.baselines)}"
+        )
     text = (
         render_baseline_json(baseline) if args.format == "json" else render_baseline_text(baseline)
     )

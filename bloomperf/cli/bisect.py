@@ -16,7 +16,8 @@ slower, or skipped versions leave several candidates); 2 for bad input.
 from __future__ import annotations
 
 import datetime as dt
-import json
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -75,18 +76,35 @@ class Finding:
     reason: str
 
 
+FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+
+
 def list_versions(
     package: str, source: PackageSource, pre: bool, python: str = sys.executable
 ) -> list[Version]:
-    """Every version of ``package`` the index offers, ascending (PEP 440 order)."""
-    command = [python, "-m", "pip", "index", "versions", package, "--json", "--pre"]
-    command += ["--disable-pip-version-check", *source.pip_args()]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-        raise BloomperfError(f"{package}: the index lists no versions ({tail[0]})")
+    """Every version of ``package`` the index offers, ascending (PEP 440 order).
+
+    Asked of bloomperf's own pip, for ``python`` (``pip --python``, as the overlays are
+    installed), never of the pip ``python``'s venv may or may not have: ``pip index`` is
+    experimental and its ``--json`` younger than many venvs' pip. A requirement no version can
+    meet makes pip list every version it found, in the message every pip release prints
+    ("from versions: ...")."""
+    impossible = f"{package}===bloomperf-no-such-version"
+    command = [sys.executable, "-m", "pip"]
+    if os.path.abspath(python) != os.path.abspath(sys.executable):
+        command += ["--python", python]
+    command += ["download", "--no-deps", "--pre", "--dest", os.devnull]
+    command += ["--disable-pip-version-check", "--no-input", *source.pip_args()]
+    done = subprocess.run([*command, impossible], capture_output=True, text=True, check=False)
+    listed = FROM_VERSIONS.search(done.stderr + done.stdout)
+    texts = [] if listed is None else [t.strip() for t in listed.group(1).split(",")]
+    texts = [t for t in texts if t and t != "none"]
+    if not texts:
+        output = (done.stderr or done.stdout).strip().splitlines()
+        reason = next((line for line in output if line.startswith("ERROR:")), output[-1:] or [""])
+        raise BloomperfError(f"{package}: the index lists no versions ({str(reason)[:200]})")
     found = []
-    for text in json.loads(done.stdout.strip().splitlines()[-1]).get("versions", []):
+    for text in texts:
         try:
             version = Version(text)
         except InvalidVersion:
@@ -114,6 +132,9 @@ def versions_between(available: list[Version], good: str, bad: str) -> list[Vers
 def search(versions: list[str], test: Callable[[str], Step]) -> tuple[Finding, list[Step]]:
     """Binary search for the first version slower than ``versions[0]`` (GOOD), BAD first."""
     steps = [test(versions[-1])]
+    if steps[0].verdict == SKIPPED:
+        # BAD itself cannot be installed or started: the input is wrong, not a finding (2).
+        raise BloomperfError(f"bisect: BAD {versions[-1]} cannot be tested: {steps[0].message}")
     if steps[0].verdict != SLOWER:
         reason = f"BAD {versions[-1]} is not slower than GOOD ({steps[0].verdict})"
         return Finding(versions[0], None, (), reason), steps

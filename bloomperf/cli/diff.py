@@ -4,10 +4,12 @@ Reads every format a run leaves behind: a ``bloomperf run`` results file, a pyte
 ``--benchmark-json`` file, a file of pytest-benchmark's ``--benchmark-save`` storage, or that
 storage folder (its newest file).
 
-Exit status: 1 when a cell regressed, ran out of memory unexpectedly, errored or timed out (or,
-with ``--strict``, moved its OOM boundary up), or when the results measured nothing or come from
-a run that did not finish (unless ``--allow-incomplete``); 0 otherwise; 2 on bad input; 3 on an
-internal error.
+Exit status: 1 when a cell regressed, ran out of memory unexpectedly, errored, timed out or lacks
+a figure its baseline judges (or, with ``--strict``, moved its OOM boundary up), when the results
+measured nothing or come from a run that did not finish (unless ``--allow-incomplete``), or when
+no cell was judged for want of a baseline (unless ``--allow-no-baseline``); 0 otherwise; 2 on
+bad input, including a ``--baseline`` or "before" file that cannot judge these results (another
+topology, model or workload; no measured cell); 3 on an internal error. See docs/gate.md.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from bloomperf.cli.arguments import (
 )
 from bloomperf.cli.inputs import add_input_arguments, baseline_for
 from bloomperf.core.errors import EXIT_REGRESSION, BloomperfError
+from bloomperf.core.formatting import markdown_text, plain
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.github import job_outputs, render_github, write_job_outputs
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.accept import accept_run
 from bloomperf.store.history import add_detection_options, detection_settings, history_section
-from bloomperf.store.results import RunResult
+from bloomperf.store.results import Outcome, RunResult
 from bloomperf.store.results.files import read_many, read_results, refuse_synthetic
 
 # ---- comparing ---------------------------------------------------------------------------------
@@ -60,19 +63,60 @@ def diff(
     tolerance: float | None = None,
     allow_incomplete: bool = False,
     allow_synthetic: bool = False,
+    allow_no_baseline: bool = False,
 ) -> Comparison:
     if baseline_arg is None and len(results) == 2:
         before = refuse_synthetic(read_results(Path(results[0])), results[0], allow_synthetic)
         after = refuse_synthetic(read_results(Path(results[1])), results[1], allow_synthetic)
+        refuse_empty_before(before, results[0])
         expected = baseline_of_run(before, results[0], tolerance)
-        return judge(after, expected, strict=strict, allow_incomplete=allow_incomplete)
+        comparison = judge(
+            after,
+            expected,
+            strict=strict,
+            allow_incomplete=allow_incomplete,
+            allow_no_baseline=allow_no_baseline,
+        )
+        return refuse_incomparable(comparison, results[0])
     if baseline_arg is None and len(results) > 2:
         raise BloomperfError(
             "diff: give --baseline to compare several result files, or exactly two to diff them"
         )
     run = refuse_synthetic(read_many(results), ", ".join(results), allow_synthetic)
     baseline, why = baseline_for(run, baseline_arg, baselines_dir)
-    return judge(run, baseline, strict=strict, allow_incomplete=allow_incomplete, no_baseline=why)
+    comparison = judge(
+        run,
+        baseline,
+        strict=strict,
+        allow_incomplete=allow_incomplete,
+        allow_no_baseline=allow_no_baseline,
+        no_baseline=why,
+    )
+    return (
+        refuse_incomparable(comparison, f"--baseline {baseline_arg}")
+        if baseline_arg
+        else (comparison)
+    )
+
+
+def refuse_empty_before(before: RunResult, where: str) -> None:
+    """A "before" file that measured no cell is no baseline: the diff would judge nothing."""
+    if not any(c.outcome in (Outcome.OK, Outcome.OOM) for c in before.cells):
+        raise BloomperfError(
+            f'{where}: the "before" results measured no cell ({len(before.cells)} cells, none '
+            "ran or ran out of memory); nothing to compare against"
+        )
+
+
+def refuse_incomparable(comparison: Comparison, named: str) -> Comparison:
+    """A baseline the user named (``--baseline``, a "before" file) that is another topology's,
+    model's or workload's judges nothing: a usage error (exit 2), unless allowed to pass."""
+    if comparison.unjudged and comparison.incomparable:
+        raise BloomperfError(
+            f"{named}: cannot judge these results: {comparison.incomparable} "
+            "(--allow-no-baseline reports them unjudged)"
+        )
+    return comparison
 
 
 def add_command(subparsers: Any) -> None:
@@ -100,6 +144,7 @@ def add_command(subparsers: Any) -> None:
         incomplete="pass results that measured nothing or come from a run that did not finish",
         synthetic="compare results of an injected slowdown (--slowdown-percent) too",
     )
+    add_run_option(parser, "allow_no_baseline")
     parser.add_argument(
         "--tolerance",
         type=_fraction,
@@ -135,6 +180,7 @@ def run_diff(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
         allow_incomplete=args.allow_incomplete,
         allow_synthetic=args.allow_synthetic,
+        allow_no_baseline=args.allow_no_baseline,
     )
     failed = comparison.failed
     history = ""
@@ -159,5 +205,6 @@ def render_what_changed(results: list[str], fmt: str) -> str:
     before, after = (read_results(Path(r)).environment for r in results)
     lines = what_changed(before, after) or [NOTHING_CHANGED]
     if fmt == "markdown":
-        return "\n### What changed between the runs\n\n" + "".join(f"- {x}\n" for x in lines)
-    return "\nWhat changed between the runs:\n" + "".join(f"  {x}\n" for x in lines)
+        shown = "".join(f"- {markdown_text(x)}\n" for x in lines)
+        return "\n### What changed between the runs\n\n" + shown
+    return "\nWhat changed between the runs:\n" + "".join(f"  {plain(x)}\n" for x in lines)

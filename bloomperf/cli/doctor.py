@@ -18,9 +18,11 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from bloomperf.catalog.checkpoints import default_cache_dir
+from bloomperf.catalog.checkpoints import default_cache_dir, resolve_model
+from bloomperf.catalog.models import MODEL_SHAPES
 from bloomperf.cli.arguments import add_format_argument, add_run_option
 from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
 from bloomperf.doctor.check import STATUSES, Check
 from bloomperf.doctor.host import HostFacts, check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
@@ -110,6 +112,15 @@ def add_command(subparsers: Any) -> None:
     parser.set_defaults(func=run_doctor_command)
 
 
+def refuse_bad_inputs(args: argparse.Namespace) -> None:
+    """What the user named must exist before any check can say "ok" about it."""
+    cache = args.cache_dir
+    if cache is not None and (cache.exists() or cache.is_symlink()) and not cache.is_dir():
+        raise BloomperfError(f"--cache-dir {cache}: is not a folder")
+    if args.model is not None and args.model not in MODEL_SHAPES:
+        resolve_model(args.model, args.layers)  # a checkpoint folder or cached hub id, checked
+
+
 def doctor_options(args: argparse.Namespace) -> RunConfig:
     """What a doctor command line asks about (benchmarks/rehearse.py reads it the same way)."""
     return RunConfig(
@@ -122,6 +133,7 @@ def doctor_options(args: argparse.Namespace) -> RunConfig:
 
 
 def run_doctor_command(args: argparse.Namespace) -> int:
+    refuse_bad_inputs(args)
     return print_report(run_checks(doctor_options(args)), args.format, args.device)
 
 

@@ -19,7 +19,7 @@ from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.plan import add_plan_arguments, run_dry
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import EXIT_REGRESSION
-from bloomperf.core.formatting import clean
+from bloomperf.core.formatting import clean, plain
 from bloomperf.core.interrupt import interruption
 from bloomperf.core.progress import emit, time_left
 from bloomperf.harness.lock import hold_device_lock
@@ -34,7 +34,7 @@ from bloomperf.store.results import CellResult, Outcome, RunResult
 def describe(cell: CellResult) -> str:
     if cell.outcome is Outcome.OK and cell.ms_per_token is not None:
         return f"{cell.ms_per_token:.3f} ms/token"
-    first_line = clean(cell.message).splitlines()[0] if cell.message.strip() else ""
+    first_line = plain(clean(cell.message).splitlines()[0]) if cell.message.strip() else ""
     return f"{cell.outcome.value.upper()} {first_line}".strip()
 
 
@@ -88,13 +88,14 @@ def print_verdicts(
         baseline,
         strict=options.strict,
         allow_incomplete=options.allow_incomplete,
+        allow_no_baseline=options.allow_no_baseline,
     )
     if baseline is not None:
         print(f"\nverdicts against {baseline.path}:", file=out)
         print(render_comparison(comparison, "text"), end="", file=out)
     else:
         for line in comparison.failures():
-            print(f"FAILED {line}", file=out)
+            print(f"FAILED {plain(line)}", file=out)
     return EXIT_REGRESSION if comparison.failed else 0
 
 

@@ -65,6 +65,7 @@ class RunConfig(LaunchOptions):
     probe: bool = False
     strict: bool = False
     allow_incomplete: bool = False
+    allow_no_baseline: bool = False
     no_lock: bool = False
     slowdown_percent: float | None = None
 

@@ -112,11 +112,10 @@ def format_table(
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A pipe table; a ``|`` inside a cell is escaped so that it cannot open a column."""
+    """A pipe table; each cell is ``markdown_text``: a ``|`` cannot open a column, nor a ``<``
+    raw HTML."""
 
-    def cell(text: str) -> str:
-        return _one_line(text).replace("|", "\\|")
-
+    cell = markdown_text
     return [
         "| " + " | ".join(cell(h) for h in header) + " |",
         "|" + "---|" * len(header),
@@ -155,7 +154,28 @@ def _verdict_class(text: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    return clean(text).replace("\n", " ")
+    return plain(text)
+
+
+# A line whose text starts with "::" is a workflow command to a GitHub Actions runner (after
+# leading blanks): text read from a file never carries a "::" pair, wherever it ends up.
+_COMMAND = re.compile(r":(?=:)")
+# What CommonMark / GitHub markdown would turn into a link, a code span or a new table column,
+# and a "<" that could open raw HTML or an autolink (one before a letter, "/", "!" or "?"; a
+# "torch<2.4" stays as it is). Emphasis is harmless and stays readable.
+_MARKDOWN = re.compile(r"([\\`\[\]|]|<(?=[A-Za-z/!?]))")
+
+
+def plain(text: str) -> str:
+    """Untrusted text (a cell's message, a name from a file) as one inert line: no escape
+    sequence, control character or line break, and never a workflow command."""
+    return _COMMAND.sub(": ", clean(text).replace("\r", " ").replace("\n", " "))
+
+
+def markdown_text(text: str) -> str:
+    """Untrusted text for a markdown page: ``plain``, with every character that markdown reads
+    as markup or HTML backslash-escaped (it shows as itself)."""
+    return _MARKDOWN.sub(r"\\\1", plain(text))
 
 
 def clean(text: str) -> str:

@@ -98,10 +98,23 @@ def _reason(exc: BaseException) -> str:
     return str(getattr(exc, "strerror", None) or exc)
 
 
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object that names a key twice: which value counts is the parser's accident."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"key {key[:60]!r} appears twice in one object")
+        data[key] = value
+    return data
+
+
 def parse_json_text(text: str, where: str) -> Any:
-    """``json.loads`` with one-line errors for truncation, NaN/Infinity and deep nesting."""
+    """``json.loads`` with one-line errors for truncation, NaN/Infinity, duplicate keys and deep
+    nesting."""
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(
+            text, parse_constant=_reject_constant, object_pairs_hook=_refuse_duplicate_keys
+        )
     except json.JSONDecodeError as exc:
         raise BloomperfError(
             f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
@@ -234,15 +247,31 @@ def get_str(obj: dict[str, Any], key: str, where: str, default: str | None = Non
     return value
 
 
+def get_bool(obj: dict[str, Any], key: str, where: str, default: bool | None = None) -> bool:
+    """A JSON true or false: never a string or a number read as one ("false" is truthy)."""
+    value = obj.get(key, default)
+    if not isinstance(value, bool):
+        raise BloomperfError(
+            f"{where}: field {key!r} must be true or false, found {_kind_of(value)}"
+        )
+    return value
+
+
 def get_int(
-    obj: dict[str, Any], key: str, where: str, *, optional: bool = False, minimum: int = 0
+    obj: dict[str, Any],
+    key: str,
+    where: str,
+    *,
+    optional: bool = False,
+    minimum: int = 0,
+    maximum: int = 2**62,
 ) -> int | None:
     value = obj.get(key)
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise BloomperfError(f"{where}: field {key!r} must be an integer, found {_kind_of(value)}")
-    if value < minimum or value > 2**62:
+    if value < minimum or value > maximum:
         raise BloomperfError(f"{where}: field {key!r} is out of range ({value})")
     return value
 

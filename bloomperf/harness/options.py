@@ -23,21 +23,29 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.multinode import LAUNCHERS
 from bloomperf.harness.parsers import (
     parse_batch_sizes,
+    parse_bounded,
     parse_choice,
     parse_ds_config,
     parse_flag,
     parse_host,
+    parse_hostfile_path,
     parse_max_memory,
     parse_names,
     parse_node_filter,
     parse_path,
     parse_percent,
+    parse_port,
     parse_positive_float,
     parse_positive_int,
     parse_sharded,
     parse_text,
     parse_work_folder,
 )
+from bloomperf.store.results import MAX_CYCLES, MAX_NEW_TOKENS
+
+# Tensor parallelism splits the attention heads (BLOOM-176B has 112): no degree beyond this
+# fits any model or any machine.
+MAX_TP = 128
 
 
 @dataclass(frozen=True)
@@ -88,9 +96,14 @@ OPTIONS: tuple[Option, ...] = (
         "LIST",
     ),
     Option("batch_sizes", parse_batch_sizes, "batch sizes, comma-separated", "LIST"),
-    Option("new_tokens", parse_positive_int, "new tokens per sequence, forced [100]", "N"),
-    Option("cycles", parse_positive_int, "timed generate cycles per cell [5]", "N"),
-    Option("warmup", parse_positive_int, "warm-up generate cycles per cell [1]", "N"),
+    Option(
+        "new_tokens",
+        parse_bounded(MAX_NEW_TOKENS),
+        "new tokens per sequence, forced [100]",
+        "N",
+    ),
+    Option("cycles", parse_bounded(MAX_CYCLES), "timed generate cycles per cell [5]", "N"),
+    Option("warmup", parse_bounded(MAX_CYCLES), "warm-up generate cycles per cell [1]", "N"),
     Option(
         "device", parse_choice(("auto", "cpu", "cuda")), "device: auto, cpu or cuda [auto]", "DEV"
     ),
@@ -141,7 +154,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "tp",
-        parse_positive_int,
+        parse_bounded(MAX_TP),
         "tensor-parallel degree / ranks for DeepSpeed backends [gpu: all visible GPUs, cpu: 1]",
         "N",
     ),
@@ -179,7 +192,7 @@ OPTIONS: tuple[Option, ...] = (
         "DeepSpeed config JSON merged over ds-zero's defaults (kept in each cell's details)",
         "FILE",
     ),
-    Option("hostfile", parse_path, "DeepSpeed hostfile for multi-node launches", "FILE"),
+    Option("hostfile", parse_hostfile_path, "DeepSpeed hostfile for multi-node launches", "FILE"),
     Option("num_nodes", parse_positive_int, "nodes for multi-node launches", "N"),
     Option(
         "launcher",
@@ -188,7 +201,7 @@ OPTIONS: tuple[Option, ...] = (
         "NAME",
     ),
     Option("launcher_args", parse_text, "extra arguments for the multi-node runner", "ARGS"),
-    Option("ssh_port", parse_positive_int, "ssh port of the nodes (pdsh) [ssh's default]", "PORT"),
+    Option("ssh_port", parse_port, "ssh port of the nodes (pdsh) [ssh's default]", "PORT"),
     Option(
         "include", parse_node_filter, "DeepSpeed's --include: NODE[:SLOT,...][@NODE...]", "SPEC"
     ),
@@ -209,6 +222,13 @@ OPTIONS: tuple[Option, ...] = (
         "allow_incomplete",
         parse_flag,
         "pass the gate even when the run measured nothing or did not finish",
+        flag=True,
+    ),
+    Option(
+        "allow_no_baseline",
+        parse_flag,
+        "pass the gate even when no cell was judged: no baseline, or only another topology's "
+        "or model's (a first run; accept its results as the baseline)",
         flag=True,
     ),
     Option("no_lock", parse_flag, "run even if another bloomperf run holds the devices", flag=True),
@@ -269,4 +289,20 @@ def resolve_options(
                 except ValueError as exc:
                     raise BloomperfError(f"{where}: {exc}") from None
                 break
-    return RunConfig(**resolved)
+    return check_combinations(RunConfig(**resolved))
+
+
+def check_combinations(config: RunConfig) -> RunConfig:
+    """Options valid alone that contradict each other."""
+    both = node_names(config.include) & node_names(config.exclude)
+    if both:
+        # Which wins would be the launcher's accident, said only once a group starts.
+        raise BloomperfError(
+            f"--include and --exclude: {', '.join(sorted(both))} is both included and excluded"
+        )
+    return config
+
+
+def node_names(spec: str | None) -> set[str]:
+    """The nodes a DeepSpeed ``NODE[:SLOT,...][@NODE...]`` filter names."""
+    return {part.split(":")[0] for part in (spec or "").split("@") if part}

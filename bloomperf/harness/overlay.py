@@ -68,7 +68,8 @@ print(json.dumps({"python": platform.python_version(), "executable": sys.executa
 
 
 class InstallFailure(BloomperfError):
-    """pip could not install a pin (``bloomperf bisect`` skips such a version)."""
+    """pip could not install a pin, or an arm's Python does not start (``bloomperf bisect``
+    skips such a version): bad input, exit 2, never the regression code 1."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ def build_overlay(
         output = (done.stderr or done.stdout).strip()
         errors = [line for line in output.splitlines() if line.startswith("ERROR:")]
         reason = " ".join(errors) if errors else output[-PIP_OUTPUT_TAIL:]
-        raise InstallFailure(f"pip could not install {' '.join(pins)}: {reason}", exit_code=1)
+        raise InstallFailure(f"pip could not install {' '.join(pins)}: {reason}", exit_code=2)
     try:
         partial.rename(target)
     except OSError:  # another run finished the same overlay first
@@ -255,7 +256,7 @@ def read_fingerprint(python: str, env: dict[str, str]) -> dict[str, Any]:
     )
     if done.returncode != 0:
         tail = done.stderr.strip()[-PIP_OUTPUT_TAIL:]
-        raise InstallFailure(f"{python} does not start with this arm's settings: {tail}", 1)
+        raise InstallFailure(f"{python} does not start with this arm's settings: {tail}", 2)
     fingerprint: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return fingerprint
 

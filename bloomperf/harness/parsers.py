@@ -4,7 +4,6 @@ value (the type of the ``RunConfig`` field of the same name), or ``ValueError`` 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
@@ -14,6 +13,12 @@ from typing import Any
 from bloomperf.backends.ds_inference import read_shard_marker
 from bloomperf.catalog import accelerate_map
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import read_document
+from bloomperf.harness.hostfile import read_hostfile
+from bloomperf.store.results import MAX_BATCH_SIZE
+
+# A DeepSpeed config is a few hundred bytes; a megabyte is not one.
+MAX_DS_CONFIG_BYTES = 1 << 20
 
 
 def parse_names(valid: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
@@ -24,16 +29,39 @@ def parse_names(valid: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
         for name in names:
             if name not in valid:
                 raise ValueError(f"unknown value {name!r} (valid: {', '.join(valid)})")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            # One cell per name: a second would be measured, then silently replace the first.
+            raise ValueError(f"{', '.join(twice)} given twice")
         return names
 
     return parse
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
-    sizes = [parse_positive_int(part.strip(), "batch size") for part in text.split(",")]
-    if not sizes:
-        raise ValueError("is empty")
-    return tuple(sorted(set(sizes)))
+    sizes = [
+        parse_bounded_int(part.strip(), MAX_BATCH_SIZE, "batch size") for part in text.split(",")
+    ]
+    twice = sorted({s for s in sizes if sizes.count(s) > 1})
+    if twice:
+        raise ValueError(f"batch size {', '.join(map(str, twice))} given twice")
+    return tuple(sorted(sizes))
+
+
+def parse_bounded(limit: int, name: str = "") -> Callable[[str], int]:
+    """A positive integer no larger than ``limit`` (what a run or a reader can hold)."""
+
+    def parse(text: str) -> int:
+        return parse_bounded_int(text, limit, name)
+
+    return parse
+
+
+def parse_bounded_int(text: str, limit: int, name: str = "") -> int:
+    value = parse_positive_int(text, name)
+    if value > limit:
+        raise ValueError(f"{name + ' ' if name else ''}must be at most {limit}, got {value}")
+    return value
 
 
 def parse_positive_int(text: str, name: str = "") -> int:
@@ -100,17 +128,36 @@ def parse_path(text: str) -> Path:
 
 
 def parse_ds_config(text: str) -> dict[str, Any]:
-    """A DeepSpeed config JSON file, read now: a missing or malformed file is a usage error."""
+    """A DeepSpeed config JSON file, read now through the bounded reader (a regular file of at
+    most 1 MiB, UTF-8, strict JSON): a FIFO, a device or a huge file is a usage error."""
     path = parse_path(text)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        info = path.stat()
     except OSError as exc:
         raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ValueError(f"{path}: not JSON: {exc}") from None
+    if info.st_size > MAX_DS_CONFIG_BYTES:
+        raise ValueError(f"{path}: {info.st_size} bytes, over {MAX_DS_CONFIG_BYTES} for a config")
+    try:
+        data = read_document(path, "a DeepSpeed config")
+    except BloomperfError as exc:
+        raise ValueError(str(exc)) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a DeepSpeed config must be a JSON object")
     return data
+
+
+def parse_hostfile_path(text: str) -> Path:
+    """A DeepSpeed hostfile, read now: missing, unreadable or garbage is said before the run."""
+    path = parse_path(text)
+    try:
+        read_hostfile(path)
+    except BloomperfError as exc:
+        raise ValueError(str(exc)) from None
+    return path
+
+
+def parse_port(text: str) -> int:
+    return parse_bounded_int(text, 65535, "port")
 
 
 def parse_max_memory(text: str) -> str:

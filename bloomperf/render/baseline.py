@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
-from bloomperf.core.formatting import format_gib, format_ms, format_table, row_label, table_layout
+from bloomperf.core.formatting import (
+    format_gib,
+    format_ms,
+    format_table,
+    plain,
+    row_label,
+    table_layout,
+)
 from bloomperf.store.baseline import EXPECT_NOT_RUN, EXPECT_OOM, Baseline, BaselineCell
 from bloomperf.store.baseline.codec import baseline_to_dict, whole_number
 
@@ -46,9 +53,10 @@ def render_baseline_text(b: Baseline) -> str:
             format_table(["Solution", "Load time (s)", "Tolerance"], loads),
         ]
     parts += ["", "Provenance"]
-    parts += [f"  {p.id}: {p.source}; {p.date}; {p.hardware}" for p in b.provenance]
+    # A baseline's words are a file's: one inert line each, as every result's message.
+    parts += [plain(f"  {p.id}: {p.source}; {p.date}; {p.hardware}") for p in b.provenance]
     if b.notes:
-        parts += ["", "Notes"] + [f"  - {n}" for n in b.notes]
+        parts += ["", "Notes"] + [plain(f"  - {n}") for n in b.notes]
     return "\n".join(parts) + "\n"
 
 

@@ -25,11 +25,12 @@ from bloomperf.analysis.verdicts import (
 from bloomperf.catalog.hardware import known_topology
 from bloomperf.core.formatting import (
     GIB,
-    clean,
     format_ms,
     format_table,
     format_value,
     markdown_table,
+    markdown_text,
+    plain,
     row_label,
     table_layout,
 )
@@ -191,17 +192,19 @@ def render_comparison(comparison: Comparison, fmt: str = "text") -> str:
         lines.insert(0, f"incomparable: {comparison.incomparable}")
     if comparison.missing:
         lines.append("not in the results: " + ", ".join(comparison.missing))
-    # Messages come from workers and files: no escape sequence reaches a terminal or a page.
-    lines = [clean(line) for line in lines]
+    # Messages come from workers and files: no escape sequence, markup or workflow command
+    # reaches a terminal, a runner's log or a page.
+    escape = markdown_text if fmt == "markdown" else plain
+    lines = [escape(line) for line in lines]
     latency_header, latency_body = latency_rows(comparison)
     if fmt == "markdown":
-        parts = [f"**{clean(title)}**", "", *markdown_table(header, body), ""]
+        parts = [f"**{escape(title)}**", "", *markdown_table(header, body), ""]
         if latency_body:
             parts += [*markdown_table(latency_header, latency_body), ""]
         parts += [f"- {line}" for line in lines]
         parts += ["", comparison.summary]
         return "\n".join(parts) + "\n"
-    parts = [clean(title), format_table(header, body) if body else "(no cells)"]
+    parts = [escape(title), format_table(header, body) if body else "(no cells)"]
     if latency_body:
         parts += ["", format_table(latency_header, latency_body)]
     if lines:
@@ -238,6 +241,7 @@ def comparison_to_dict(c: Comparison) -> dict[str, Any]:
         "baseline": c.baseline,
         "incomparable": c.incomparable or None,
         "incomplete": c.incomplete or None,
+        "unjudged": c.unjudged or None,
         "failed": c.failed,
         "counts": c.counts,
         "summary": c.summary,

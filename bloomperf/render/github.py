@@ -57,6 +57,10 @@ def render_github(comparison: Comparison, results_file: str) -> str:
         lines.append(
             annotation("error", results_file, "bloomperf: incomplete run", comparison.incomplete)
         )
+    if comparison.unjudged:
+        lines.append(
+            annotation("error", results_file, "bloomperf: nothing judged", comparison.unjudged)
+        )
     if comparison.incomparable:
         lines.append(
             annotation("warning", results_file, "bloomperf: incomparable", comparison.incomparable)

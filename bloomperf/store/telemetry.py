@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import get_float, get_int, get_list, get_str
+
 # NVML's clocks-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
 SW_POWER_CAP = 0x4
 HW_SLOWDOWN = 0x8
@@ -97,24 +100,31 @@ def telemetry_to_dict(t: Telemetry | None) -> dict[str, Any] | None:
 
 
 def telemetry_from_dict(data: Any, where: str) -> Telemetry | None:
-    """Lenient on purpose: telemetry only informs; a malformed entry reads as no telemetry."""
-    if not isinstance(data, dict):
+    """Strict like every reader: its flags decide whether a cell is judged at all, so a flag
+    list that is a string, or a count that is text, is a broken file, not "no telemetry"."""
+    if data is None:
         return None
+    if not isinstance(data, dict):
+        raise BloomperfError(f"{where}: telemetry must be an object")
 
     def pair(key: str) -> tuple[int, int] | None:
         value = data.get(key)
-        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
-            return (value[0], value[1])
-        return None
+        if value is None:
+            return None
+        if not (isinstance(value, list) and len(value) == 2):
+            raise BloomperfError(f"{where}: field {key!r} must be [min, max]")
+        low, high = (get_int({key: v}, key, where) or 0 for v in value)
+        return (low, high)
 
-    flags = data.get("flags")
     return Telemetry(
-        samples=int(data.get("samples") or 0),
+        samples=int(get_int(data, "samples", where) or 0),
         sm_clock_mhz=pair("sm_clock_mhz"),
         mem_clock_mhz=pair("mem_clock_mhz"),
-        max_power_w=data.get("max_power_w"),
-        max_temperature_c=data.get("max_temperature_c"),
-        reasons=int(data.get("reasons") or 0),
-        flags=tuple(str(f) for f in flags) if isinstance(flags, list) else (),
-        reason=str(data.get("reason") or ""),
+        max_power_w=get_float(data, "max_power_w", where, optional=True),
+        max_temperature_c=get_int(data, "max_temperature_c", where, optional=True),
+        reasons=int(get_int(data, "reasons", where, optional=True) or 0),
+        flags=tuple(
+            get_str({"flag": f}, "flag", where) for f in get_list(data, "flags", where, [])
+        ),
+        reason=get_str(data, "reason", where, default=""),
     )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomperf.catalog.provenance import NOTHING_CHANGED, what_changed
+from bloomperf.core.formatting import markdown_text
 from bloomperf.render.report.environment import shown_baseline
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.accept import software_environment
@@ -105,9 +106,9 @@ NOTHING_TO_COMPARE = "Nothing to compare with: no history and no baseline."
 def markdown_lines(found: Sequence[WhatChanged]) -> list[str]:
     lines = [f"## {HEADING}", ""]
     for item in found:
-        lines += [f"Since {item.against}:", ""]
-        lines += [f"- {line}" for line in item.lines or (NOTHING_CHANGED,)]
-        lines += ["", unrecorded_note(item), ""] if item.unrecorded else [""]
+        lines += [f"Since {markdown_text(item.against)}:", ""]
+        lines += [f"- {markdown_text(line)}" for line in item.lines or (NOTHING_CHANGED,)]
+        lines += ["", markdown_text(unrecorded_note(item)), ""] if item.unrecorded else [""]
     return lines + ([] if found else [NOTHING_TO_COMPARE, ""])
 
 

@@ -69,11 +69,16 @@ def environment_rows(environment: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(key, shorten(value, paths)) for key, value in rows]
 
 
+_URL = re.compile(r"https://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]{1,500}")
+
+
 def plots_note(environment: Mapping[str, Any]) -> str:
     """Where the plots of ``report.md`` are: its images are PNG files in its own folder, which a
     GitHub step summary cannot show (it renders only images at a URL)."""
     url = (environment.get("provenance") or {}).get("ci_run_url")
-    where = f" of [the CI run]({url})" if url else ""
+    # The link target comes from the results file: only a plain https address becomes a link.
+    safe = isinstance(url, str) and _URL.fullmatch(url)
+    where = f" of [the CI run]({url})" if safe else ""
     return (
         "Plots: the PNG files in this report's folder, linked by file name, so they show wherever"
         f" the folder travels whole (the report artifact{where}, a checkout). A GitHub step"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bloomperf.analysis.verdicts import Comparison
-from bloomperf.core.formatting import clean, html_table, markdown_table
+from bloomperf.core.formatting import html_table, markdown_table, markdown_text, plain
 from bloomperf.core.jsonfile import write_text_atomic
 from bloomperf.render.comparison import table_rows
 from bloomperf.render.report.changes import WhatChanged, html_lines, markdown_lines
@@ -79,19 +79,19 @@ def write_pages(
     md = [
         f"# {title}",
         "",
-        f"Run started {when}; {'complete' if run.complete else 'INCOMPLETE'}.",
+        f"Run started {markdown_text(when)}; {'complete' if run.complete else 'INCOMPLETE'}.",
         "",
-        f"**{verdict}**: {summary} (baseline: {baseline})",
+        f"**{verdict}**: {markdown_text(summary)} (baseline: {markdown_text(baseline)})",
         "",
         plots_note(run.environment),
         "",
     ]
     md += ["## Verdicts", "", *markdown_table(header, body), ""]
-    failures = [clean(f) for f in comparison.failures()] + flag_lines(run)
-    md += [f"- {f}" for f in failures] + ([""] if failures else [])
+    failures = [plain(f) for f in [*comparison.failures(), *flag_lines(run)]]
+    md += [f"- {markdown_text(f)}" for f in failures] + ([""] if failures else [])
     md += markdown_lines(changed)
     for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
-        shown = f"![{heading}]({plots[key].name})" if key in plots else notes[key]
+        shown = f"![{heading}]({plots[key].name})" if key in plots else markdown_text(notes[key])
         md += [f"## {heading}", "", shown, ""]
     if "trend" in plots:
         md += ["## Trend over the nights", "", f"![trend]({plots['trend'].name})", ""]

@@ -18,7 +18,8 @@ from bloomperf.store.baseline import (
     Provenance,
 )
 from bloomperf.store.latency import JUDGED_LATENCY
-from bloomperf.store.results import read_backend_and_dtype
+from bloomperf.store.results import MAX_BATCH_SIZE, MAX_CELLS, MAX_CYCLES, read_backend_and_dtype
+from bloomperf.store.results.codec import bounded_list
 from bloomperf.store.schema import DocumentKind, read_versioned, write_versioned
 
 BASELINE = DocumentKind("bloomperf-baseline", 1)
@@ -54,12 +55,16 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
     return BaselineCell(
         backend=backend,
         dtype=dtype,
-        batch_size=int(get_int(data, "batch_size", where, minimum=1) or 0),
+        batch_size=int(get_int(data, "batch_size", where, minimum=1, maximum=MAX_BATCH_SIZE) or 0),
         outcome=outcome,
         ms_per_token=ms,
         ms_per_token_tolerance=_tolerance(data, "ms_per_token_tolerance", where),
-        ms_per_token_decimals=get_int(data, "ms_per_token_decimals", where, optional=True),
-        ms_per_token_samples=_floats(get_list(data, "ms_per_token_samples", where, []), where),
+        ms_per_token_decimals=get_int(
+            data, "ms_per_token_decimals", where, optional=True, maximum=12
+        ),
+        ms_per_token_samples=_floats(
+            bounded_list(data, "ms_per_token_samples", where, MAX_CYCLES), where
+        ),
         peak_memory_bytes=get_int(data, "peak_memory_bytes", where, optional=True),
         peak_memory_tolerance=_tolerance(data, "peak_memory_tolerance", where),
         load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
@@ -74,7 +79,9 @@ def latency_from_dict(data: dict[str, Any], where: str) -> dict[str, Any]:
     for metric, entry in data.items():
         if metric not in JUDGED_LATENCY or not isinstance(entry, dict):
             raise BloomperfError(f"{where}: unknown latency metric {metric!r}")
-        samples[metric] = _floats(get_list(entry, "samples", where), where)
+        if "samples" not in entry:
+            raise BloomperfError(f"{where}: {metric} has no samples")
+        samples[metric] = _floats(bounded_list(entry, "samples", where, MAX_CYCLES), where)
         tolerances[metric] = _tolerance(entry, "tolerance", where)
     return {"latency_samples": samples, "latency_tolerances": tolerances}
 
@@ -147,7 +154,8 @@ def baseline_from_dict(data: dict[str, Any], where: str) -> Baseline:
         for i, p in enumerate(get_list(data, "provenance", where))
     )
     cells = tuple(
-        cell_from_dict(c, f"{where} cell {i}") for i, c in enumerate(get_list(data, "cells", where))
+        cell_from_dict(c, f"{where} cell {i}")
+        for i, c in enumerate(bounded_list(data, "cells", where, MAX_CELLS))
     )
     load_times = tuple(
         load_time_from_dict(lt, f"{where} load time {i}")

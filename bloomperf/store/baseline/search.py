@@ -17,8 +17,15 @@ def default_baselines_dir() -> Path:
 
 
 def baseline_file_name(topology: str, model: str) -> str:
-    """``8xA100-SXM4-80GB.bloom-176b.json``; a hub id's "/" becomes "--"."""
-    return f"{topology}.{model.replace('/', '--')}.json"
+    """``8xA100-SXM4-80GB.bloom-176b.json``: one name per (topology, model) pair, and never one
+    name for two pairs. The names' own "." (a topology ``a.b``) and a hub id's "/" are written
+    as ``~d`` and ``~s`` ("~" is in no name, ``catalog.names``), so the "." between the two
+    parts is the only bare one and ``a.b``+``c`` and ``a``+``b.c`` get different files."""
+    return f"{name_part(topology)}.{name_part(model)}.json"
+
+
+def name_part(name: str) -> str:
+    return name.replace(".", "~d").replace("/", "~s")
 
 
 def find_baseline(topology: str, model: str, folder: Path | None = None) -> Baseline | None:
@@ -82,10 +89,18 @@ def checked_folder(folder: Path) -> Path:
 
 
 def baseline_path_in(folder: Path, topology: str, model: str) -> Path:
-    """Where a new baseline goes: inside ``folder``, whatever the names say."""
+    """Where a new baseline goes: inside ``folder``, whatever the names say, and never over a
+    file that holds another pair's baseline (or anything else)."""
     path = folder / baseline_file_name(topology, model)
     if path.resolve().parent != folder.resolve():
         raise BloomperfError(f"{path}: a baseline must be written inside {folder}")
+    if path.exists() or path.is_symlink():
+        held = load_baseline(path)  # not a baseline: refused by the reader, with its reason
+        if not (held.matches_topology(topology) and held.matches_model(model)):
+            raise BloomperfError(
+                f"{path}: holds the baseline of {held.topology} / {held.model}, not of "
+                f"{topology} / {model}; refusing to replace it"
+            )
     return path
 
 

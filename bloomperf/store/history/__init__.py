@@ -51,7 +51,7 @@ from typing import Any
 
 from bloomperf.catalog.provenance import what_changed
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import format_value, markdown_table
+from bloomperf.core.formatting import format_value, markdown_table, plain
 from bloomperf.store.history.nights import (
     METRIC_MEMORY,
     METRIC_MS,
@@ -324,7 +324,10 @@ def render_changes(
         return "\n".join(lines) + "\n"
     lines = [title]
     for r in rows:
-        lines += [f"  {r[0]}  {r[1]}  {r[2]}: {r[3]} [{r[4]}]", f"      what changed: {r[5]}"]
+        lines += [
+            f"  {r[0]}  {r[1]}  {r[2]}: {r[3]} [{r[4]}]",
+            f"      what changed: {plain(r[5])}",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,14 @@ from bloomperf.core.jsonfile import get_str
 from bloomperf.store.latency import StepSummary, summarize_steps, tokens_per_s
 from bloomperf.store.telemetry import Telemetry
 
+# What a run may hold, and so what every reader accepts: the statistics resample each cell's
+# cycles (``analysis.stats``), so their cost grows with the samples, not with the file's bytes.
+MAX_CYCLES = 1000  # timed cycles of one cell (ms/token samples, per-step rows)
+MAX_NEW_TOKENS = 8192  # new tokens per sequence: BLOOM was trained on 2048 positions
+MAX_BATCH_SIZE = 1 << 20
+MAX_CELLS = 1000  # cells of one run or one baseline
+MAX_RUN_SAMPLES = 20_000  # timed cycles of all the cells of one run together
+
 
 class Outcome(str, enum.Enum):
     OK = "ok"

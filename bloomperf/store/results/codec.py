@@ -10,8 +10,21 @@ from typing import Any
 
 from bloomperf.catalog.names import check_model_name, check_topology_id
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.jsonfile import get_dict, get_float, get_int, get_list, get_str, json_fields
+from bloomperf.core.jsonfile import (
+    get_bool,
+    get_dict,
+    get_float,
+    get_int,
+    get_list,
+    get_str,
+    json_fields,
+)
 from bloomperf.store.results import (
+    MAX_BATCH_SIZE,
+    MAX_CELLS,
+    MAX_CYCLES,
+    MAX_NEW_TOKENS,
+    MAX_RUN_SAMPLES,
     CellResult,
     EnergyReading,
     MemoryReading,
@@ -137,11 +150,12 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         raise BloomperfError(
             f"{where}: unknown outcome {outcome_text!r} (valid: {valid})"
         ) from None
-    samples = get_list(data, "samples_ms_per_token", where, default=[])
+    samples = bounded_list(data, "samples_ms_per_token", where, MAX_CYCLES)
+    check_derived(data, where)
     return CellResult(
         backend=backend,
         dtype=dtype,
-        batch_size=int(get_int(data, "batch_size", where, minimum=1) or 0),
+        batch_size=int(get_int(data, "batch_size", where, minimum=1, maximum=MAX_BATCH_SIZE) or 0),
         outcome=outcome,
         samples_ms_per_token=tuple(
             float(get_float({"v": s}, "v", f"{where} samples_ms_per_token", positive=True) or 0.0)
@@ -155,9 +169,44 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         energy=energy_from_dict(data.get("energy"), f"{where} energy"),
         telemetry=telemetry_from_dict(data.get("telemetry"), f"{where} telemetry"),
         samples_step_ms=steps_from_list(
-            get_list(data, "samples_step_ms", where, default=[]), where
+            bounded_list(data, "samples_step_ms", where, MAX_CYCLES), where
         ),
     )
+
+
+# Figures written beside a cell for other readers and recomputed from its samples when read:
+# never used, but a wrong type in one is a broken file all the same.
+DERIVED_NUMBERS = (
+    "ms_per_token",
+    "ttft_ms",
+    "tpot_ms",
+    "tpot_p90_ms",
+    "tpot_p99_ms",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "energy_j",
+    "j_per_token",
+    "avg_power_w",
+)
+
+
+def check_derived(data: dict[str, Any], where: str) -> None:
+    for key in DERIVED_NUMBERS:
+        get_float(data, key, where, optional=True)
+    get_int(data, "peak_memory_bytes", where, optional=True)
+    if data.get("id") is not None:
+        get_str(data, "id", where)
+    for flag in get_list(data, "flags", where, default=[]):
+        get_str({"flag": flag}, "flag", where)
+
+
+def bounded_list(data: dict[str, Any], key: str, where: str, limit: int) -> list[Any]:
+    """A list field of at most ``limit`` entries: what the statistics can afford, not what the
+    file's size allows."""
+    values = get_list(data, key, where, default=[])
+    if len(values) > limit:
+        raise BloomperfError(f"{where}: field {key!r} has {len(values)} entries, over {limit}")
+    return values
 
 
 def steps_from_list(cycles: list[Any], where: str) -> tuple[tuple[float, ...], ...]:
@@ -167,6 +216,10 @@ def steps_from_list(cycles: list[Any], where: str) -> tuple[tuple[float, ...], .
     for steps in cycles:
         if not isinstance(steps, list):
             raise BloomperfError(f"{what}: each cycle must be a list of milliseconds")
+        if len(steps) > MAX_NEW_TOKENS + 1:
+            raise BloomperfError(
+                f"{what}: a cycle of {len(steps)} steps, over {MAX_NEW_TOKENS + 1}"
+            )
         read.append(
             tuple(float(get_float({"v": ms}, "v", what, positive=True) or 0.0) for ms in steps)
         )
@@ -177,9 +230,12 @@ def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
     model = get_dict(data, "model", where)
     workload = get_dict(data, "workload", where)
     cells = tuple(
-        cell_from_dict(c, f"{where} cell {i}") for i, c in enumerate(get_list(data, "cells", where))
+        cell_from_dict(c, f"{where} cell {i}")
+        for i, c in enumerate(bounded_list(data, "cells", where, MAX_CELLS))
     )
     check_unique(cells, where)
+    check_samples(cells, where)
+    synthetic = data.get("synthetic")
     return RunResult(
         model=ModelInfo(
             name=check_model_name(get_str(model, "name", where), where),
@@ -188,18 +244,23 @@ def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
             parameters=int(get_int(model, "parameters", where, optional=True) or 0),
         ),
         workload=WorkloadInfo(
-            new_tokens=int(get_int(workload, "new_tokens", where, minimum=1) or 0),
-            cycles=int(get_int(workload, "cycles", where, minimum=1) or 0),
-            warmup=int(get_int(workload, "warmup", where) or 0),
-            prompts=tuple(str(p) for p in get_list(workload, "prompts", where, default=[])),
+            new_tokens=int(
+                get_int(workload, "new_tokens", where, minimum=1, maximum=MAX_NEW_TOKENS) or 0
+            ),
+            cycles=int(get_int(workload, "cycles", where, minimum=1, maximum=MAX_CYCLES) or 0),
+            warmup=int(get_int(workload, "warmup", where, maximum=MAX_CYCLES) or 0),
+            prompts=tuple(
+                get_str({"prompt": p}, "prompt", where)
+                for p in get_list(workload, "prompts", where, default=[])
+            ),
         ),
         topology=check_topology_id(get_str(data, "topology", where), where),
         environment=get_dict(data, "environment", where, default={}),
         cells=cells,
         started_at=get_str(data, "started_at", where, default=""),
         finished_at=get_str(data, "finished_at", where, default=""),
-        complete=bool(data.get("complete", False)),
-        synthetic=get_str(data, "synthetic", where, default="") if data.get("synthetic") else "",
+        complete=get_bool(data, "complete", where, default=False),
+        synthetic="" if synthetic is None else get_str(data, "synthetic", where),
     )
 
 
@@ -210,6 +271,13 @@ def check_unique(cells: tuple[CellResult, ...], where: str) -> None:
         if cell.id in seen:
             raise BloomperfError(f"{where}: cell {cell.id} appears twice")
         seen.add(cell.id)
+
+
+def check_samples(cells: tuple[CellResult, ...], where: str) -> None:
+    """The timed cycles of all cells together: the verdict's work grows with them."""
+    total = sum(len(c.samples_ms_per_token) + len(c.samples_step_ms) for c in cells)
+    if total > MAX_RUN_SAMPLES:
+        raise BloomperfError(f"{where}: {total} timed samples in all, over {MAX_RUN_SAMPLES}")
 
 
 def save_run(run: RunResult, path: Path) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.jsonfile import get_dict, get_list, read_document
+from bloomperf.core.jsonfile import get_dict, get_list, get_str, read_document
 from bloomperf.store.baseline.codec import BASELINE
-from bloomperf.store.results import RunResult
-from bloomperf.store.results.codec import RESULTS, cell_from_dict, run_from_dict
+from bloomperf.store.results import MAX_CELLS, RunResult
+from bloomperf.store.results.codec import RESULTS, cell_from_dict, check_samples, run_from_dict
 from bloomperf.store.schema import upgrade
 
 STORAGE_GLOB = "[0-9][0-9][0-9][0-9]_*.json"
@@ -59,17 +59,21 @@ def run_from_benchmark_json(data: dict[str, Any], where: str) -> RunResult:
     for index, bench in enumerate(get_list(data, "benchmarks", where)):
         if not isinstance(bench, dict):
             raise BloomperfError(f"{where}: benchmark {index} is not an object")
-        name = f"{where} {bench.get('fullname') or bench.get('name') or f'benchmark {index}'}"
+        names = [get_str(bench, k, f"{where} benchmark {index}", "") for k in ("fullname", "name")]
+        name = f"{where} {names[0] or names[1] or f'benchmark {index}'}"
         extra = get_dict(bench, "extra_info", name, default={})
         if "bloomperf" not in extra:
             continue  # another plugin's benchmark in the same session
         cell = cell_from_dict(extra["bloomperf"], name)
+        if cell.id in own_ids:
+            # The native format's rule (results.codec.check_unique): which of the two counts?
+            raise BloomperfError(f"{name}: cell {cell.id} appears twice")
         context = upgrade(get_dict(extra, "bloomperf_run", name), f"{name} bloomperf_run", RESULTS)
         # pytest-benchmark drops a benchmark that never timed anything (an OOM, an error), so
         # the context may carry such cells itself; a benchmark's own cell always wins.
         this_run = run_from_dict({"cells": [], **context}, name)
         if run is None:
-            finished = this_run.finished_at or str(data.get("datetime", ""))
+            finished = this_run.finished_at or get_str(data, "datetime", where, default="")
             run = replace(this_run, cells=(), finished_at=finished)
         elif (this_run.topology, this_run.model.name) != (run.topology, run.model.name):
             raise BloomperfError(
@@ -86,6 +90,9 @@ def run_from_benchmark_json(data: dict[str, Any], where: str) -> RunResult:
             f"{where}: no bloomperf cells in this pytest-benchmark file "
             "(was it written with the bloomperf plugin?)"
         )
+    if len(run.cells) > MAX_CELLS:
+        raise BloomperfError(f"{where}: {len(run.cells)} cells, over {MAX_CELLS}")
+    check_samples(run.cells, where)
     return run
 
 
