@@ -13,6 +13,7 @@ internal error.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from bloomperf.cli.arguments import (
 )
 from bloomperf.cli.inputs import add_input_arguments, baseline_for
 from bloomperf.core.errors import EXIT_REGRESSION, BloomperfError
+from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.github import job_outputs, render_github, write_job_outputs
 from bloomperf.store.baseline import Baseline
@@ -127,6 +129,11 @@ def _fraction(text: str) -> float:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    github_output = os.environ.get("GITHUB_OUTPUT")
+    if args.format == "github" and github_output:
+        # The job outputs are appended to $GITHUB_OUTPUT: never to a file this diff reads.
+        inputs = [Path(r) for r in args.results] + ([Path(args.baseline)] if args.baseline else [])
+        refuse_overwriting_inputs([Path(github_output)], inputs, "GITHUB_OUTPUT")
     comparison = diff(
         args.results,
         args.baseline,

@@ -22,7 +22,7 @@ from bloomperf.catalog.checkpoints import default_cache_dir
 from bloomperf.cli.arguments import add_format_argument, add_run_option
 from bloomperf.config.run import RunConfig
 from bloomperf.doctor.check import STATUSES, Check
-from bloomperf.doctor.host import check_disk, check_ram, check_shm
+from bloomperf.doctor.host import check_build_locks, check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
     check_bitsandbytes,
     check_deepspeed_jit,
@@ -54,6 +54,7 @@ def run_checks(
         check_shm(ranks),
         check_disk(model, options.layers, cache),
         check_ram(model, options.layers, ranks),
+        check_build_locks(),
     ]
 
 

@@ -228,6 +228,12 @@ class Session:
             self.active.stop()
         self.active = None
 
+    def abort(self) -> None:
+        """Interrupted (Ctrl-C, a signal): kill the group now; every measured cell is saved."""
+        if self.active is not None:
+            self.active.abort()
+        self.active = None
+
     def finish(self) -> RunResult:
         self.stop()
         self.run = replace(self.run, finished_at=utc_now(), complete=True)

@@ -39,6 +39,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a DeepSpeed/NCCL/cuBLAS OOM read as an error fails the gate instead of marking a boundary",
     ),
     Mutation(
+        "store-writers-not-serialised",
+        "bloomperf/core/storelock.py",
+        "        flock_within(fd, folder, wait_s)\n",
+        "",
+        (
+            "tests/test_concurrency.py::test_six_concurrent_accepts_into_one_folder_keep_every_cell",
+            "tests/test_concurrency.py::"
+            "test_six_concurrent_adds_for_one_date_keep_every_run_under_distinct_names",
+            "tests/test_concurrency.py::test_six_concurrent_merges_from_six_runners_lose_no_night",
+        ),
+        "parallel CI jobs accepting into one baselines folder, or runners merging into one "
+        "history, silently drop each other's cells and nights",
+    ),
+    Mutation(
+        "results-file-shared-by-two-runs",
+        "bloomperf/cli/run.py",
+        "        hold_output_lock(output),  # --no-lock too: one writer per results file\n",
+        "",
+        (
+            "tests/test_concurrency.py::"
+            "test_two_runs_writing_one_results_file_the_second_is_refused",
+        ),
+        "two --no-lock runs with one --output: the second rewrites the file without the "
+        "first's cells",
+    ),
+    Mutation(
         "sampler-returns-zero",
         "bloomperf/measure/rss_sampler.py",
         'MemoryReading(source="rss", peak_bytes=peak, reason=self.reason)',
