@@ -26,6 +26,7 @@ from pathlib import Path
 
 from bloomperf.catalog.checkpoints import default_cache_dir
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.progress import emit
 from bloomperf.core.storelock import flock_within
 
 EXTENSIONS_ENV = "TORCH_EXTENSIONS_DIR"
@@ -93,7 +94,11 @@ def build_lock(folder: Path, wait_s: float) -> Iterator[list[Path]]:
     except OSError as exc:
         raise BloomperfError(f"{folder}: cannot lock for building: {exc.strerror or exc}") from None
     try:
-        flock_within(fd, folder / BUILD_LOCK_NAME, wait_s, poll_s=0.2)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            emit(f"waiting for another group to load (it holds {folder / BUILD_LOCK_NAME})")
+            flock_within(fd, folder / BUILD_LOCK_NAME, wait_s, poll_s=0.2)
         removed = []
         for baton in stale_batons(folder):
             with contextlib.suppress(FileNotFoundError):

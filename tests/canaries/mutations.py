@@ -65,6 +65,78 @@ MUTATIONS: tuple[Mutation, ...] = (
         "first's cells",
     ),
     Mutation(
+        "device-lock-folder-under-tmpdir",
+        "bloomperf/core/lockdir.py",
+        "    for base in SHARED_BASES:\n",
+        '    for base in (Path(os.environ.get("TMPDIR", "/tmp")),):\n',
+        (
+            "tests/test_security.py::"
+            "test_locks_live_in_one_machine_wide_folder_and_never_through_a_link",
+        ),
+        "two runs with different TMPDIRs each take their own lock and measure on one GPU",
+    ),
+    Mutation(
+        "sigterm-waits-for-a-busy-worker",
+        "bloomperf/harness/runner.py",
+        "            self.group.abort()\n",
+        "            self.group.close()\n",
+        (
+            "tests/test_process_tree.py::test_sigterm_kills_a_busy_worker_within_seconds_and_keeps_the_cells",
+        ),
+        "a CI cancel or timeout -k SIGKILLs the controller while it waits 30 s: orphaned group",
+    ),
+    Mutation(
+        "hang-up-not-handled",
+        "bloomperf/core/interrupt.py",
+        "STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)",
+        "STOP_SIGNALS = (signal.SIGTERM,)",
+        (
+            "tests/test_process_tree.py::test_a_hang_up_or_quit_stops_the_run_as_ctrl_c_does[SIGHUP]",
+            "tests/test_process_tree.py::test_a_hang_up_or_quit_stops_the_run_as_ctrl_c_does[SIGQUIT]",
+        ),
+        "a closed SSH session kills the controller silently, leaving its workers and temp folders",
+    ),
+    Mutation(
+        "ranks-outlive-a-sigkilled-controller",
+        "bloomperf/harness/worker.py",
+        "    watch_controller()  # die with the controller, even a SIGKILLed one (harness/orphans)",
+        "    pass",
+        (
+            "tests/test_process_tree.py::test_no_descendant_survives_a_sigkilled_controller[ds-zero]",
+        ),
+        "DeepSpeed's ranks and JIT compilers keep running for minutes after the controller died",
+    ),
+    Mutation(
+        "survivors-of-a-killed-run-ignored",
+        "bloomperf/harness/lock.py",
+        "        refuse_survivors(key)\n",
+        "",
+        (
+            "tests/test_process_tree.py::test_the_device_lock_is_not_free_while_a_killed_runs_group_survives",
+        ),
+        "the next run measures beside a dying orphan that still holds the device",
+    ),
+    Mutation(
+        "stale-build-lock-kept",
+        "bloomperf/catalog/caches.py",
+        "        for baton in stale_batons(folder):\n",
+        "        for baton in []:\n",
+        (
+            "tests/test_process_tree.py::test_the_build_lock_removes_only_batons_nobody_can_be_holding",
+        ),
+        "one killed JIT build makes every later DeepSpeed group on the machine hang to its timeout",
+    ),
+    Mutation(
+        "worker-folder-left-in-tmpdir",
+        "bloomperf/harness/launch.py",
+        "        remove_folder(self._workdir, keep=self.log_path if self.failed else None)",
+        "        pass",
+        (
+            "tests/test_process_tree.py::test_a_clean_run_leaves_nothing_in_tmpdir_and_a_failed_one_only_its_log",
+        ),
+        "every failed or killed cell leaves a bloomperf-worker-* folder nobody names",
+    ),
+    Mutation(
         "sampler-returns-zero",
         "bloomperf/measure/rss_sampler.py",
         'MemoryReading(source="rss", peak_bytes=peak, reason=self.reason)',
