@@ -84,11 +84,12 @@ def kill_own_group(stamp: str) -> None:
 
 
 def watch_controller() -> None:
-    """In a worker: die with the controller named in the environment (a daemon thread)."""
+    """In a worker: die with its parent (a rank's is the launcher, on any node), and with the
+    controller named in the environment (a daemon thread; a local group only)."""
+    die_with_parent()
     stamp = os.environ.get(CONTROLLER_ENV, "")
     if not stamp:
         return
-    die_with_parent()
     if not controller_alive(stamp):
         kill_own_group(stamp)
 
