@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from leftovers import marked_env, marked_processes
 
@@ -382,3 +383,43 @@ def test_the_build_lock_removes_only_batons_nobody_can_be_holding(tmp_path: Path
     with build_lock(tmp_path, 10.0) as removed:  # its holder died: the lock died with it
         assert removed == [batons[0]]
     assert (tmp_path / "built_op").is_dir()
+
+
+def test_stopping_a_runner_whose_request_an_interrupt_left_unanswered_does_not_wait(
+    tmp_path: Path,
+) -> None:
+    """Every caller that stops a runner in a ``finally`` (ab's engine, calibrate, the plugin)
+    does so while a signal unwinds: a worker still busy with the request is not waited for."""
+    from bloomperf.harness.matrix import Cell
+    from bloomperf.harness.options import resolve_options
+    from bloomperf.harness.session import Session
+
+    options = resolve_options(
+        {"new_tokens": "8", "cycles": "2", "output": str(tmp_path / "s.json")}, env={}
+    )
+    session = Session.prepare(options)
+    cell = Cell("accelerate", "fp32", 1)
+    assert session.measure_cell(cell).outcome is Outcome.OK
+    runner = session.active
+    assert runner is not None and runner.group is not None and runner.group.process is not None
+    worker = runner.group.process.pid
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt  # what a signal handler raises in the middle of a request
+
+    def interrupted_mid_cycle(one_cycle: object, warmup: int, cycles: int) -> list[float]:
+        os.kill(worker, signal.SIGSTOP)  # busy: it will not read anything for a long while
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        signal.alarm(2)
+        try:
+            return [one_cycle()]  # type: ignore[operator]
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_cell(2, interrupted_mid_cycle)
+    started = time.monotonic()
+    runner.stop()
+    assert time.monotonic() - started < 10
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == "zombie"

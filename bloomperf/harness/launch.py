@@ -44,8 +44,7 @@ from bloomperf.measure.sampler import MemorySampler
 from bloomperf.store.results import MemoryReading
 
 LOG_TAIL_CHARS = 4000
-# After a signal: how long the group gets from SIGTERM to SIGKILL (a CI runner's cancel or
-# ``timeout -k 10`` SIGKILLs us soon after its SIGTERM; the group must be gone by then).
+# After a signal, the group's SIGTERM-to-SIGKILL grace: `timeout -k 10` SIGKILLs us soon after.
 ABORT_GRACE_S = 2.0
 
 
@@ -107,6 +106,7 @@ class WorkerGroup:
         self.group_id = ""  # a multi-node group's id, in every rank's environment
         self._workdir = Path(tempfile.mkdtemp(prefix="bloomperf-worker-"))
         self.failed = False
+        self.awaiting = ""  # the event the controller waits for from the worker ("" idle)
         self._shm_before: set[str] = set()
         self.log_path = (spec.log_dir or self._workdir) / (
             f"worker-{spec.backend}-{spec.dtype}-{os.getpid()}-{time.monotonic_ns()}.log"
@@ -260,6 +260,7 @@ class WorkerGroup:
 
     def _expect(self, event: str, timeout: float) -> dict[str, Any]:
         assert self.stream is not None
+        self.awaiting = event
         try:
             reply = self.stream.receive(timeout)
         except TimeoutError:
@@ -275,6 +276,7 @@ class WorkerGroup:
             raise self._failure(
                 "error", f"protocol: malformed message from the worker: {exc}"
             ) from None
+        self.awaiting = ""
         if reply.get("event") == "failed":
             raise self._failure("error", "", reply)
         if reply.get("event") != event:
@@ -332,6 +334,9 @@ class WorkerGroup:
         """Ask the group to exit, then make sure it did."""
         if self.watch is not None:
             self.watch.stop()  # the launcher exits now: no lost node
+        if self.awaiting:  # an exception (a signal) left a request unanswered: the worker is
+            self.abort()  # busy and would read "close" only once done; stop it now instead
+            return
         if self.stream is not None and self.process is not None and self.process.poll() is None:
             try:
                 self.stream.send({"op": "close"})
@@ -342,7 +347,7 @@ class WorkerGroup:
         self.remove_workdir()
 
     def abort(self) -> None:
-        """Stop now (a signal): no waiting for a busy worker, whatever it is doing."""
+        """Stop now (a signal, an unanswered request): never wait for a busy worker."""
         self.kill(grace_s=ABORT_GRACE_S)
         self.remove_workdir()
 

@@ -137,6 +137,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         "every failed or killed cell leaves a bloomperf-worker-* folder nobody names",
     ),
     Mutation(
+        "close-waits-for-a-busy-worker",
+        "bloomperf/harness/launch.py",
+        "        if self.awaiting:  # an exception",
+        "        if False:  # an exception",
+        (
+            "tests/test_process_tree.py::"
+            "test_stopping_a_runner_whose_request_an_interrupt_left_unanswered_does_not_wait",
+        ),
+        "ab, calibrate or the plugin stopping a runner while a signal unwinds waits 30 s for it",
+    ),
+    Mutation(
         "sampler-returns-zero",
         "bloomperf/measure/rss_sampler.py",
         'MemoryReading(source="rss", peak_bytes=peak, reason=self.reason)',
