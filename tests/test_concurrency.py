@@ -180,3 +180,57 @@ def test_two_runs_writing_one_results_file_the_second_is_refused(tmp_path: Path)
     assert f"another bloomperf run (PID {holder.pid}) writes {out}" in second.stderr
     assert "another --output" in second.stderr and "Traceback" not in second.stderr
     assert not out.exists()
+
+
+# ---- an output that is also an input ----------------------------------------------------------
+
+
+def spellings(path: Path, tmp_path: Path) -> list[Path]:
+    """The same file under other names: relative detours and a link to it."""
+    link = tmp_path / f"link-{path.name}"
+    if not link.exists():
+        link.symlink_to(path)
+    return [
+        path,
+        path.parent / "." / path.name,
+        path.parent / ".." / path.parent.name / path.name,
+        link,
+    ]
+
+
+@pytest.mark.parametrize("option", ["--ds-config", "--hostfile"])
+def test_run_refuses_an_output_that_is_one_of_its_inputs(
+    tmp_path: Path, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bloomperf.cli import main
+
+    source = tmp_path / "input.json"
+    source.write_text("{}\n")  # a valid (empty) DeepSpeed config; a hostfile is read later
+    for output in spellings(source, tmp_path):
+        code = main(["run", "--no-lock", option, str(source), "--output", str(output)])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "--output" in lines[0] and "also an input" in lines[0], err
+        assert source.read_text() == "{}\n"  # untouched
+
+
+def test_diff_refuses_a_github_output_that_is_a_results_file_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bloomperf.cli import main
+
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    save_run(tiny_run(cpu_cell(1)), before)
+    save_run(tiny_run(cpu_cell(1)), after)
+    for results in (before, after):
+        for target in spellings(results, tmp_path):
+            original = results.read_bytes()
+            monkeypatch.setenv("GITHUB_OUTPUT", str(target))
+            code = main(["diff", str(before), str(after), "--format", "github"])
+            err = capsys.readouterr().err
+            assert code == 2 and "GITHUB_OUTPUT" in err and "also an input" in err, err
+            assert results.read_bytes() == original
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "outputs.txt"))  # elsewhere: written
+    assert main(["diff", str(before), str(after), "--format", "github"]) in (0, 1)
+    assert "verdict=" in (tmp_path / "outputs.txt").read_text()

@@ -65,6 +65,19 @@ MUTATIONS: tuple[Mutation, ...] = (
         "first's cells",
     ),
     Mutation(
+        "output-may-be-an-input",
+        "bloomperf/cli/run.py",
+        '    refuse_overwriting_inputs([output], input_files(vars(args)), "--output")\n',
+        "",
+        (
+            "tests/test_concurrency.py::"
+            "test_run_refuses_an_output_that_is_one_of_its_inputs[--ds-config]",
+            "tests/test_concurrency.py::"
+            "test_run_refuses_an_output_that_is_one_of_its_inputs[--hostfile]",
+        ),
+        "run --output over its own --ds-config or hostfile destroys what it was started with",
+    ),
+    Mutation(
         "device-lock-folder-under-tmpdir",
         "bloomperf/core/lockdir.py",
         "    for base in SHARED_BASES:\n",
