@@ -423,3 +423,22 @@ def test_stopping_a_runner_whose_request_an_interrupt_left_unanswered_does_not_w
     runner.stop()
     assert time.monotonic() - started < 10
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == "zombie"
+
+
+@pytest.mark.parametrize("ending", ["finish", "abort"])
+def test_the_disk_offload_folder_a_session_made_goes_with_it(tmp_path: Path, ending: str) -> None:
+    from bloomperf.harness.options import resolve_options
+    from bloomperf.harness.session import Session
+
+    made = Session.prepare(resolve_options({"offload": "disk", "backends": "accelerate"}, env={}))
+    folder = made.backend_options.offload_folder
+    assert folder is not None and Path(folder).is_dir()
+    getattr(made, ending)()
+    assert not Path(folder).exists()
+    given = tmp_path / "offload"
+    given.mkdir()  # the user's own folder: never removed
+    kept = Session.prepare(
+        resolve_options({"offload": "disk", "offload_folder": str(given)}, env={})
+    )
+    getattr(kept, ending)()
+    assert kept.backend_options.offload_folder == str(given) and given.is_dir()
