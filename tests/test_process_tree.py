@@ -442,3 +442,32 @@ def test_the_disk_offload_folder_a_session_made_goes_with_it(tmp_path: Path, end
     )
     getattr(kept, ending)()
     assert kept.backend_options.offload_folder == str(given) and given.is_dir()
+
+
+def test_a_child_started_with_the_parent_death_signal_dies_with_its_sigkilled_parent(
+    tmp_path: Path,
+) -> None:
+    """The kernel's part alone (no watch thread: no controller in the environment)."""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "from bloomperf.harness.orphans import die_with_parent\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],\n"
+            "                         preexec_fn=die_with_parent, start_new_session=True)\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        env={k: v for k, v in os.environ.items() if k != CONTROLLER_ENV},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child) and psutil.Process(child).status() != "zombie":
+        assert time.monotonic() < deadline, "the child outlived its SIGKILLed parent"
+        time.sleep(0.05)

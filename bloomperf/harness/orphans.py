@@ -5,7 +5,8 @@ A controller that exits normally, or on a signal it handles, kills its groups it
 cancel, the OOM killer) runs no code at all, so the group sees to it:
 
 - the process bloomperf starts gets a Linux parent-death signal (``prctl(PR_SET_PDEATHSIG)``, set
-  between fork and exec): the kernel SIGKILLs it when the controller dies;
+  between fork and exec): the kernel SIGKILLs it when the controller dies (strictly, when the
+  thread that started it ends: groups are started from the main thread);
 - every worker (each rank, whoever started it: DeepSpeed's launcher sits between the controller
   and the ranks) watches the controller named in its environment, and when it is gone kills its
   whole process group (launcher, ranks, the JIT compilers they started) and itself;
@@ -24,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import psutil
 
@@ -33,14 +35,25 @@ PR_SET_PDEATHSIG = 1
 WATCH_INTERVAL_S = 0.5
 
 
+def _find_prctl() -> Any:
+    """libc's ``prctl``, looked up once at import: ``die_with_parent`` runs between fork and exec
+    too, where loading a library could deadlock on a lock another thread held at the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _find_prctl()
+
+
 def die_with_parent() -> None:
     """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere nothing).
     Used as ``preexec_fn`` and by each rank at start: a rank's parent is the launcher."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def controller_stamp() -> str:

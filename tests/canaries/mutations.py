@@ -161,6 +161,17 @@ MUTATIONS: tuple[Mutation, ...] = (
         "ab, calibrate or the plugin stopping a runner while a signal unwinds waits 30 s for it",
     ),
     Mutation(
+        "no-parent-death-signal",
+        "bloomperf/harness/orphans.py",
+        "        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)",
+        "        pass",
+        (
+            "tests/test_process_tree.py::"
+            "test_a_child_started_with_the_parent_death_signal_dies_with_its_sigkilled_parent",
+        ),
+        "a SIGKILLed controller's worker goes on computing beside the next run",
+    ),
+    Mutation(
         "sampler-returns-zero",
         "bloomperf/measure/rss_sampler.py",
         'MemoryReading(source="rss", peak_bytes=peak, reason=self.reason)',
