@@ -23,9 +23,10 @@ from bloomperf.catalog.topology import Topology, detect_topology
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import plain
 from bloomperf.core.interrupt import sigterm_as_interrupt
+from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.core.progress import emit, set_sink
 from bloomperf.harness.matrix import Cell, plan_groups
-from bloomperf.harness.options import OPTIONS, add_pytest_options, resolve_options
+from bloomperf.harness.options import OPTIONS, add_pytest_options, input_files, resolve_options
 from bloomperf.harness.session import Session, lock_key
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
@@ -145,7 +146,7 @@ class BloomperfController:
 
     def session(self, device: str) -> Session:
         if device not in self.sessions:
-            from bloomperf.harness.lock import hold_device_lock
+            from bloomperf.harness.lock import hold_device_lock, hold_output_lock
 
             topology = self.detected()
             # From the first measured cell on, SIGTERM (a CI cancel) stops the run as Ctrl-C
@@ -161,11 +162,17 @@ class BloomperfController:
             if reporter is not None:
                 # Build and load progress live, past pytest's capture (dots otherwise).
                 set_sink(reporter.write_line)
-            if options.output is None:
-                # Always keep a complete results file: pytest-benchmark's JSON leaves out cells
-                # that timed nothing (OOM, error, timeout).
-                stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-                options = replace(options, output=Path("results") / f"pytest-{device}-{stamp}.json")
+            # Always keep a complete results file: pytest-benchmark's JSON leaves out cells
+            # that timed nothing (OOM, error, timeout).
+            stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            output = options.output or Path("results") / f"pytest-{device}-{stamp}.json"
+            options = replace(options, output=output)
+            cli = {o.name: self.config.getoption("bloomperf_" + o.name) for o in OPTIONS}
+            ini = {o.name: (self.config.getini(o.ini_key) or None) for o in OPTIONS}
+            refuse_overwriting_inputs([output], input_files(cli, ini), "--bloomperf-output")
+            claim = hold_output_lock(output)  # --no-lock too: one writer per file
+            claim.__enter__()
+            self._locks.append(claim)
             self.sessions[device] = Session.prepare(options, topology)
         return self.sessions[device]
 
@@ -234,7 +241,7 @@ class BloomperfController:
         interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         for device, measuring in self.sessions.items():
             if interrupted:
-                measuring.stop()  # the results file keeps "complete": false
+                measuring.abort()  # the results file keeps "complete": false
                 continue
             finished = run_context(measuring.finish())
             for context in self._contexts.get(device, []):

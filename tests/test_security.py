@@ -293,22 +293,32 @@ def test_escape_sequences_never_reach_a_terminal_or_a_report() -> None:
 # ---- the lock folder ------------------------------------------------------------------------
 
 
-def test_locks_live_in_a_private_folder_and_never_through_a_link(
+def test_locks_live_in_one_machine_wide_folder_and_never_through_a_link(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import tempfile
+
+    import bloomperf.core.lockdir
     from bloomperf.core.errors import BloomperfError
     from bloomperf.harness.lock import hold_device_lock, lock_folder
 
     monkeypatch.delenv("BLOOMPERF_LOCK_DIR", raising=False)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    defaults = set()
+    for user_tmp in ("a", "b"):  # two users' (or two CI jobs') own TMPDIR and runtime folder
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / user_tmp / "runtime"))
+        monkeypatch.setenv("TMPDIR", str(tmp_path / user_tmp))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+        defaults.add(lock_folder())
+    assert len(defaults) == 1  # one folder whatever TMPDIR says, and none under either
+    assert not str(defaults.pop()).startswith(str(tmp_path))
+    run_lock = tmp_path / "run-lock"  # stands for /run/lock: sticky, open to all
+    run_lock.mkdir()
+    run_lock.chmod(0o1777)
+    monkeypatch.setattr(bloomperf.core.lockdir, "SHARED_BASES", (tmp_path / "none", run_lock))
     default = lock_folder()
-    assert default == tmp_path / f"bloomperf-locks-{os.getuid()}"
-    with hold_device_lock("cpu"):
-        assert oct(default.stat().st_mode & 0o7777) == "0o700"
+    assert default == run_lock / "bloomperf-locks"
+    with hold_device_lock("cpu"):  # created shared by every user, as /tmp is
+        assert oct(default.stat().st_mode & 0o7777) == "0o1777"
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -35,6 +35,8 @@ class Backend(ABC):
     # One process spreading the model over every visible GPU (accelerate's device map), rather
     # than one rank per GPU: decides which GPUs the group is given, sampled and locked.
     spans_visible_gpus: ClassVar[bool] = False
+    # Whether loading may JIT-build DeepSpeed ops (in TORCH_EXTENSIONS_DIR, under the build lock).
+    builds_ops: ClassVar[bool] = False
     model: Any = None  # the loaded model (or DeepSpeed's module wrapping it), set by ``load``
     _device: torch.device  # where inputs go, set by ``load``
     _cuda_devices: tuple[int, ...] | None = None  # what ``synchronize`` waits for, once loaded

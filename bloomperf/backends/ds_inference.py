@@ -56,6 +56,7 @@ INT8_NEEDS_CHECKPOINT = (
 
 
 class TensorParallelBackend(Backend):
+    builds_ops: ClassVar[bool] = True
     kernel_inject: ClassVar[bool]
 
     @classmethod

@@ -33,6 +33,7 @@ OFFLOAD_CHOICES = ("none", "cpu", "nvme")
 
 
 class DeepSpeedZeroBackend(Backend):
+    builds_ops: ClassVar[bool] = True
     name: ClassVar[str] = "ds-zero"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
 

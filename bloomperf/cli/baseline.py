@@ -9,6 +9,7 @@ from typing import Any
 from bloomperf.analysis.compare import incompleteness
 from bloomperf.cli.arguments import add_allow_arguments, add_format_argument, add_run_option
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.storelock import store_lock
 from bloomperf.render.baseline import render_baseline_json, render_baseline_text
 from bloomperf.store.baseline.accept import accept_run
 from bloomperf.store.baseline.codec import save_baseline
@@ -86,14 +87,17 @@ def run_accept(args: argparse.Namespace) -> int:
         gap = incompleteness(run)
         if gap and not args.allow_incomplete:
             raise BloomperfError(f"{text}: {gap}")
-        existing = find_baseline(run.topology, run.model.name, folder)
-        updated = accept_run(run, existing, source=text, force=args.force)
-        path = (
-            Path(existing.path)
-            if existing is not None
-            else baseline_path_in(folder, run.topology, run.model.name)
-        )
-        save_baseline(updated, path)
+        # Read, merge and write under the folder's lock: concurrent accepts (parallel CI jobs)
+        # each add their cells instead of writing over each other's.
+        with store_lock(folder):
+            existing = find_baseline(run.topology, run.model.name, folder)
+            updated = accept_run(run, existing, source=text, force=args.force)
+            path = (
+                Path(existing.path)
+                if existing is not None
+                else baseline_path_in(folder, run.topology, run.model.name)
+            )
+            save_baseline(updated, path)
         accepted = sum(c.outcome in (Outcome.OK, Outcome.OOM) for c in run.cells)
         print(f"bloomperf: {path}: accepted {accepted} cells from {text}")
     return 0

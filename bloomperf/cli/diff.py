@@ -15,6 +15,7 @@ topology, model or workload; no measured cell); 3 on an internal error. See docs
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from bloomperf.cli.arguments import (
 from bloomperf.cli.inputs import add_input_arguments, baseline_for
 from bloomperf.core.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.core.formatting import markdown_text, plain
+from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.github import job_outputs, render_github, write_job_outputs
 from bloomperf.store.baseline import Baseline
@@ -172,6 +174,11 @@ def _fraction(text: str) -> float:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    github_output = os.environ.get("GITHUB_OUTPUT")
+    if args.format == "github" and github_output:
+        # The job outputs are appended to $GITHUB_OUTPUT: never to a file this diff reads.
+        inputs = [Path(r) for r in args.results] + ([Path(args.baseline)] if args.baseline else [])
+        refuse_overwriting_inputs([Path(github_output)], inputs, "GITHUB_OUTPUT")
     comparison = diff(
         args.results,
         args.baseline,

@@ -24,7 +24,7 @@ from bloomperf.cli.arguments import add_format_argument, add_run_option
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.doctor.check import STATUSES, Check
-from bloomperf.doctor.host import HostFacts, check_disk, check_ram, check_shm
+from bloomperf.doctor.host import HostFacts, check_build_locks, check_disk, check_ram, check_shm
 from bloomperf.doctor.libraries import (
     check_bitsandbytes,
     check_deepspeed_jit,
@@ -60,6 +60,7 @@ def run_checks(
         check_shm(ranks),
         check_disk(model, options.layers, cache, host.disk_free_bytes),
         check_ram(model, options.layers, ranks, host.ram_bytes, host.ram_doubt),
+        check_build_locks(),
     ]
 
 

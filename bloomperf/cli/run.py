@@ -21,9 +21,10 @@ from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import EXIT_REGRESSION
 from bloomperf.core.formatting import clean, plain
 from bloomperf.core.interrupt import interruption
+from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.core.progress import emit, time_left
-from bloomperf.harness.lock import hold_device_lock
-from bloomperf.harness.options import add_cli_options, resolve_options
+from bloomperf.harness.lock import hold_device_lock, hold_output_lock
+from bloomperf.harness.options import add_cli_options, input_files, resolve_options
 from bloomperf.harness.session import Session, all_cells, lock_key
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
@@ -42,11 +43,15 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
     if getattr(args, "dry_run", False):
         return run_dry(args, out, err)
     options = resolve_options(vars(args))
-    if options.output is None:
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        options = replace(options, output=Path("results") / f"bloomperf-{stamp}.json")
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    output = options.output or Path("results") / f"bloomperf-{stamp}.json"
+    options = replace(options, output=output)
+    refuse_overwriting_inputs([output], input_files(vars(args)), "--output")
     topology = detect_topology()
-    with hold_device_lock(lock_key(topology, options), enabled=not options.no_lock):
+    with (
+        hold_device_lock(lock_key(topology, options), enabled=not options.no_lock),
+        hold_output_lock(output),  # --no-lock too: one writer per results file
+    ):
         session = Session.prepare(options, topology)
         total = sum(len(g.batch_sizes) for g in session.groups)
         print(
@@ -66,7 +71,7 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
                 line = f"  [{done}/{total}] {cell.id:<28} {describe(result)}{eta}"
                 print(line, file=err, flush=True)
         except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (bloomperf.core.interrupt)
-            session.stop()
+            session.abort()
             how, code = interruption(stop)
             print(f"bloomperf: {how}; {done} cells saved in {session.output}", file=err)
             return code

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from bloomperf.catalog.caches import build_in_progress, extensions_dir, stale_batons
 from bloomperf.catalog.checkpoints import check_free_space, checkpoint_folder_name
 from bloomperf.catalog.models import MODEL_SHAPES, check_layers
 from bloomperf.catalog.topology import ram_doubt
@@ -124,3 +125,20 @@ def check_ram(model: str, layers: int | None, ranks: int, total: int, doubt: str
             "cannot run",
         )
     return Check("ram", "warn" if doubt else "ok", f"{need} fit in {ram}")
+
+
+def check_build_locks(folder: Path | None = None) -> Check:
+    """A torch ``lock`` file in bloomperf's extensions folder while no bloomperf build runs was
+    left by a killed build: torch's builder would wait on it forever (the next run removes it)."""
+    folder = folder if folder is not None else extensions_dir()
+    stale = [] if build_in_progress(folder) else stale_batons(folder)
+    if not stale:
+        return Check("build-locks", "ok", f"no stale DeepSpeed build lock in {folder}")
+    return Check(
+        "build-locks",
+        "warn",
+        f"stale build lock {stale[0]}"
+        + (f" and {len(stale) - 1} more" if len(stale) > 1 else "")
+        + " left by a killed build: DeepSpeed would wait on it; the next bloomperf run removes "
+        "it (or delete it)",
+    )

@@ -28,14 +28,13 @@ all-reduce op JIT-builds once (about 35 s), not in every group. Every rank leave
 
 from __future__ import annotations
 
-import hashlib
-import os
 import socket
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from bloomperf.catalog.caches import worker_caches
 from bloomperf.catalog.devices import ORDER_ENV, PCI_ORDER, VISIBLE_ENV
 from bloomperf.config.run import LaunchOptions
 from bloomperf.core.errors import BloomperfError
@@ -56,17 +55,6 @@ __all__ = [
 WORKER_MODULE = "bloomperf.harness.worker"
 
 
-def extensions_dir() -> Path:
-    """Where DeepSpeed JIT-builds its ops: kept between runs (XDG cache, like torch's default).
-
-    One folder per Python environment: the current and reference profiles' torch builds would
-    otherwise keep invalidating each other's build of the same op (a rebuild each switch).
-    """
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    environment = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    return base / "bloomperf" / "torch_extensions" / environment
-
-
 def rank_group_command(
     world_size: int,
     options: LaunchOptions,
@@ -85,7 +73,7 @@ def rank_group_command(
     """
     port = port or free_port()
     env = {
-        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or str(extensions_dir()),
+        **worker_caches(),  # bloomperf's extensions folder and library caches
         # Rank output goes to the group's log; unbuffered, so it is complete when a rank dies.
         "PYTHONUNBUFFERED": "1",
         **(rank_env or {}),

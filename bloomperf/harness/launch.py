@@ -9,8 +9,6 @@ The controller never imports torch for this and never holds a CUDA context.
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,14 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-import psutil
-
+from bloomperf.backends import backend_class
+from bloomperf.catalog.caches import build_lock, extensions_dir, worker_caches
 from bloomperf.catalog.devices import VisibleDevice, worker_environment
 from bloomperf.catalog.failures import read_rank_reports, root_cause
 from bloomperf.config.backend import BackendOptions
 from bloomperf.config.run import LaunchOptions, RunConfig
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.progress import emit
 from bloomperf.harness.dslaunch import cleanup_shm, shm_segments
+from bloomperf.harness.orphans import CONTROLLER_ENV, controller_stamp, die_with_parent
 from bloomperf.harness.protocol import (
     TOKEN_ENV,
     ConnectionClosed,
@@ -36,6 +36,7 @@ from bloomperf.harness.protocol import (
     WorkerSpec,
     new_token,
 )
+from bloomperf.harness.teardown import kill_tree, remove_folder, terminate_group
 from bloomperf.harness.worker import SPEC_DATA_ENV, SPEC_ENV
 from bloomperf.measure.memory import create_sampler
 from bloomperf.measure.rank_peaks import ranks_reading
@@ -43,6 +44,8 @@ from bloomperf.measure.sampler import MemorySampler
 from bloomperf.store.results import MemoryReading
 
 LOG_TAIL_CHARS = 4000
+# After a signal, the group's SIGTERM-to-SIGKILL grace: `timeout -k 10` SIGKILLs us soon after.
+ABORT_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class WorkerGroup:
         self.group_id = ""  # a multi-node group's id, in every rank's environment
         self._workdir = Path(tempfile.mkdtemp(prefix="bloomperf-worker-"))
         self.failed = False
+        self.awaiting = ""  # the event the controller waits for from the worker ("" idle)
         self._shm_before: set[str] = set()
         self.log_path = (spec.log_dir or self._workdir) / (
             f"worker-{spec.backend}-{spec.dtype}-{os.getpid()}-{time.monotonic_ns()}.log"
@@ -111,7 +115,20 @@ class WorkerGroup:
     # -- start -----------------------------------------------------------------------------
 
     def start(self) -> LoadReport:
-        """Launch the group and wait until rank 0 reports the model loaded."""
+        """Launch the group and wait until rank 0 reports the model loaded; a group whose load
+        may JIT-build DeepSpeed ops loads under the build lock (``bloomperf.catalog.caches``)."""
+        if not backend_class(self.spec.backend).builds_ops:
+            return self._start()
+        folder = extensions_dir()
+        try:
+            with build_lock(folder, self.spec.load_timeout_s) as removed:
+                for baton in removed:
+                    emit(f"removed a stale build lock left by a killed build: {baton}")
+                return self._start()
+        except BloomperfError as exc:
+            raise WorkerFailure("timeout", f"{exc}; the group was not started") from None
+
+    def _start(self) -> LoadReport:
         host = "127.0.0.1"
         # Every group, local too: any local process can connect to the listener, and only the
         # group's rank 0 knows the token (from its environment) to send in its hello.
@@ -171,7 +188,9 @@ class WorkerGroup:
             rank_env["OMP_NUM_THREADS"] = rank_env["MKL_NUM_THREADS"] = threads
         rank_env.update(self.spec.env)  # an arm's own settings win: they are what is being compared
         argv, extra_env = self._command(rank_env)
-        env = {**os.environ, **rank_env, **extra_env}
+        env = {**os.environ, **worker_caches(), **rank_env, **extra_env}
+        if not self.multinode:  # a rank on another node cannot see this controller
+            env[CONTROLLER_ENV] = controller_stamp()
         if self.multinode:
             from bloomperf.harness.multinode import GROUP_ENV
 
@@ -188,6 +207,7 @@ class WorkerGroup:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killed as a whole
+                preexec_fn=die_with_parent,  # and SIGKILLed by the kernel if we are
             )
 
     def _command(self, rank_env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -240,6 +260,7 @@ class WorkerGroup:
 
     def _expect(self, event: str, timeout: float) -> dict[str, Any]:
         assert self.stream is not None
+        self.awaiting = event
         try:
             reply = self.stream.receive(timeout)
         except TimeoutError:
@@ -255,6 +276,7 @@ class WorkerGroup:
             raise self._failure(
                 "error", f"protocol: malformed message from the worker: {exc}"
             ) from None
+        self.awaiting = ""
         if reply.get("event") == "failed":
             raise self._failure("error", "", reply)
         if reply.get("event") != event:
@@ -312,6 +334,9 @@ class WorkerGroup:
         """Ask the group to exit, then make sure it did."""
         if self.watch is not None:
             self.watch.stop()  # the launcher exits now: no lost node
+        if self.awaiting:  # an exception (a signal) left a request unanswered: the worker is
+            self.abort()  # busy and would read "close" only once done; stop it now instead
+            return
         if self.stream is not None and self.process is not None and self.process.poll() is None:
             try:
                 self.stream.send({"op": "close"})
@@ -319,11 +344,21 @@ class WorkerGroup:
             except (ConnectionClosed, subprocess.TimeoutExpired):
                 pass
         self.kill()
-        if not self.failed:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        self.remove_workdir()
 
-    def kill(self) -> None:
-        """Kill every process of the group (idempotent) and release what it held."""
+    def abort(self) -> None:
+        """Stop now (a signal, an unanswered request): never wait for a busy worker."""
+        self.kill(grace_s=ABORT_GRACE_S)
+        self.remove_workdir()
+
+    def remove_workdir(self) -> None:
+        """The group's temporary folder goes; a failed group's log stays where its cell's
+        message names it (beside the results, or in this folder when the run has none)."""
+        remove_folder(self._workdir, keep=self.log_path if self.failed else None)
+
+    def kill(self, grace_s: float = 0.0) -> None:
+        """Kill every process of the group (idempotent) and release what it held; with
+        ``grace_s``, SIGTERM it first and SIGKILL what is left after that long."""
         if self.watch is not None:
             self.watch.stop()
         if self.multinode and self.process is not None:
@@ -331,6 +366,8 @@ class WorkerGroup:
 
             stop_runner(self.process)  # DeepSpeed's pdsh handler kills the ranks on every node
         if self.process is not None:
+            if grace_s:
+                terminate_group(self.process, grace_s)
             kill_tree(self.process)
         if self.multinode and self.group_id:
             from bloomperf.harness.multinode import cleanup_nodes
@@ -381,25 +418,3 @@ def group_command(
     return rank_group_command(
         spec.world_size, spec.launch, python, gpus=gpus, rank_env=rank_env, workdir=workdir
     )
-
-
-def kill_tree(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process's session group and any descendant that left it."""
-    try:
-        descendants = psutil.Process(process.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for child in descendants:
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
-    psutil.wait_procs(descendants, timeout=10)

@@ -12,33 +12,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
-import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.lockdir import lock_folder, make_lock_folder
+from bloomperf.harness.orphans import HELD_ENV, wait_for_survivors
 
-LOCK_DIR_ENV = "BLOOMPERF_LOCK_DIR"
 NO_LOCK_ADVICE = "pass --bloomperf-no-lock (pytest) or --no-lock (bloomperf run) to run anyway"
-
-
-def lock_folder() -> Path:
-    """``$BLOOMPERF_LOCK_DIR``, else a private folder of this user (0700).
-
-    A folder shared by every user can be planted or held by any of them (a link to somewhere
-    else, a folder they own), so the default is per user. Users who share GPUs and want their
-    runs to exclude each other point BLOOMPERF_LOCK_DIR at one folder: it is checked like /tmp
-    (a real folder, not a link, sticky when others may write to it).
-    """
-    configured = os.environ.get(LOCK_DIR_ENV)
-    if configured:
-        return Path(configured)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime and os.path.isdir(runtime) else Path(tempfile.gettempdir())
-    return base / f"bloomperf-locks-{os.getuid()}"
 
 
 def devices_of(key: str) -> list[str]:
@@ -67,47 +51,63 @@ def hold_device_lock(key: str, enabled: bool = True, folder: Path | None = None)
         yield
         return
     folder = folder if folder is not None else lock_folder()
-    _make_folder(folder)
+    make_lock_folder(folder, NO_LOCK_ADVICE)
     with contextlib.ExitStack() as stack:
         for device in devices_of(key):  # sorted: two runs always lock in the same order
-            stack.enter_context(_hold_one(lock_path(folder, device), device))
+            what = "the CPU" if device == "cpu" else f"GPU {device}"
+            stack.enter_context(_hold_one(lock_path(folder, device), f"holds {what}"))
+        refuse_survivors(key)
+        stack.enter_context(_held_in_environment(key))
         yield
 
 
-def _make_folder(folder: Path) -> None:
-    try:
-        if not os.path.lexists(folder):
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = os.lstat(folder)
-    except OSError as exc:
+SURVIVOR_WAIT_S = 10.0
+
+
+def refuse_survivors(key: str) -> None:
+    """The kernel drops a SIGKILLed run's lock at once, while its group may take a moment to
+    die (``bloomperf.harness.orphans``): wait for it, and refuse to measure beside one that
+    does not."""
+    left = wait_for_survivors(set(devices_of(key)), SURVIVOR_WAIT_S)
+    if left:
+        pids = ", ".join(str(p) for p in sorted(left))
         raise BloomperfError(
-            f"{folder}: cannot create the lock folder ({exc.strerror or exc}); "
-            f"set {LOCK_DIR_ENV} to a writable folder or {NO_LOCK_ADVICE}"
-        ) from None
-    problem = lock_folder_problem(info)
-    if problem:
-        raise BloomperfError(
-            f"{folder}: refusing it as the lock folder: {problem}; set {LOCK_DIR_ENV} to a "
-            f"folder of yours or {NO_LOCK_ADVICE}"
+            f"processes of a killed bloomperf run still use {key} after {SURVIVOR_WAIT_S:g} s "
+            f"(PIDs {pids}); end them, or {NO_LOCK_ADVICE}"
         )
 
 
-def lock_folder_problem(info: os.stat_result) -> str | None:
-    """Why a folder (its ``lstat``) may not hold locks: never through a link, never a folder
-    another user controls, never writable by others unless sticky (like /tmp)."""
-    if stat.S_ISLNK(info.st_mode):
-        return "it is a symbolic link"
-    if not stat.S_ISDIR(info.st_mode):
-        return "it is not a folder"
-    if info.st_uid not in (os.getuid(), 0):
-        return f"it belongs to another user (uid {info.st_uid})"
-    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-        return "others may write to it and it has no sticky bit"
-    return None
+@contextlib.contextmanager
+def _held_in_environment(key: str) -> Iterator[None]:
+    """Every group started while the lock is held inherits the devices it runs on, so that a
+    later run can tell its survivors from anybody else's processes."""
+    previous = os.environ.get(HELD_ENV)
+    os.environ[HELD_ENV] = ",".join(devices_of(key))
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(HELD_ENV, None)
+        else:
+            os.environ[HELD_ENV] = previous
 
 
 @contextlib.contextmanager
-def _hold_one(path: Path, device: str) -> Iterator[None]:
+def hold_output_lock(output: Path, folder: Path | None = None) -> Iterator[None]:
+    """Hold the lock of a results file for the whole run, ``--no-lock`` or not: two runs that
+    write one file would each rewrite it with their own cells after every cell, and the last
+    writer silently drops the other's. The second run is refused at once instead."""
+    folder = folder if folder is not None else lock_folder()
+    make_lock_folder(folder, NO_LOCK_ADVICE)
+    real = os.path.realpath(output)
+    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
+    path = folder / f"bloomperf-output-{digest}.lock"
+    with _hold_one(path, f"writes {real}", advice="give this run another --output"):
+        yield
+
+
+@contextlib.contextmanager
+def _hold_one(path: Path, holds: str, advice: str = NO_LOCK_ADVICE) -> Iterator[None]:
     try:
         fd = _open_lock_file(path)
     except OSError as exc:
@@ -121,9 +121,8 @@ def _hold_one(path: Path, device: str) -> Iterator[None]:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise BloomperfError(f"{path}: cannot lock: {exc.strerror or exc}") from None
             holder = _read_holder(fd)
-            what = "the CPU" if device == "cpu" else f"GPU {device}"
             raise BloomperfError(
-                f"another bloomperf run (PID {holder}) holds {what} (lock {path}); {NO_LOCK_ADVICE}"
+                f"another bloomperf run (PID {holder}) {holds} (lock {path}); {advice}"
             ) from None
         _write_holder(fd, str(os.getpid()))
         try:

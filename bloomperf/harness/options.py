@@ -13,6 +13,7 @@ import argparse
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bloomperf.backends import BACKEND_NAMES, DTYPES
@@ -306,3 +307,26 @@ def check_combinations(config: RunConfig) -> RunConfig:
 def node_names(spec: str | None) -> set[str]:
     """The nodes a DeepSpeed ``NODE[:SLOT,...][@NODE...]`` filter names."""
     return {part.split(":")[0] for part in (spec or "").split("@") if part}
+
+
+# The options that name a file the run reads: its --output must never be one of them.
+INPUT_FILE_OPTIONS = ("ds_config", "hostfile")
+
+
+def input_files(
+    cli: Mapping[str, str | None],
+    ini: Mapping[str, str | None] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """The files the run reads, as given (the first source of each, as ``resolve_options``
+    takes it): a ds-config is parsed into a dict there, and its path is gone."""
+    env = os.environ if env is None else env
+    ini = ini or {}
+    found = []
+    for option in OPTIONS:
+        if option.name in INPUT_FILE_OPTIONS:
+            sources = (cli.get(option.name), env.get(option.env_var), ini.get(option.name))
+            raw = next((str(s) for s in sources if s not in (None, "")), None)
+            if raw is not None:
+                found.append(Path(raw))
+    return found

@@ -184,6 +184,13 @@ class GroupRunner:
         self.group = None
         self.loaded = None
 
+    def abort(self) -> None:
+        """After a signal: kill the group at once (a busy worker is not waited for)."""
+        if self.group is not None:
+            self.group.abort()
+        self.group = None
+        self.loaded = None
+
 
 def with_log(failure: WorkerFailure, group: WorkerGroup) -> WorkerFailure:
     """An error or timeout names the group's log and quotes its last lines (an OOM's message

@@ -5,6 +5,7 @@ record every cell as soon as it is measured. Shared by ``bloomperf run`` and the
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -244,8 +245,22 @@ class Session:
             self.active.stop()
         self.active = None
 
+    def abort(self) -> None:
+        """Interrupted (Ctrl-C, a signal): kill the group now; every measured cell is saved."""
+        if self.active is not None:
+            self.active.abort()
+        self.active = None
+        self.remove_scratch()
+
+    def remove_scratch(self) -> None:
+        """The temporary disk-offload folder this session made (a given one is the user's)."""
+        made = self.backend_options.offload_folder
+        if made and self.options.offload_folder is None:
+            shutil.rmtree(made, ignore_errors=True)
+
     def finish(self) -> RunResult:
         self.stop()
+        self.remove_scratch()
         self.run = replace(self.run, finished_at=utc_now(), complete=True)
         if self.output is not None:
             save_run(self.run, self.output)

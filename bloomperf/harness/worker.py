@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from bloomperf.catalog.failures import failure_report, write_rank_report
 from bloomperf.catalog.workload import generate_kwargs
+from bloomperf.harness.orphans import watch_controller
 from bloomperf.harness.protocol import (
     OP_BEGIN,
     OP_CLOSE,
@@ -27,6 +28,7 @@ from bloomperf.harness.protocol import (
     OP_CYCLE,
     OP_END,
     TOKEN_ENV,
+    ConnectionClosed,
     MessageStream,
     WorkerSpec,
 )
@@ -209,7 +211,10 @@ def relay(worker: Worker, op: int, batch_size: int) -> tuple[int, int]:
 def serve_rank0(worker: Worker, stream: MessageStream) -> bool:
     """Answer the controller until it closes the group; False once a command failed."""
     while True:
-        message = stream.receive(timeout=None)
+        try:
+            message = stream.receive(timeout=None)
+        except ConnectionClosed:
+            message = {"op": "close"}  # the controller is gone: end the group as it would
         op = OP_CODES[message["op"]]
         batch_size = int(message.get("batch_size", 0))
         relay(worker, op, batch_size)
@@ -260,6 +265,7 @@ def read_spec() -> WorkerSpec:
 
 
 def main() -> int:
+    watch_controller()  # die with the controller, even a SIGKILLed one (harness/orphans)
     launcher = adopt_launcher_rank()
     spec = read_spec()
     rank = int(os.environ.get("RANK", "0"))

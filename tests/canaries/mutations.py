@@ -39,6 +39,139 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a DeepSpeed/NCCL/cuBLAS OOM read as an error fails the gate instead of marking a boundary",
     ),
     Mutation(
+        "store-writers-not-serialised",
+        "bloomperf/core/storelock.py",
+        "        flock_within(fd, folder, wait_s)\n",
+        "",
+        (
+            "tests/test_concurrency.py::test_six_concurrent_accepts_into_one_folder_keep_every_cell",
+            "tests/test_concurrency.py::"
+            "test_six_concurrent_adds_for_one_date_keep_every_run_under_distinct_names",
+            "tests/test_concurrency.py::test_six_concurrent_merges_from_six_runners_lose_no_night",
+        ),
+        "parallel CI jobs accepting into one baselines folder, or runners merging into one "
+        "history, silently drop each other's cells and nights",
+    ),
+    Mutation(
+        "results-file-shared-by-two-runs",
+        "bloomperf/cli/run.py",
+        "        hold_output_lock(output),  # --no-lock too: one writer per results file\n",
+        "",
+        (
+            "tests/test_concurrency.py::"
+            "test_two_runs_writing_one_results_file_the_second_is_refused",
+        ),
+        "two --no-lock runs with one --output: the second rewrites the file without the "
+        "first's cells",
+    ),
+    Mutation(
+        "output-may-be-an-input",
+        "bloomperf/cli/run.py",
+        '    refuse_overwriting_inputs([output], input_files(vars(args)), "--output")\n',
+        "",
+        (
+            "tests/test_concurrency.py::"
+            "test_run_refuses_an_output_that_is_one_of_its_inputs[--ds-config]",
+            "tests/test_concurrency.py::"
+            "test_run_refuses_an_output_that_is_one_of_its_inputs[--hostfile]",
+        ),
+        "run --output over its own --ds-config or hostfile destroys what it was started with",
+    ),
+    Mutation(
+        "device-lock-folder-under-tmpdir",
+        "bloomperf/core/lockdir.py",
+        "    for base in SHARED_BASES:\n",
+        '    for base in (Path(os.environ.get("TMPDIR", "/tmp")),):\n',
+        (
+            "tests/test_security.py::"
+            "test_locks_live_in_one_machine_wide_folder_and_never_through_a_link",
+        ),
+        "two runs with different TMPDIRs each take their own lock and measure on one GPU",
+    ),
+    Mutation(
+        "sigterm-waits-for-a-busy-worker",
+        "bloomperf/harness/runner.py",
+        "            self.group.abort()\n",
+        "            self.group.close()\n",
+        (
+            "tests/test_process_tree.py::test_sigterm_kills_a_busy_worker_within_seconds_and_keeps_the_cells",
+        ),
+        "a CI cancel or timeout -k SIGKILLs the controller while it waits 30 s: orphaned group",
+    ),
+    Mutation(
+        "hang-up-not-handled",
+        "bloomperf/core/interrupt.py",
+        "STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)",
+        "STOP_SIGNALS = (signal.SIGTERM,)",
+        (
+            "tests/test_process_tree.py::test_a_hang_up_or_quit_stops_the_run_as_ctrl_c_does[SIGHUP]",
+            "tests/test_process_tree.py::test_a_hang_up_or_quit_stops_the_run_as_ctrl_c_does[SIGQUIT]",
+        ),
+        "a closed SSH session kills the controller silently, leaving its workers and temp folders",
+    ),
+    Mutation(
+        "ranks-outlive-a-sigkilled-controller",
+        "bloomperf/harness/worker.py",
+        "    watch_controller()  # die with the controller, even a SIGKILLed one (harness/orphans)",
+        "    pass",
+        (
+            "tests/test_process_tree.py::test_no_descendant_survives_a_sigkilled_controller[ds-zero]",
+        ),
+        "DeepSpeed's ranks and JIT compilers keep running for minutes after the controller died",
+    ),
+    Mutation(
+        "survivors-of-a-killed-run-ignored",
+        "bloomperf/harness/lock.py",
+        "        refuse_survivors(key)\n",
+        "",
+        (
+            "tests/test_process_tree.py::test_the_device_lock_is_not_free_while_a_killed_runs_group_survives",
+        ),
+        "the next run measures beside a dying orphan that still holds the device",
+    ),
+    Mutation(
+        "stale-build-lock-kept",
+        "bloomperf/catalog/caches.py",
+        "        for baton in stale_batons(folder):\n",
+        "        for baton in []:\n",
+        (
+            "tests/test_process_tree.py::test_the_build_lock_removes_only_batons_nobody_can_be_holding",
+        ),
+        "one killed JIT build makes every later DeepSpeed group on the machine hang to its timeout",
+    ),
+    Mutation(
+        "worker-folder-left-in-tmpdir",
+        "bloomperf/harness/launch.py",
+        "        remove_folder(self._workdir, keep=self.log_path if self.failed else None)",
+        "        pass",
+        (
+            "tests/test_process_tree.py::test_a_clean_run_leaves_nothing_in_tmpdir_and_a_failed_one_only_its_log",
+        ),
+        "every failed or killed cell leaves a bloomperf-worker-* folder nobody names",
+    ),
+    Mutation(
+        "close-waits-for-a-busy-worker",
+        "bloomperf/harness/launch.py",
+        "        if self.awaiting:  # an exception",
+        "        if False:  # an exception",
+        (
+            "tests/test_process_tree.py::"
+            "test_stopping_a_runner_whose_request_an_interrupt_left_unanswered_does_not_wait",
+        ),
+        "ab, calibrate or the plugin stopping a runner while a signal unwinds waits 30 s for it",
+    ),
+    Mutation(
+        "no-parent-death-signal",
+        "bloomperf/harness/orphans.py",
+        "        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)",
+        "        pass",
+        (
+            "tests/test_process_tree.py::"
+            "test_a_child_started_with_the_parent_death_signal_dies_with_its_sigkilled_parent",
+        ),
+        "a SIGKILLed controller's worker goes on computing beside the next run",
+    ),
+    Mutation(
         "sampler-returns-zero",
         "bloomperf/measure/rss_sampler.py",
         'MemoryReading(source="rss", peak_bytes=peak, reason=self.reason)',

@@ -29,6 +29,7 @@ from datetime import date
 from pathlib import Path
 
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.storelock import store_locks
 from bloomperf.store.history.nights import NIGHT_NAME, load_history, night_date, night_file
 from bloomperf.store.results import RunResult
 from bloomperf.store.results.codec import run_to_dict, save_run
@@ -124,6 +125,13 @@ def merge_histories(sources: Sequence[Path], dest: Path) -> list[Merged]:
     runs = gather(sources)
     if not runs:
         raise BloomperfError(f"{', '.join(map(str, sources))}: holds no results files")
+    # Every topology folder this merge writes is locked from the plan to the last write, so
+    # concurrent merges (one per runner) and adds each see the nights the others wrote.
+    with store_locks([dest / t for t in {i.run.topology for i in runs}]):
+        return write_merge(runs, dest)
+
+
+def write_merge(runs: Sequence[Incoming], dest: Path) -> list[Merged]:
     missing = plan_merge(runs, dest)
     merged = []
     for topology, new in missing.items():

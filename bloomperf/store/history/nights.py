@@ -15,6 +15,7 @@ from datetime import date, datetime
 from pathlib import Path
 
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.storelock import store_lock
 from bloomperf.store.results import CellResult, Outcome, RunResult
 from bloomperf.store.results.codec import run_to_dict, save_run
 from bloomperf.store.results.files import read_results
@@ -79,11 +80,13 @@ def add_to_history(result: Path, folder: Path, day: date | None = None) -> tuple
     if folder.exists() and not folder.is_dir():
         raise BloomperfError(f"{folder}: is not a directory")
     content = run_to_dict(run)
-    for existing in sorted(folder.glob(f"{day.isoformat()}*.json")) if folder.is_dir() else []:
-        if NIGHT_NAME.match(existing.name) and run_to_dict(read_results(existing)) == content:
-            return existing, False
-    path = night_file(folder, day)
-    save_run(run, path)
+    # Under the folder's lock: two runs added for one date at once get two names, not one.
+    with store_lock(folder):
+        for existing in sorted(folder.glob(f"{day.isoformat()}*.json")):
+            if NIGHT_NAME.match(existing.name) and run_to_dict(read_results(existing)) == content:
+                return existing, False
+        path = night_file(folder, day)
+        save_run(run, path)
     return path, True
 
 
