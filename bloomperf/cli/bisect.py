@@ -1,7 +1,8 @@
 """`bloomperf bisect PACKAGE GOOD BAD`: find the first version of a package that made things slower.
 
 The versions between GOOD and BAD come from the package index (``pip index versions``, with
-``--index-url``/``--find-links``; a local wheelhouse alone works offline), in PEP 440 order,
+``--index-url``/``--find-links``), or from the file names of a local wheelhouse given alone
+(offline, and whatever pip is installed), in PEP 440 order,
 pre-releases only with ``--pre``. Each tested version is an overlay of the current environment
 (``bloomperf.harness.overlay``: ``pip install --no-deps`` into a cached folder) compared with GOOD's
 overlay by ``bloomperf ab``'s interleaved measurement. BAD is tested first (if it is not slower
@@ -24,6 +25,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 from bloomperf.analysis.paired import FASTER, INCONCLUSIVE, SAME, SLOWER
@@ -79,14 +87,14 @@ def list_versions(
     package: str, source: PackageSource, pre: bool, python: str = sys.executable
 ) -> list[Version]:
     """Every version of ``package`` the index offers, ascending (PEP 440 order)."""
-    command = [python, "-m", "pip", "index", "versions", package, "--json", "--pre"]
-    command += ["--disable-pip-version-check", *source.pip_args()]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-        raise BloomperfError(f"{package}: the index lists no versions ({tail[0]})")
+    if source.find_links and not source.index_url:
+        texts = versions_in_folders(package, source.find_links)
+    else:
+        texts = versions_from_pip(package, source, python)
+    if not texts:
+        raise BloomperfError(f"{package}: the index lists no versions")
     found = []
-    for text in json.loads(done.stdout.strip().splitlines()[-1]).get("versions", []):
+    for text in texts:
         try:
             version = Version(text)
         except InvalidVersion:
@@ -94,6 +102,53 @@ def list_versions(
         if pre or not version.is_prerelease:
             found.append(version)
     return sorted(set(found))
+
+
+def versions_in_folders(package: str, folders: tuple[str, ...]) -> list[str]:
+    """The versions of ``package`` among the wheels and sdists of local ``--find-links`` folders,
+    read from their file names (what pip reads there), whatever pip is installed."""
+    wanted = canonicalize_name(package)
+    found = []
+    for folder in folders:
+        path = Path(folder)
+        for file in sorted(path.iterdir()) if path.is_dir() else ():
+            try:
+                if file.name.endswith(".whl"):
+                    name, version, _, _ = parse_wheel_filename(file.name)
+                elif file.name.endswith((".tar.gz", ".zip")):
+                    name, version = parse_sdist_filename(file.name)
+                else:
+                    continue
+            except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+                continue
+            if name == wanted:
+                found.append(str(version))
+    return found
+
+
+def versions_from_pip(package: str, source: PackageSource, python: str) -> list[str]:
+    """``pip index versions`` of the arm's interpreter: JSON where that pip has ``--json``, the
+    "Available versions:" line of its text otherwise (pip 21.2 to 22.x)."""
+    base = [python, "-m", "pip", "index", "versions", package, "--pre"]
+    base += ["--disable-pip-version-check", *source.pip_args()]
+    done = subprocess.run([*base, "--json"], capture_output=True, text=True, check=False)
+    if done.returncode == 0:
+        document = json.loads(done.stdout.strip().splitlines()[-1])
+        return [str(v) for v in document.get("versions", [])]
+    done = subprocess.run(base, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+        raise BloomperfError(f"{package}: the index lists no versions ({tail[0]})")
+    return available_versions(done.stdout)
+
+
+def available_versions(text: str) -> list[str]:
+    """The versions of pip's text answer: ``Available versions: 1.2, 1.1, 1.0``."""
+    for line in text.splitlines():
+        if line.startswith("Available versions:"):
+            listed = line.partition(":")[2]
+            return [v.strip() for v in listed.split(",") if v.strip()]
+    return []
 
 
 def versions_between(available: list[Version], good: str, bad: str) -> list[Version]:
