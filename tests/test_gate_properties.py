@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bloomperf import cli
@@ -31,9 +31,11 @@ from bloomperf.config.run import RunConfig
 from bloomperf.render.report import write_report
 from bloomperf.store.baseline import Baseline, BaselineCell
 from bloomperf.store.baseline.codec import save_baseline
+from bloomperf.store.history import new_changes
+from bloomperf.store.history.nights import load_history
 from bloomperf.store.results import CellResult, Outcome, RunResult
 from bloomperf.store.results.codec import save_run
-from tests.builders import cpu_baseline, rss, tiny_run
+from tests.builders import add_night, cpu_baseline, night, night_run, ok_cell, rss, tiny_run
 
 BATCHES = (1, 2, 4, 8)
 MEASURED = {"same": 1.0, "slower": 1.6, "faster": 0.6}
@@ -208,3 +210,55 @@ def test_the_report_says_what_the_gate_says(
     page = report.html.read_text()
     assert ("verdict failed" in page) == failed and ("verdict passed" in page) == (not failed)
     assert print_verdicts(run, baseline, RunConfig(), io.StringIO()) == int(failed)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(n=st.integers(6, 12), step=st.integers(2, 12), factor=st.sampled_from((0.7, 1.0, 1.4)))
+@example(n=8, step=5, factor=1.4)  # confirmed worse tonight: the step fails
+@example(n=9, step=5, factor=1.4)  # confirmed worse last night: not again
+@example(n=8, step=5, factor=0.7)  # confirmed better tonight
+def test_the_github_output_never_says_pass_when_the_history_fails_the_step(
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    n: int,
+    step: int,
+    factor: float,
+) -> None:
+    """Tonight's run passes on its own (no baseline); the history it joins may confirm a step
+    for the worse tonight. The exit and the job's ``verdict`` output must say the same."""
+    folder = tmp_path_factory.mktemp("nightly")
+    history, scratch = folder / "history", folder / "scratch"
+    history.mkdir()
+    scratch.mkdir()
+    last = None
+    for i in range(n):
+        cell = ok_cell(10.0 * (factor if i >= step else 1.0) * (1 + 0.001 * (i % 3)))
+        last = add_night(history, night_run(night(i), [cell]), scratch)
+    assert last is not None
+    worse_tonight = any(c.worse for c in new_changes(load_history(history)))
+    outputs = folder / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    capsys.readouterr()
+    code = cli.main(
+        [
+            "diff",
+            str(last),
+            "--baselines",
+            str(folder),
+            "--history",
+            str(history),
+            "--format",
+            "github",
+        ]
+    )
+    capsys.readouterr()
+    said = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert code == int(worse_tonight)
+    if (n, step, factor) == (8, 5, 1.4):
+        assert worse_tonight
+    assert said["verdict"] == ("fail" if code else "pass")
