@@ -76,7 +76,11 @@ def expected_cell(batch: int, what: str) -> BaselineCell | None:
 
 
 def expected_failure(
-    run: dict[int, str], base: dict[int, str] | None, comparable: bool, complete: bool
+    run: dict[int, str],
+    base: dict[int, str] | None,
+    comparable: bool,
+    complete: bool,
+    strict: bool = False,
 ) -> bool:
     """The gate's rule, stated on its own: a run that measured nothing or did not finish fails;
     a cell that errored or timed out fails whatever the baseline (nothing was measured);
@@ -94,7 +98,18 @@ def expected_failure(
             expected = "oom"  # beyond the OOM boundary: expected not to run
         if expected == "ok" and what in ("oom", "slower"):
             return True
+        if strict and expected == "oom" and what in MEASURED:
+            return True  # the boundary moved up: fails under --strict
     return False
+
+
+def expected_missing(run: dict[int, str], base: dict[int, str] | None) -> set[str]:
+    """Baseline cells (expected to run or to run out of memory) the run has no cell for."""
+    return {
+        f"accelerate-fp32-bs{b}"
+        for b, e in (base or {}).items()
+        if e in ("ok", "oom") and b not in run
+    }
 
 
 def build(
@@ -120,26 +135,55 @@ baselines = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(run_outcomes=runs, base=baselines, comparable=st.booleans(), complete=st.booleans())
+@given(
+    run_outcomes=runs,
+    base=baselines,
+    comparable=st.booleans(),
+    complete=st.booleans(),
+    strict=st.booleans(),
+    dropped=st.sets(st.sampled_from(BATCHES), max_size=2),
+)
 def test_judge_and_the_plugins_per_cell_judgement_follow_the_rule(
-    run_outcomes: dict[int, str], base: dict[int, str] | None, comparable: bool, complete: bool
+    run_outcomes: dict[int, str],
+    base: dict[int, str] | None,
+    comparable: bool,
+    complete: bool,
+    strict: bool,
+    dropped: set[int],
 ) -> None:
+    run_outcomes = {b: w for b, w in run_outcomes.items() if b not in dropped}
     run, baseline = build(run_outcomes, base, comparable, complete)
-    comparison = judge(run, baseline)
-    assert comparison.failed == expected_failure(run_outcomes, base, comparable, complete)
+    comparison = judge(run, baseline, strict=strict)
+    assert comparison.failed == expected_failure(run_outcomes, base, comparable, complete, strict)
+    assert comparison.model == run.model.name and comparison.topology == run.topology
+    assert set(comparison.missing) == (
+        expected_missing(run_outcomes, base) if comparable else set()
+    )
+    if comparison.incomplete:
+        assert comparison.incomplete.endswith("--allow-incomplete accepts that)")
     by_id = {v.id: v for v in comparison.cells}
     for cell in run.cells:
-        one = judge_cell(run, baseline, cell)
+        one = judge_cell(run, baseline, cell, strict=strict)
         whole = by_id[cell.id]
         assert (one.status, one.fails()) == (whole.status, whole.fails()), cell.id
+        assert one.explain() == whole.explain()
+        if whole.status == "incomparable":
+            assert "topology cpu-other is not the baseline's cpu" in whole.explain()
+        if baseline is not None and comparable and cell.outcome in (Outcome.OK, Outcome.OOM):
+            listed = baseline.cell(cell.backend, cell.dtype, cell.batch_size)
+            beyond = "not-run" if whole.status in ("boundary-moved-up", "expected-oom") else None
+            assert whole.expected_outcome == (listed.outcome if listed else beyond)
     # The plugin fails the session for a run that measured nothing; a cell's own failure
     # fails that cell's test. Together: the same exit as the whole-run verdict.
     plugin_failed = bool(comparison.incomplete) or any(
-        judge_cell(run, baseline, c).fails() for c in run.cells if c.outcome != Outcome.SKIPPED
+        judge_cell(run, baseline, c, strict=strict).fails()
+        for c in run.cells
+        if c.outcome != Outcome.SKIPPED
     )
     assert plugin_failed == comparison.failed
     out = io.StringIO()
-    assert print_verdicts(run, baseline, RunConfig(), out) == int(comparison.failed)
+    options = RunConfig(strict=strict)
+    assert print_verdicts(run, baseline, options, out) == int(comparison.failed)
     for failure in comparison.failures():
         assert failure.splitlines()[0] in out.getvalue()
 
@@ -262,3 +306,24 @@ def test_the_github_output_never_says_pass_when_the_history_fails_the_step(
     if (n, step, factor) == (8, 5, 1.4):
         assert worse_tonight
     assert said["verdict"] == ("fail" if code else "pass")
+
+
+@pytest.mark.parametrize(
+    ("fits", "note"),
+    [
+        (True, "the memory model predicted it to fit: accept a baseline to judge it"),
+        (False, "the memory model predicted this OOM"),
+        (None, ""),
+    ],
+)
+def test_an_oom_without_a_baseline_says_what_the_memory_model_predicted(
+    fits: bool | None, note: str
+) -> None:
+    details = {} if fits is None else {"predicted_fits": fits}
+    oom = replace(measured_cell(1, "oom"), details=details, message="")
+    ran = replace(measured_cell(2, "same"), details=details)
+    comparison = judge(tiny_run(oom, ran), None)
+    verdicts = {v.batch_size: v for v in comparison.cells}
+    assert verdicts[1].status == "no-baseline" and verdicts[1].message == note
+    assert verdicts[2].message == ""  # only an OOM gets the note
+    assert not comparison.failed

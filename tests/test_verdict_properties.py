@@ -20,7 +20,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bloomperf.analysis.compare import compare_cell, judge
+from bloomperf.analysis.compare import compare_cell, compare_metric, judge
+from bloomperf.analysis.stats import estimate_ratio
 from bloomperf.analysis.verdicts import METRICS
 from bloomperf.core.formatting import GIB, ms_number
 from bloomperf.render.table import render_run_table
@@ -277,3 +278,45 @@ def test_one_outlier_cycle_or_step_moves_no_latency_figure_beyond_the_others(
     per = per_cycle([*runs, (outlier, *decode)])
     assert per["ttft_ms"] == (*prefills, outlier)
     assert per["tpot_ms"] == (statistics.median(decode),) * (len(prefills) + 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(metric=st.sampled_from(JUDGED), factor=st.floats(0.5, 2.0))
+def test_each_metric_is_judged_against_the_baselines_own_cycles(metric: str, factor: float) -> None:
+    """Where the baseline kept its cycles (ms/token, latency), both sides are resampled; a
+    figure kept alone (memory, load time) is one value."""
+    cell = cell_of({metric: factor})
+    verdict = compare_cell(cell, expected())
+    judged = verdict.metric(metric)
+    assert judged is not None and judged.estimate is not None
+    base = expected()
+    if metric == "ms_per_token":
+        mine, theirs = cell.samples_ms_per_token, base.ms_per_token_samples
+    elif metric in LATENCY:
+        mine, theirs = per_cycle(cell.samples_step_ms)[metric], base.latency_samples[metric]
+    else:
+        return
+    assert judged.estimate == estimate_ratio(mine, theirs)
+    assert judged.measured == statistics.median(mine)
+    assert judged.expected == statistics.median(theirs)
+
+
+@given(
+    readings=st.lists(st.floats(1.0, 100.0), min_size=1, max_size=7),
+    zeros=st.integers(1, 3),
+)
+def test_zero_readings_are_dropped_and_a_zero_baseline_is_no_baseline(
+    readings: list[float], zeros: int
+) -> None:
+    measured = [0.0] * zeros + readings
+    verdict = compare_metric("ms_per_token", measured, statistics.median(readings), 0.05)
+    assert verdict.measured == statistics.median(readings)
+    assert verdict.status == "same"
+    none = compare_metric("ms_per_token", readings, 0.0, 0.05)
+    assert (none.status, none.measured, none.expected) == (
+        "no-baseline",
+        statistics.median(readings),
+        None,
+    )
+    missing = compare_metric("ms_per_token", [0.0] * zeros, 10.0, 0.05)
+    assert (missing.status, missing.expected, missing.tolerance) == ("not-measured", 10.0, 0.05)
