@@ -10,15 +10,28 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bloomperf.analysis.paired import FASTER, INCONCLUSIVE, SAME, SLOWER, estimate_paired
+from bloomperf.analysis import paired
+from bloomperf.analysis.paired import (
+    FASTER,
+    INCONCLUSIVE,
+    SAME,
+    SLOWER,
+    PairedEstimate,
+    decide,
+    estimate_paired,
+)
 from bloomperf.cli.ab import comparison_json, exit_code, render_table
 from bloomperf.cli.bisect import SKIPPED, Step, search, step_from
+from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.interleave import (
     ARMS,
     Comparison,
@@ -191,3 +204,92 @@ def test_skipped_neighbours_leave_the_candidates_between_them(data: st.DataObjec
     assert good < first <= bad
     assert all(i in skipped for i in range(good + 1, bad))
     assert finding.ambiguous == tuple(versions[i] for i in range(good + 1, bad))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=st.lists(st.floats(1.0, 50.0), min_size=6, max_size=70),
+    r=st.floats(0.5, 2.0),
+    confidence=st.sampled_from((0.9, 0.95, 0.99)),
+    seed=st.integers(0, 10**6),
+)
+def test_the_interval_runs_from_the_critical_rank_th_walsh_average_to_its_mirror(
+    a: list[float], r: float, confidence: float, seed: int
+) -> None:
+    b = noisy([v * r for v in a], seed)
+    estimate = estimate_paired(a, b, confidence)
+    walsh = np.sort(paired.walsh_averages(paired.log_ratios(a, b)))
+    rank = paired.critical_rank(len(a), 1.0 - confidence)
+    assert estimate.low == pytest.approx(math.exp(walsh[rank - 1]), rel=1e-12)
+    assert estimate.high == pytest.approx(math.exp(walsh[-rank]), rel=1e-12)
+    assert estimate.ratio == pytest.approx(math.exp(float(np.median(walsh))), rel=1e-12)
+    assert estimate.pairs == len(a) and estimate.confidence == confidence
+
+
+@pytest.mark.parametrize("n", [4, 6, 7, 10, 25, 59, 60])
+@pytest.mark.parametrize("alpha", [0.01, 0.05, 0.1, 0.25])
+def test_the_critical_rank_is_the_exact_signed_rank_quantile(n: int, alpha: float) -> None:
+    """Up to EXACT_UP_TO pairs: one above the largest t with P(T <= t) <= alpha / 2 (1 when
+    no t is that unlikely)."""
+    cdf = np.cumsum(paired.signed_rank_distribution(n))
+    rank = paired.critical_rank(n, alpha)
+    if cdf[0] > alpha / 2:
+        assert rank == 1
+    else:
+        assert cdf[rank - 1] <= alpha / 2 < cdf[rank]
+
+
+@pytest.mark.parametrize("n", [61, 80, 150])
+@pytest.mark.parametrize("alpha", [0.01, 0.05])
+def test_above_the_exact_range_the_normal_rank_is_near_the_exact(n: int, alpha: float) -> None:
+    """A few ranks of n(n+1)/2 Walsh averages (no continuity correction: 3 at 61 pairs, 1 %)."""
+    cdf = np.cumsum(paired.signed_rank_distribution(n))
+    exact = int(np.nonzero(cdf <= alpha / 2)[0][-1]) + 1
+    assert abs(paired.critical_rank(n, alpha) - exact) <= 4
+
+
+def test_too_few_pairs_for_any_critical_value_give_the_whole_range() -> None:
+    assert paired.critical_rank(3, 0.01) == 1
+
+
+@pytest.mark.parametrize(
+    ("confidence", "pairs"), [(0.5, 2), (0.75, 3), (0.875, 4), (0.95, 6), (0.99, 8)]
+)
+def test_the_fewest_pairs_whose_range_reaches_the_confidence(confidence: float, pairs: int) -> None:
+    assert paired.fewest_pairs(confidence) == pairs
+    assert 1 - 2 / 2**pairs >= confidence - 1e-12 > 1 - 2 / 2 ** (pairs - 1)
+
+
+def sure(ratio: float, low: float, high: float) -> PairedEstimate:
+    return PairedEstimate(ratio, low, high, 50, 0.95)
+
+
+@pytest.mark.parametrize("tolerance", [0.02, 0.05, 0.2])
+def test_the_limits_of_decide_are_strict(tolerance: float) -> None:
+    up, down = 1.0 + tolerance, 1.0 - tolerance
+    assert decide(sure(up, 1.001, up + 1), tolerance) is None  # exactly at the tolerance
+    assert decide(sure(up + 0.01, 1.0, up + 1), tolerance) is None  # interval touches 1
+    assert decide(sure(up + 0.01, 1.001, up + 1), tolerance) == SLOWER
+    assert decide(sure(down, down - 0.5, 0.999), tolerance) is None
+    assert decide(sure(down - 0.01, down - 0.5, 1.0), tolerance) is None
+    assert decide(sure(down - 0.01, down - 0.5, 0.999), tolerance) == FASTER
+    # Faster needs both a sure interval and a large enough change.
+    assert decide(sure(0.999, down - 0.5, 0.9995), tolerance) is None
+    assert decide(sure(down - 0.01, down - 0.5, 1.5), tolerance) is None
+    # Same: the whole interval strictly inside 1 ± tolerance.
+    assert decide(sure(1.0, down + 1e-6, up - 1e-6), tolerance) == SAME
+    assert decide(sure(1.0, down, up - 1e-6), tolerance) is None
+    assert decide(sure(1.0, down + 1e-6, up), tolerance) is None
+
+
+@pytest.mark.parametrize("tolerance", [0.0, 1.0, 1.5, float("nan"), float("inf")])
+def test_decide_refuses_a_tolerance_outside_zero_to_one(tolerance: float) -> None:
+    with pytest.raises(BloomperfError, match=r"^tolerance: must be in \(0, 1\)"):
+        decide(sure(1.0, 0.9, 1.1), tolerance)
+
+
+@pytest.mark.parametrize("confidence", [0.49, 1.0, 1.5])
+def test_estimate_paired_refuses_a_confidence_outside_its_range(confidence: float) -> None:
+    with pytest.raises(BloomperfError, match=r"^confidence: must be in \[0\.5, 1\)"):
+        estimate_paired([1.0] * 8, [1.0] * 8, confidence)
+    assert estimate_paired([1.0] * 8, [2.0] * 8, 0.5).ratio == pytest.approx(2.0)
