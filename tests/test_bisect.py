@@ -11,7 +11,13 @@ import pytest
 from bloomperf.analysis.paired import INCONCLUSIVE, SAME, SLOWER
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.cli import main
-from bloomperf.cli.bisect import SKIPPED, Step, list_versions, search, versions_between
+from bloomperf.cli.bisect import (
+    SKIPPED,
+    Step,
+    list_versions,
+    search,
+    versions_between,
+)
 from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.overlay import PackageSource
 from tests.wheels import build_wheel, slowdown_package
@@ -20,11 +26,15 @@ from tests.wheels import build_wheel, slowdown_package
 def test_versions_come_in_pep440_order_and_pre_releases_only_when_asked(tmp_path: Path) -> None:
     for version in ("1.9", "1.10", "1.2", "1.10rc1", "2.0.post1", "1.0"):
         build_wheel(tmp_path, "bporder", version, {"bporder/__init__.py": ""})
+    build_wheel(tmp_path, "bporder_other", "9.0", {"bporder_other/__init__.py": ""})
+    (tmp_path / "bporder-not-a-version.whl").write_bytes(b"")
+    (tmp_path / "bporder-0.5.tar.gz").write_bytes(b"")  # an sdist counts too
     source = PackageSource(find_links=(str(tmp_path),))
-    released = [str(v) for v in list_versions("bporder", source, pre=False)]
-    assert released == ["1.0", "1.2", "1.9", "1.10", "2.0.post1"]
+    # A local wheelhouse is read from its file names: no pip (of whatever version) is asked.
+    released = [str(v) for v in list_versions("bporder", source, pre=False, python="/nowhere")]
+    assert released == ["0.5", "1.0", "1.2", "1.9", "1.10", "2.0.post1"]
     with_pre = [str(v) for v in list_versions("bporder", source, pre=True)]
-    assert with_pre == ["1.0", "1.2", "1.9", "1.10rc1", "1.10", "2.0.post1"]
+    assert with_pre == ["0.5", "1.0", "1.2", "1.9", "1.10rc1", "1.10", "2.0.post1"]
     available = list_versions("bporder", source, pre=False)
     assert [str(v) for v in versions_between(available, "1.2", "1.10")] == ["1.2", "1.9", "1.10"]
     with pytest.raises(BloomperfError, match=r"GOOD 1\.3 is not in the index"):

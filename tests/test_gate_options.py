@@ -199,6 +199,14 @@ def test_bisect_lists_versions_with_the_pip_it_installs_with(tmp_path: Path) -> 
     assert subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode
     found = list_versions("bplist", PackageSource(find_links=(str(wheels),)), True, python)
     assert [str(v) for v in found] == ["1.0", "1.1", "2.0rc1"]
+    # An index (here a PEP 503 folder) is asked through pip: bloomperf's own, never the venv's.
+    simple = tmp_path / "simple" / "bplist"
+    simple.mkdir(parents=True)
+    links = "".join(f'<a href="{w.as_uri()}">{w.name}</a>\n' for w in sorted(wheels.iterdir()))
+    (simple / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+    index = PackageSource(index_url=(tmp_path / "simple").as_uri())
+    found = list_versions("bplist", index, True, python)
+    assert [str(v) for v in found] == ["1.0", "1.1", "2.0rc1"]
 
 
 def test_an_ab_arm_that_cannot_install_exits_2(tmp_path: Path) -> None:

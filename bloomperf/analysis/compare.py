@@ -18,7 +18,8 @@ metric checks:
   until then an OOM is reported, with what the memory model predicted, and the gate passes.
 * ``incomparable``: the run's topology, model or workload is not the baseline's (never fails,
   never judged: another GPU model's figures say nothing about a regression).
-* ``error`` / ``timeout``: the cell did not finish (fails: nothing was measured).
+* ``error`` / ``timeout``: the cell did not finish (fails: nothing was measured), whatever the
+  baseline says, with no baseline or an incomparable one as well.
 * ``skipped``: not run (e.g. beyond the OOM boundary without probing).
 
 A whole run fails too when it measured nothing (no cell ran or ran out of memory) or did not
@@ -167,14 +168,16 @@ def compare_cell(
             latency=latency_to_dict(cell),
         )
 
-    if incomparable:
-        return verdict(INCOMPARABLE, message=incomparable)
-    if cell.outcome == Outcome.SKIPPED:
-        return verdict(SKIPPED)
+    # A cell that did not finish measured nothing: it fails against any baseline or none,
+    # an incomparable one included (without a baseline it fails too).
     if cell.outcome == Outcome.ERROR:
         return verdict(ERROR)
     if cell.outcome == Outcome.TIMEOUT:
         return verdict(TIMEOUT)
+    if incomparable:
+        return verdict(INCOMPARABLE, message=incomparable)
+    if cell.outcome == Outcome.SKIPPED:
+        return verdict(SKIPPED)
     if expected is None:
         return verdict(NO_BASELINE, message=prediction_note(cell))
     if expected.outcome != EXPECT_OK:

@@ -1,7 +1,8 @@
 """`bloomperf bisect PACKAGE GOOD BAD`: find the first version of a package that made things slower.
 
 The versions between GOOD and BAD come from the package index (``pip index versions``, with
-``--index-url``/``--find-links``; a local wheelhouse alone works offline), in PEP 440 order,
+``--index-url``/``--find-links``), or from the file names of a local wheelhouse given alone
+(offline, and whatever pip is installed), in PEP 440 order,
 pre-releases only with ``--pre``. Each tested version is an overlay of the current environment
 (``bloomperf.harness.overlay``: ``pip install --no-deps`` into a cached folder) compared with GOOD's
 overlay by ``bloomperf ab``'s interleaved measurement. BAD is tested first (if it is not slower
@@ -25,6 +26,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 from bloomperf.analysis.paired import FASTER, INCONCLUSIVE, SAME, SLOWER
@@ -82,13 +90,52 @@ FROM_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
 def list_versions(
     package: str, source: PackageSource, pre: bool, python: str = sys.executable
 ) -> list[Version]:
-    """Every version of ``package`` the index offers, ascending (PEP 440 order).
+    """Every version of ``package`` the index offers, ascending (PEP 440 order)."""
+    if source.find_links and not source.index_url:
+        texts = versions_in_folders(package, source.find_links)
+    else:
+        texts = versions_from_pip(package, source, python)
+    if not texts:
+        raise BloomperfError(f"{package}: the index lists no versions")
+    found = []
+    for text in texts:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue  # not PEP 440: cannot be ordered
+        if pre or not version.is_prerelease:
+            found.append(version)
+    return sorted(set(found))
 
-    Asked of bloomperf's own pip, for ``python`` (``pip --python``, as the overlays are
-    installed), never of the pip ``python``'s venv may or may not have: ``pip index`` is
-    experimental and its ``--json`` younger than many venvs' pip. A requirement no version can
-    meet makes pip list every version it found, in the message every pip release prints
-    ("from versions: ...")."""
+
+def versions_in_folders(package: str, folders: tuple[str, ...]) -> list[str]:
+    """The versions of ``package`` among the wheels and sdists of local ``--find-links`` folders,
+    read from their file names (what pip reads there), whatever pip is installed."""
+    wanted = canonicalize_name(package)
+    found = []
+    for folder in folders:
+        path = Path(folder)
+        for file in sorted(path.iterdir()) if path.is_dir() else ():
+            try:
+                if file.name.endswith(".whl"):
+                    name, version, _, _ = parse_wheel_filename(file.name)
+                elif file.name.endswith((".tar.gz", ".zip")):
+                    name, version = parse_sdist_filename(file.name)
+                else:
+                    continue
+            except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+                continue
+            if name == wanted:
+                found.append(str(version))
+    return found
+
+
+def versions_from_pip(package: str, source: PackageSource, python: str) -> list[str]:
+    """The versions the index offers, asked of bloomperf's own pip, for ``python`` (``pip
+    --python``, as the overlays are installed), never of the pip ``python``'s venv may or may not
+    have: ``pip index`` is experimental and its ``--json`` younger than many venvs' pip. A
+    requirement no version can meet makes pip list every version it found, in the message every
+    pip release prints ("from versions: ...")."""
     impossible = f"{package}===bloomperf-no-such-version"
     command = [sys.executable, "-m", "pip"]
     if os.path.abspath(python) != os.path.abspath(sys.executable):
@@ -103,15 +150,7 @@ def list_versions(
         output = (done.stderr or done.stdout).strip().splitlines()
         reason = next((line for line in output if line.startswith("ERROR:")), output[-1:] or [""])
         raise BloomperfError(f"{package}: the index lists no versions ({str(reason)[:200]})")
-    found = []
-    for text in texts:
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue  # not PEP 440: cannot be ordered
-        if pre or not version.is_prerelease:
-            found.append(version)
-    return sorted(set(found))
+    return texts
 
 
 def versions_between(available: list[Version], good: str, bad: str) -> list[Version]:

@@ -22,6 +22,136 @@ class Mutation:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
+    # ---- issue 23: one mutant per class of property (the classes nobody had listed) ----------
+    Mutation(
+        "improvement-outranks-regression",
+        "bloomperf/analysis/compare.py",
+        "    if REGRESSED in statuses:\n        return REGRESSED\n    if IMPROVED in statuses:\n"
+        "        return IMPROVED",
+        "    if IMPROVED in statuses:\n        return IMPROVED\n    if REGRESSED in statuses:\n"
+        "        return REGRESSED",
+        (
+            "tests/test_verdict_properties.py::test_regressing_any_one_metric_fails_the_cell_whatever_the_others_do",
+            "tests/test_verdict_properties.py::test_a_regression_outranks_any_number_of_improvements",
+        ),
+        "ms/token 20 % faster and peak memory doubled reads 'improved' and passes the gate",
+    ),
+    Mutation(
+        "plugin-ignores-incomparable",
+        "bloomperf/analysis/compare.py",
+        "return compare_cell(cell, expected_cell(baseline, cell), strict=strict, "
+        "incomparable=reason)",
+        "return compare_cell(cell, expected_cell(baseline, cell), strict=strict)",
+        (
+            "tests/test_gate_properties.py::test_judge_and_the_plugins_per_cell_judgement_follow_the_rule",
+        ),
+        "the pytest plugin judges a cell against another GPU's baseline that diff refuses",
+    ),
+    Mutation(
+        "warm-up-skipped",
+        "bloomperf/harness/runner.py",
+        "    for _ in range(warmup):\n        one_cycle()\n"
+        "    return [one_cycle() for _ in range(cycles)]",
+        "    return [one_cycle() for _ in range(cycles)]",
+        (
+            "tests/test_protocol_observed.py::"
+            "test_warm_up_cycles_come_first_and_only_measured_cycles_are_returned",
+        ),
+        "the first, cold cycle (allocator warm-up, kernel selection) is timed as a measured one",
+    ),
+    Mutation(
+        "retokenised-in-the-timed-region",
+        "bloomperf/harness/worker.py",
+        "        start = timer.start()\n        output = self.backend.generate(",
+        "        start = timer.start()\n"
+        "        from bloomperf.catalog.workload import build_inputs\n\n"
+        '        rows = int(self.inputs["input_ids"].shape[0])\n'
+        "        self.inputs = build_inputs(self.tokenizer, rows, self.backend.input_device)\n"
+        "        output = self.backend.generate(",
+        (
+            "tests/test_protocol_observed.py::test_the_cell_is_prepared_outside_any_cycle",
+            "tests/test_protocol_observed.py::test_the_same_protocol_under_the_real_accelerate_backend",
+        ),
+        "tokenisation and input copies are timed as generation: ms/token grows with the CPU",
+    ),
+    Mutation(
+        "load-peak-dropped",
+        "bloomperf/store/results/__init__.py",
+        "        return max(peaks) if peaks else None",
+        "        return peaks[-1] if peaks else None",
+        (
+            "tests/test_verdict_properties.py::test_a_cells_peak_is_the_larger_of_its_load_and_generate_peaks",
+            "tests/test_verdict_properties.py::test_a_load_peak_above_the_generation_peak_is_judged",
+        ),
+        "a load that grows past the generation peak (a new loader keeping a copy) is never seen",
+    ),
+    Mutation(
+        "figure-is-a-mean",
+        "bloomperf/store/results/__init__.py",
+        "        return statistics.median(self.samples_ms_per_token)",
+        "        return statistics.fmean(self.samples_ms_per_token)",
+        (
+            "tests/test_verdict_properties.py::test_one_outlier_cycle_moves_no_reported_figure_beyond_the_other_cycles",
+        ),
+        "one disturbed cycle moves the table, the accepted baseline and the history night",
+    ),
+    Mutation(
+        "ab-passes-an-oom",
+        "bloomperf/cli/ab.py",
+        "FAILED_OUTCOMES = (Outcome.ERROR, Outcome.TIMEOUT, Outcome.OOM)",
+        "FAILED_OUTCOMES = (Outcome.ERROR, Outcome.TIMEOUT)",
+        ("tests/test_ab_properties.py::test_ab_fails_when_either_arm_did_not_run",),
+        "an upgrade that runs out of memory in arm B passes `bloomperf ab`",
+    ),
+    Mutation(
+        "bisect-needs-every-cell-slower",
+        "bloomperf/cli/bisect.py",
+        "    if SLOWER in verdicts:",
+        "    if verdicts == {SLOWER}:",
+        ("tests/test_ab_properties.py::test_a_bisect_step_is_slower_when_any_cell_is_slower",),
+        "a version that slowed one batch size is called good and the bisect names the wrong one",
+    ),
+    Mutation(
+        "error-passes-without-baseline",
+        "bloomperf/analysis/verdicts.py",
+        "        if self.status in (ERROR, TIMEOUT):",
+        "        if self.status in (ERROR, TIMEOUT) and self.expected_outcome is not None:",
+        (
+            "tests/test_gate_properties.py::test_judge_and_the_plugins_per_cell_judgement_follow_the_rule",
+        ),
+        "before a baseline is accepted, a crashing cell passes `run` and the nightly gate",
+    ),
+    Mutation(
+        "github-output-ignores-history",
+        "bloomperf/cli/diff.py",
+        "write_job_outputs(job_outputs(comparison, failed))",
+        "write_job_outputs(job_outputs(comparison, comparison.failed))",
+        (
+            "tests/test_gate_properties.py::test_the_github_output_never_says_pass_when_the_history_fails_the_step",
+        ),
+        "the job's verdict output says pass while the step fails on the history's new change",
+    ),
+    Mutation(
+        "step-dated-late",
+        "bloomperf/store/history/__init__.py",
+        "range(lo + 1, hi)",
+        "range(k, hi)",
+        (
+            "tests/test_history_properties.py::test_a_step_at_any_detectable_night_is_found_at_that_night",
+        ),
+        "a step at the first detectable night is blamed on the next night's software change",
+    ),
+    Mutation(
+        "previous-night-is-the-oldest",
+        "bloomperf/render/report/changes.py",
+        "        return nights[mine[0] - 1] if mine[0] > 0 else None",
+        "        return nights[0] if mine[0] > 0 else None",
+        (
+            "tests/test_history_properties.py::"
+            "test_the_report_compares_with_the_previous_night_not_another",
+        ),
+        "the report's 'since the previous night' lists every change since the oldest night",
+    ),
     Mutation(
         "cleanup-shm-no-op",
         "bloomperf/harness/shm.py",

@@ -3,11 +3,12 @@
 A canary is a deliberate one-line bug in the real code (``mutations.py``). For each one this
 script copies the tracked files to a temporary folder, replaces the original snippet (it must
 occur exactly once, else the canary is *stale*: the code moved and the canary must follow it),
-and runs only the tests the canary names, with ``PYTHONPATH`` leading to the copy so that the
-test process and every worker or rank it starts import the mutant. The mutant must be *killed*:
-pytest exits 1 (a test failed). A mutant whose tests pass *survived*: a test claims more than it
-proves. Exit status: 0 every mutant killed; 1 a mutant survived, a canary is stale, or its tests
-could not run (the reason is printed); 2 bad usage.
+and runs each test the canary names on its own, with ``PYTHONPATH`` leading to the copy so that
+the test process and every worker or rank it starts import the mutant. The mutant must be
+*killed* by EACH named test: pytest exits 1 for every one of them (one run with ``-x`` would stop
+at the first and prove only that one). A mutant that any named test passes *survived*: that test
+claims more than it proves. Exit status: 0 every mutant killed; 1 a mutant survived, a canary is
+stale, or its tests could not run (the reason is printed); 2 bad usage.
 
     .venv/bin/python tests/canaries/run.py [--jobs 2] [--timeout 300] [NAME ...]
 """
@@ -115,22 +116,34 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
         wrong = imports_the_copy(scratch, env)
         if wrong:
             return Verdict(mutation.name, "broken", time.monotonic() - start, wrong)
-        command = [sys.executable, "-m", "pytest", "-q", "-x", *mutation.tests]
-        try:
-            done = subprocess.run(
-                command, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout
-            )
-        except subprocess.TimeoutExpired:
-            return Verdict(
-                mutation.name, "broken", time.monotonic() - start, f"tests ran over {timeout:g} s"
-            )
+        # Each named test on its own: a canary that names two tests claims that each of them
+        # kills it, and one pytest run stopping at the first failure would prove only one.
+        survivors, killers = [], []
+        for test in mutation.tests:
+            command = [sys.executable, "-m", "pytest", "-q", test]
+            try:
+                done = subprocess.run(
+                    command, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout
+                )
+            except subprocess.TimeoutExpired:
+                return Verdict(
+                    mutation.name,
+                    "broken",
+                    time.monotonic() - start,
+                    f"{test}: ran over {timeout:g} s",
+                )
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            if done.returncode == 1:
+                killers.append(last_line(done.stdout))
+            elif done.returncode == 0:
+                survivors.append(f"{test} passes against the mutant:\n{tail}")
+            else:
+                detail = f"{test}: pytest exit {done.returncode}:\n{tail}"
+                return Verdict(mutation.name, "broken", time.monotonic() - start, detail)
     seconds = time.monotonic() - start
-    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-    if done.returncode == 1:
-        return Verdict(mutation.name, "killed", seconds, last_line(done.stdout))
-    if done.returncode == 0:
-        return Verdict(mutation.name, "survived", seconds, tail)
-    return Verdict(mutation.name, "broken", seconds, f"pytest exit {done.returncode}:\n{tail}")
+    if survivors:
+        return Verdict(mutation.name, "survived", seconds, "\n".join(survivors))
+    return Verdict(mutation.name, "killed", seconds, "; ".join(killers))
 
 
 def last_line(text: str) -> str:

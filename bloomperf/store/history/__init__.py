@@ -151,8 +151,11 @@ def find_shifts(
         if is_shifted(before, after, sigma, tolerance):
             lo = max(start, k - window)
             hi = k + len(after)
-            # The alarm fires once most of the after-window is shifted: the step lies in it.
-            split = locate_split(logs, lo, range(k, hi), hi)
+            # The alarm fires once the after-window's median is shifted: the step lies in it, or
+            # in the before-window's newest nights when too few nights precede it for the alarm
+            # to fire at the step itself (a step at the first detectable night): every split
+            # that leaves a night before it is a candidate, else such a step is dated late.
+            split = locate_split(logs, lo, range(lo + 1, hi), hi)
             new_level = logs[split : split + window]
             confirmed = len(new_level) >= confirm and split - max(start, split - window) >= 1
             if confirmed and is_shifted(

@@ -1,0 +1,250 @@
+"""Run mutmut over the modules that decide verdicts and figures, one module at a time.
+
+The curated canaries (``tests/canaries``) are the bugs someone thought of; mutmut writes every
+small mutant of a module (an operator, a constant, a comparison, a dropped call) and runs the
+tests that reach the mutated function. One module at a time, with only the test files that
+cover it, in a scratch copy of the tree (mutmut writes its ``mutants/`` folder there), so that a
+run fits a 2-core machine under a time budget. Prints one line per module (mutants, killed,
+survived, timeouts, not checked) and the surviving mutants' names (``mutmut show NAME`` in the
+scratch copy, kept with ``--keep``, prints one). Exit status: 0 when the survivors are at most
+``--max-survivors``; 1 above it, or when a module's tests fail without any mutant (mutmut's
+clean run); 2 bad usage.
+
+    .venv/bin/python tests/mutation/run.py [--max-children 2] [--budget 3600]
+        [--max-survivors N] [--keep DIR] [MODULE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# The modules that decide verdicts and figures, and the test files that cover each of them.
+# Tests that start worker processes are left out: a worker imports the module unmutated.
+MODULES: dict[str, tuple[str, ...]] = {
+    "bloomperf/analysis/compare.py": (
+        "tests/test_compare.py",
+        "tests/test_verdict_properties.py",
+        "tests/test_gate_properties.py",
+        "tests/test_latency_verdicts.py",
+    ),
+    "bloomperf/analysis/verdicts.py": (
+        "tests/test_compare.py",
+        "tests/test_verdict_properties.py",
+        "tests/test_gate_properties.py",
+        "tests/test_github_output.py",
+        "tests/test_latency_verdicts.py",
+    ),
+    "bloomperf/analysis/stats.py": (
+        "tests/test_stats.py",
+        "tests/test_stats_properties.py",
+        "tests/test_compare.py",
+        "tests/test_verdict_properties.py",
+        "tests/test_calibrate.py",
+    ),
+    "bloomperf/analysis/paired.py": (
+        "tests/test_ab_properties.py",
+        "tests/test_ab.py::test_critical_rank_matches_the_signed_rank_table",
+        "tests/test_ab.py::test_interval_covers_the_true_ratio_at_its_level",
+        "tests/test_ab.py::test_pairing_cancels_drift_and_outliers_do_not_move_the_estimate",
+        "tests/test_ab.py::test_decide",
+        "tests/test_ab.py::test_too_few_pairs_never_decide",
+        "tests/test_ab.py::test_mismatched_or_bad_samples_are_refused",
+    ),
+    "bloomperf/store/latency.py": (
+        "tests/test_latency.py",
+        # Times the tiny model's real generate: under mutmut's trampolines the timing is off.
+        "-k",
+        "not through_the_real_generate",
+        "tests/test_latency_verdicts.py",
+        "tests/test_verdict_properties.py",
+    ),
+    "bloomperf/store/results/__init__.py": (
+        "tests/test_verdict_properties.py",
+        "tests/test_compare.py",
+        "tests/test_schema.py",
+        "tests/test_tables.py",
+    ),
+    "bloomperf/store/results/codec.py": ("tests/test_schema.py", "tests/test_gate.py"),
+    "bloomperf/store/baseline/__init__.py": (
+        "tests/test_baseline.py",
+        "tests/test_compare.py",
+        "tests/test_gate_properties.py",
+    ),
+    "bloomperf/store/baseline/codec.py": ("tests/test_baseline.py", "tests/test_schema.py"),
+    "bloomperf/store/baseline/accept.py": (
+        "tests/test_baseline.py",
+        "tests/test_verdict_properties.py",
+    ),
+    "bloomperf/analysis/boundaries.py": (
+        "tests/test_baseline.py",
+        "tests/test_predict.py",
+        "tests/test_tables.py",
+    ),
+    "bloomperf/analysis/memory_model.py": (
+        "tests/test_predict.py",
+        "tests/test_memory_properties.py",
+    ),
+    "bloomperf/store/history/__init__.py": (
+        "tests/test_history.py",
+        "tests/test_history_properties.py",
+    ),
+    "bloomperf/store/history/nights.py": (
+        "tests/test_history.py",
+        "tests/test_history_properties.py",
+        "tests/test_verdict_properties.py",
+    ),
+}
+# Besides bloomperf/ and tests/ (mutmut copies those), what the tests read.
+ALSO_COPY = ("conftest.py", "baselines", "benchmarks", "README.md", "docs", "requirements")
+STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked")
+
+
+@dataclass(frozen=True)
+class Tally:
+    module: str
+    counts: dict[str, int]
+    survivors: tuple[str, ...]
+    seconds: float
+    problem: str = ""
+
+    @property
+    def mutants(self) -> int:
+        return sum(self.counts.values())
+
+
+def config(module: str, tests: tuple[str, ...]) -> str:
+    """The ``[tool.mutmut]`` section for one module (TOML)."""
+    return "\n".join(
+        [
+            "",
+            "[tool.mutmut]",
+            'source_paths = ["bloomperf"]',
+            f"only_mutate = [{json.dumps(module)}]",
+            f"also_copy = {json.dumps(list(ALSO_COPY))}",
+            f"pytest_add_cli_args_test_selection = {json.dumps(list(tests))}",
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]',
+            "",
+        ]
+    )
+
+
+def prepare(scratch: Path, module: str, tests: tuple[str, ...]) -> None:
+    """The tracked tree in ``scratch``, with this module's mutmut section in its pyproject."""
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listing.split("\0")):
+        source, target = ROOT / name, scratch / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():  # baselines -> bloomperf/baselines
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, target)
+    pyproject = scratch / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + config(module, tests))
+
+
+def results(scratch: Path) -> dict[str, str]:
+    """mutant name -> status, from ``mutmut results --all true``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"],
+        cwd=scratch,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = {}
+    for line in done.stdout.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and status in STATUSES:
+            found[name] = status
+    return found
+
+
+def run_module(module: str, budget: float, children: int, keep: Path | None) -> Tally:
+    start = time.monotonic()
+    folder = Path(tempfile.mkdtemp(prefix="mutmut-"))
+    try:
+        prepare(folder, module, MODULES[module])
+        env = dict(os.environ, BLOOMPERF_CACHE=str(ROOT / ".bloomperf-cache"))
+        env.pop("PYTHONPATH", None)
+        command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)]
+        problem = ""
+        try:
+            done = subprocess.run(
+                command, cwd=folder, env=env, capture_output=True, text=True, timeout=budget
+            )
+            if done.returncode != 0:
+                tail = (done.stdout + done.stderr).strip().splitlines()[-8:]
+                problem = "mutmut failed:\n" + "\n".join(tail)
+        except subprocess.TimeoutExpired:
+            problem = f"over the budget of {budget:g} s: the unchecked mutants are not counted"
+        statuses = results(folder)
+        counts = {s: sum(1 for v in statuses.values() if v == s) for s in STATUSES}
+        survivors = tuple(sorted(n for n, s in statuses.items() if s == "survived"))
+        return Tally(module, counts, survivors, time.monotonic() - start, problem)
+    finally:
+        if keep is not None:
+            target = keep / module.replace("/", "_")
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(folder, target, symlinks=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="modules to mutate (default: all listed)")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants run at once")
+    parser.add_argument("--budget", type=float, default=3600, help="seconds per module")
+    parser.add_argument(
+        "--max-survivors", type=int, default=None, help="fail above this many survivors"
+    )
+    parser.add_argument("--keep", type=Path, help="keep each module's scratch copy here")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module {unknown[0]!r} (known: {', '.join(MODULES)})")
+    tallies = []
+    for module in args.modules or list(MODULES):
+        tally = run_module(module, args.budget, args.max_children, args.keep)
+        tallies.append(tally)
+        c = tally.counts
+        print(
+            f"{module}: {tally.mutants} mutants, {c['killed']} killed, {c['survived']} survived, "
+            f"{c['timeout']} timeouts, {c['no tests']} without tests, "
+            f"{c['not checked']} not checked ({tally.seconds:.0f} s)",
+            flush=True,
+        )
+        for name in tally.survivors:
+            print(f"  survived: {name}", flush=True)
+        if tally.problem:
+            print("  " + tally.problem.replace("\n", "\n  "), flush=True)
+    survived = sum(t.counts["survived"] for t in tallies)
+    total = sum(t.mutants for t in tallies)
+    killed = sum(t.counts["killed"] for t in tallies)
+    print(f"mutation: {total} mutants, {killed} killed, {survived} survived")
+    if "GITHUB_OUTPUT" in os.environ:
+        with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
+            out.write(f"mutants={total}\nkilled={killed}\nsurvived={survived}\n")
+    broken = [t for t in tallies if t.problem.startswith("mutmut failed")]
+    over = args.max_survivors is not None and survived > args.max_survivors
+    if over:
+        print(f"mutation: {survived} survivors, more than the {args.max_survivors} allowed")
+    return 1 if over or broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

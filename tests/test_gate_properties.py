@@ -1,0 +1,329 @@
+"""Every verdict path judges alike, and the gate fails what it must, over random runs.
+
+Random runs of four cells (each ok at some speed, out of memory, errored, timed out or skipped)
+against random baselines (each cell expected to run, to run out of memory, or absent), with or
+without a baseline, comparable or not, finished or not, go through:
+
+* the rule stated here independently (``expected_failure``): what must fail the gate;
+* ``judge`` (what `run`, `diff`, the report and the history site call) and ``judge_cell`` (the
+  pytest plugin, one cell at a time);
+* `bloomperf run`'s verdict printer and `bloomperf diff` on the files the run leaves (JSON and
+  GitHub formats, ``$GITHUB_OUTPUT`` included): the same failing cells and the same exit.
+
+The in-process plugin run over the tiny model is ``test_verdict_paths.py``'s.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from bloomperf import cli
+from bloomperf.analysis.compare import judge, judge_cell
+from bloomperf.cli.run import print_verdicts
+from bloomperf.config.run import RunConfig
+from bloomperf.render.report import write_report
+from bloomperf.store.baseline import Baseline, BaselineCell
+from bloomperf.store.baseline.codec import save_baseline
+from bloomperf.store.history import new_changes
+from bloomperf.store.history.nights import load_history
+from bloomperf.store.results import CellResult, Outcome, RunResult
+from bloomperf.store.results.codec import save_run
+from tests.builders import add_night, cpu_baseline, night, night_run, ok_cell, rss, tiny_run
+
+BATCHES = (1, 2, 4, 8)
+MEASURED = {"same": 1.0, "slower": 1.6, "faster": 0.6}
+RUN_OUTCOMES = ("same", "slower", "faster", "oom", "error", "timeout", "skipped")
+EXPECTED = ("ok", "oom", "absent")
+
+
+def measured_cell(batch: int, what: str) -> CellResult:
+    if what in MEASURED:
+        f = MEASURED[what]
+        return CellResult(
+            "accelerate",
+            "fp32",
+            batch,
+            Outcome.OK,
+            tuple(10.0 * f * j for j in (0.99, 1.0, 1.01)),
+            load_time_s=1.0,
+            generate_memory=rss(100),
+        )
+    message = {"oom": "CUDA out of memory", "error": "boom", "timeout": "hung"}.get(what, "")
+    return CellResult("accelerate", "fp32", batch, Outcome(what), message=message)
+
+
+def expected_cell(batch: int, what: str) -> BaselineCell | None:
+    if what == "absent":
+        return None
+    if what == "oom":
+        return BaselineCell("accelerate", "fp32", batch, "oom")
+    return BaselineCell(
+        "accelerate",
+        "fp32",
+        batch,
+        "ok",
+        ms_per_token=10.0,
+        ms_per_token_tolerance=0.1,
+        ms_per_token_samples=(9.9, 10.0, 10.1),
+    )
+
+
+def expected_failure(
+    run: dict[int, str],
+    base: dict[int, str] | None,
+    comparable: bool,
+    complete: bool,
+    strict: bool = False,
+) -> bool:
+    """The gate's rule, stated on its own: a run that measured nothing or did not finish fails;
+    a cell that errored or timed out fails whatever the baseline (nothing was measured);
+    against a comparable baseline an unexpected OOM and a slower cell fail."""
+    if not complete or not any(w in (*MEASURED, "oom") for w in run.values()):
+        return True
+    if any(w in ("error", "timeout") for w in run.values()):
+        return True
+    if base is None or not comparable:
+        return False
+    for batch, what in run.items():
+        boundary = min((b for b, e in base.items() if e == "oom"), default=None)
+        expected = base[batch]
+        if expected == "absent" and boundary is not None and batch > boundary:
+            expected = "oom"  # beyond the OOM boundary: expected not to run
+        if expected == "ok" and what in ("oom", "slower"):
+            return True
+        if strict and expected == "oom" and what in MEASURED:
+            return True  # the boundary moved up: fails under --strict
+    return False
+
+
+def expected_missing(run: dict[int, str], base: dict[int, str] | None) -> set[str]:
+    """Baseline cells (expected to run or to run out of memory) the run has no cell for."""
+    return {
+        f"accelerate-fp32-bs{b}"
+        for b, e in (base or {}).items()
+        if e in ("ok", "oom") and b not in run
+    }
+
+
+def build(
+    run_outcomes: dict[int, str],
+    base_outcomes: dict[int, str] | None,
+    comparable: bool,
+    complete: bool,
+) -> tuple[RunResult, Baseline | None]:
+    cells = tuple(measured_cell(b, w) for b, w in run_outcomes.items())
+    run = replace(
+        tiny_run(*cells, topology="cpu" if comparable else "cpu-other"), complete=complete
+    )
+    if base_outcomes is None:
+        return run, None
+    expected = [expected_cell(b, w) for b, w in base_outcomes.items()]
+    return run, cpu_baseline(*(c for c in expected if c is not None))
+
+
+runs = st.fixed_dictionaries({b: st.sampled_from(RUN_OUTCOMES) for b in BATCHES})
+baselines = st.one_of(
+    st.none(), st.fixed_dictionaries({b: st.sampled_from(EXPECTED) for b in BATCHES})
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    run_outcomes=runs,
+    base=baselines,
+    comparable=st.booleans(),
+    complete=st.booleans(),
+    strict=st.booleans(),
+    dropped=st.sets(st.sampled_from(BATCHES), max_size=2),
+)
+def test_judge_and_the_plugins_per_cell_judgement_follow_the_rule(
+    run_outcomes: dict[int, str],
+    base: dict[int, str] | None,
+    comparable: bool,
+    complete: bool,
+    strict: bool,
+    dropped: set[int],
+) -> None:
+    run_outcomes = {b: w for b, w in run_outcomes.items() if b not in dropped}
+    run, baseline = build(run_outcomes, base, comparable, complete)
+    comparison = judge(run, baseline, strict=strict)
+    assert comparison.failed == expected_failure(run_outcomes, base, comparable, complete, strict)
+    assert comparison.model == run.model.name and comparison.topology == run.topology
+    assert set(comparison.missing) == (
+        expected_missing(run_outcomes, base) if comparable else set()
+    )
+    if comparison.incomplete:
+        assert comparison.incomplete.endswith("--allow-incomplete accepts that)")
+    by_id = {v.id: v for v in comparison.cells}
+    for cell in run.cells:
+        one = judge_cell(run, baseline, cell, strict=strict)
+        whole = by_id[cell.id]
+        assert (one.status, one.fails()) == (whole.status, whole.fails()), cell.id
+        assert one.explain() == whole.explain()
+        if whole.status == "incomparable":
+            assert "topology cpu-other is not the baseline's cpu" in whole.explain()
+        if baseline is not None and comparable and cell.outcome in (Outcome.OK, Outcome.OOM):
+            listed = baseline.cell(cell.backend, cell.dtype, cell.batch_size)
+            beyond = "not-run" if whole.status in ("boundary-moved-up", "expected-oom") else None
+            assert whole.expected_outcome == (listed.outcome if listed else beyond)
+    # The plugin fails the session for a run that measured nothing; a cell's own failure
+    # fails that cell's test. Together: the same exit as the whole-run verdict.
+    plugin_failed = bool(comparison.incomplete) or any(
+        judge_cell(run, baseline, c, strict=strict).fails()
+        for c in run.cells
+        if c.outcome != Outcome.SKIPPED
+    )
+    assert plugin_failed == comparison.failed
+    out = io.StringIO()
+    options = RunConfig(strict=strict)
+    assert print_verdicts(run, baseline, options, out) == int(comparison.failed)
+    for failure in comparison.failures():
+        assert failure.splitlines()[0] in out.getvalue()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(run_outcomes=runs, base=baselines, comparable=st.booleans(), complete=st.booleans())
+def test_diff_on_the_files_and_its_github_output_agree_with_run(
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    run_outcomes: dict[int, str],
+    base: dict[int, str] | None,
+    comparable: bool,
+    complete: bool,
+) -> None:
+    folder = tmp_path_factory.mktemp("paths")
+    run, baseline = build(run_outcomes, base, comparable, complete)
+    results, baselines = folder / "results.json", folder / "baselines"
+    save_run(run, results)
+    baselines.mkdir()
+    if baseline is not None:
+        # Comparable or not, diff is handed this baseline, as `--baseline FILE` does.
+        save_baseline(baseline, baselines / "cpu.tiny.json")
+    failed = expected_failure(run_outcomes, base, comparable, complete)
+    args = [str(results), "--allow-synthetic"]
+    args += ["--baseline", str(baselines / "cpu.tiny.json")] if baseline else []
+    args += [] if baseline else ["--baselines", str(baselines)]
+    capsys.readouterr()
+    code = cli.main(["diff", *args, "--format", "json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == int(failed)
+    judged = judge(run, baseline)
+    assert {c["id"] for c in document["cells"] if c["fails"]} == {
+        c.id for c in judged.cells if c.fails()
+    }
+    outputs = folder / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    assert cli.main(["diff", *args, "--format", "github"]) == code
+    said = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert said["verdict"] == ("fail" if failed else "pass")
+    errors = capsys.readouterr().out.count("::error ")
+    assert (errors > 0) == failed
+
+
+@pytest.mark.parametrize(
+    "run_outcomes, base, comparable",
+    [
+        ({1: "error", 2: "same"}, None, True),  # no baseline: an error still fails
+        ({1: "timeout", 2: "same"}, {1: "ok", 2: "ok"}, False),  # incomparable: so does a timeout
+        ({1: "oom", 2: "same"}, {1: "ok", 2: "ok"}, True),  # unexpected OOM
+        ({1: "oom", 2: "faster"}, None, True),  # no baseline: an OOM is a measurement
+        ({1: "slower", 2: "same"}, {1: "ok", 2: "ok"}, False),  # incomparable: never judged
+    ],
+)
+def test_the_report_says_what_the_gate_says(
+    tmp_path: Path,
+    run_outcomes: dict[int, str],
+    base: dict[int, str] | None,
+    comparable: bool,
+) -> None:
+    run, baseline = build(run_outcomes, base, comparable, True)
+    failed = expected_failure(run_outcomes, base, comparable, True)
+    report = write_report(run, baseline, tmp_path / "report")
+    page = report.html.read_text()
+    assert ("verdict failed" in page) == failed and ("verdict passed" in page) == (not failed)
+    assert print_verdicts(run, baseline, RunConfig(), io.StringIO()) == int(failed)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(n=st.integers(6, 12), step=st.integers(2, 12), factor=st.sampled_from((0.7, 1.0, 1.4)))
+@example(n=8, step=5, factor=1.4)  # confirmed worse tonight: the step fails
+@example(n=9, step=5, factor=1.4)  # confirmed worse last night: not again
+@example(n=8, step=5, factor=0.7)  # confirmed better tonight
+def test_the_github_output_never_says_pass_when_the_history_fails_the_step(
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    n: int,
+    step: int,
+    factor: float,
+) -> None:
+    """Tonight's run passes on its own (no baseline); the history it joins may confirm a step
+    for the worse tonight. The exit and the job's ``verdict`` output must say the same."""
+    folder = tmp_path_factory.mktemp("nightly")
+    history, scratch = folder / "history", folder / "scratch"
+    history.mkdir()
+    scratch.mkdir()
+    last = None
+    for i in range(n):
+        cell = ok_cell(10.0 * (factor if i >= step else 1.0) * (1 + 0.001 * (i % 3)))
+        last = add_night(history, night_run(night(i), [cell]), scratch)
+    assert last is not None
+    worse_tonight = any(c.worse for c in new_changes(load_history(history)))
+    outputs = folder / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    capsys.readouterr()
+    code = cli.main(
+        [
+            "diff",
+            str(last),
+            "--baselines",
+            str(folder),
+            "--history",
+            str(history),
+            "--format",
+            "github",
+        ]
+    )
+    capsys.readouterr()
+    said = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert code == int(worse_tonight)
+    if (n, step, factor) == (8, 5, 1.4):
+        assert worse_tonight
+    assert said["verdict"] == ("fail" if code else "pass")
+
+
+@pytest.mark.parametrize(
+    ("fits", "note"),
+    [
+        (True, "the memory model predicted it to fit: accept a baseline to judge it"),
+        (False, "the memory model predicted this OOM"),
+        (None, ""),
+    ],
+)
+def test_an_oom_without_a_baseline_says_what_the_memory_model_predicted(
+    fits: bool | None, note: str
+) -> None:
+    details = {} if fits is None else {"predicted_fits": fits}
+    oom = replace(measured_cell(1, "oom"), details=details, message="")
+    ran = replace(measured_cell(2, "same"), details=details)
+    comparison = judge(tiny_run(oom, ran), None)
+    verdicts = {v.batch_size: v for v in comparison.cells}
+    assert verdicts[1].status == "no-baseline" and verdicts[1].message == note
+    assert verdicts[2].message == ""  # only an OOM gets the note
+    assert not comparison.failed

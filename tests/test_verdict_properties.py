@@ -1,0 +1,322 @@
+"""Properties of a cell's verdict and of the figures every reader shows, over the whole space.
+
+* A cell's verdict combines its metrics: for every judged metric, and every direction of the
+  others (faster, unchanged, not measured), regressing that metric alone fails the cell, and
+  improving it alone never does.
+* A cell's peak is the larger of its load and generation peaks, whichever is larger, and every
+  reader (verdict, table, baseline, history) uses that figure.
+* Robust figures: one outlier cycle moves no reported figure (the table, an accepted baseline,
+  a history night, the latency summary) outside the span of the other cycles: the figure is the
+  median, not the mean.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bloomperf.analysis.compare import compare_cell, compare_metric, judge
+from bloomperf.analysis.stats import estimate_ratio
+from bloomperf.analysis.verdicts import METRICS
+from bloomperf.core.formatting import GIB, ms_number
+from bloomperf.render.table import render_run_table
+from bloomperf.store.baseline import BaselineCell
+from bloomperf.store.baseline.accept import accept_run, baseline_cell_of
+from bloomperf.store.history.nights import add_to_history, load_history, series
+from bloomperf.store.latency import per_cycle, summarize_steps
+from bloomperf.store.results import CellResult, MemoryReading, Outcome
+from bloomperf.store.results.codec import save_run
+from tests.builders import BLOG_TOPOLOGY, bloom_run, nvml
+
+JUDGED = tuple(METRICS)  # ms_per_token, peak_memory, load_time, ttft_ms, tpot_ms, tpot_p99_ms
+TOLERANCES = {
+    "ms_per_token": 0.05,
+    "peak_memory": 0.05,
+    "load_time": 0.10,
+    "ttft_ms": 0.10,
+    "tpot_ms": 0.05,
+    "tpot_p99_ms": 0.15,
+}
+# Small, fixed cycle-to-cycle jitter: enough spread for a bootstrap interval, far below every
+# tolerance.
+JITTER = (0.995, 1.0, 1.004, 0.998, 1.002, 0.997, 1.003)
+SAME, FASTER, ABSENT = "same", "faster", "absent"
+LATENCY = frozenset({"ttft_ms", "tpot_ms", "tpot_p99_ms"})
+
+
+def cell_of(factors: dict[str, float], absent: frozenset[str] = frozenset()) -> CellResult:
+    """An ok cell whose metrics are each ``factors[metric]`` times the reference cell's.
+
+    Each metric moves alone: ms/token has its own cycles; a cycle's steps are a prefill (TTFT),
+    four ordinary decode steps (TPOT p50) and one slow one (the p99 tail).
+    """
+    f = {m: factors.get(m, 1.0) for m in JUDGED}
+    steps = tuple(
+        (50.0 * f["ttft_ms"] * j, *(10.0 * f["tpot_ms"] * j,) * 4, 30.0 * f["tpot_p99_ms"] * j)
+        for j in JITTER
+    )
+    return CellResult(
+        "accelerate",
+        "bf16",
+        8,
+        Outcome.OK,
+        tuple(2.0 * f["ms_per_token"] * j for j in JITTER),
+        load_time_s=None if "load_time" in absent else 120.0 * f["load_time"],
+        load_memory=None if "peak_memory" in absent else nvml(20.0),
+        generate_memory=None if "peak_memory" in absent else nvml(40.0 * f["peak_memory"]),
+        samples_step_ms=() if absent & LATENCY else steps,
+    )
+
+
+REFERENCE = cell_of({})
+
+
+def expected() -> BaselineCell:
+    """The reference cell accepted as a baseline, every metric judged."""
+    accepted = baseline_cell_of(REFERENCE, None, BLOG_TOPOLOGY, "p")
+    return replace(
+        accepted,
+        ms_per_token_tolerance=TOLERANCES["ms_per_token"],
+        peak_memory_tolerance=TOLERANCES["peak_memory"],
+        load_time_tolerance=TOLERANCES["load_time"],
+        latency_tolerances={m: TOLERANCES[m] for m in per_cycle(REFERENCE.samples_step_ms)},
+    )
+
+
+def test_the_reference_cell_is_the_same_as_its_own_baseline() -> None:
+    verdict = compare_cell(REFERENCE, expected())
+    assert verdict.status == "same"
+    assert {m.metric for m in verdict.metrics} == set(JUDGED)
+    assert all(m.status == "same" for m in verdict.metrics)
+
+
+others = st.fixed_dictionaries({m: st.sampled_from((SAME, FASTER, ABSENT)) for m in JUDGED})
+
+
+def build(metric: str, factor: float, directions: dict[str, str], faster: float) -> CellResult:
+    """``metric`` times ``factor``; every other metric faster, unchanged or not measured."""
+    factors = {m: faster for m, d in directions.items() if d == FASTER and m != metric}
+    factors[metric] = factor
+    # A cell that ran has cycles (ms/token is never absent); latency is absent as a whole.
+    absent = {m for m, d in directions.items() if d == ABSENT} - {metric, "ms_per_token"}
+    if metric in LATENCY:
+        absent -= LATENCY
+    elif absent & LATENCY:
+        absent |= LATENCY
+    return cell_of(factors, frozenset(absent))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    metric=st.sampled_from(JUDGED),
+    worse=st.floats(1.25, 2.5),
+    faster=st.floats(0.3, 0.8),
+    directions=others,
+)
+def test_regressing_any_one_metric_fails_the_cell_whatever_the_others_do(
+    metric: str, worse: float, faster: float, directions: dict[str, str]
+) -> None:
+    cell = build(metric, worse, directions, faster)
+    verdict = compare_cell(cell, expected())
+    assert verdict.status == "regressed", (metric, directions, verdict.explain())
+    assert verdict.metric(metric) is not None
+    assert verdict.metric(metric).status == "regressed"  # type: ignore[union-attr]
+    failure = verdict.fails()
+    assert failure is not None and f"{METRICS[metric]} regressed" in failure
+    # The whole run fails with it, through the gate's own rule.
+    comparison = judge(bloom_run(cell), None)
+    assert not comparison.failed  # no baseline: nothing to judge it against
+    run = bloom_run(cell, topology=BLOG_TOPOLOGY)
+    assert judge_against_reference(run).failed
+
+
+def judge_against_reference(run):  # type: ignore[no-untyped-def]
+    baseline = accept_run(bloom_run(REFERENCE), None, source="reference", force=True)
+    cells = tuple(expected() if c.id == REFERENCE.id else c for c in baseline.cells)
+    return judge(run, replace(baseline, cells=cells))
+
+
+@settings(max_examples=80, deadline=None)
+@given(metric=st.sampled_from(JUDGED), faster=st.floats(0.3, 0.8), directions=others)
+def test_improving_metrics_never_fails_and_reads_improved(
+    metric: str, faster: float, directions: dict[str, str]
+) -> None:
+    cell = build(metric, faster, directions, faster)
+    verdict = compare_cell(cell, expected())
+    assert verdict.fails() is None
+    assert verdict.status == "improved", (metric, directions, verdict.explain())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    metric=st.sampled_from(JUDGED),
+    worse=st.floats(1.25, 2.5),
+    faster=st.floats(0.3, 0.8),
+    order=st.permutations(JUDGED),
+)
+def test_a_regression_outranks_any_number_of_improvements(
+    metric: str, worse: float, faster: float, order: list[str]
+) -> None:
+    """Every other metric faster: the verdict is still regressed (no check order can hide it)."""
+    factors = {m: faster for m in order}
+    factors[metric] = worse
+    verdict = compare_cell(cell_of(factors), expected())
+    assert verdict.status == "regressed"
+    assert [m.metric for m in verdict.metrics if m.status == "regressed"] == [metric]
+
+
+# ---- peak memory -----------------------------------------------------------------------------
+
+peaks = st.one_of(st.none(), st.integers(1, 2**40))
+
+
+def reading(peak: int | None) -> MemoryReading | None:
+    return None if peak is None else MemoryReading("nvml", peak)
+
+
+@given(load=peaks, generate=peaks)
+def test_a_cells_peak_is_the_larger_of_its_load_and_generate_peaks(
+    load: int | None, generate: int | None
+) -> None:
+    cell = replace(REFERENCE, load_memory=reading(load), generate_memory=reading(generate))
+    known = [p for p in (load, generate) if p is not None]
+    assert cell.peak_memory_bytes == (max(known) if known else None)
+    accepted = baseline_cell_of(cell, None, BLOG_TOPOLOGY, "p")
+    assert accepted.peak_memory_bytes == cell.peak_memory_bytes
+    table = render_run_table(bloom_run(cell))
+    if known:
+        assert f"{max(known) / GIB:.2f}" in table.splitlines()[-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    generate=st.floats(0.5, 1.0),
+    load=st.floats(1.3, 3.0),
+    swap=st.booleans(),
+)
+def test_a_load_peak_above_the_generation_peak_is_judged(
+    generate: float, load: float, swap: bool
+) -> None:
+    """The baseline's 40 GiB peak; the load phase alone grows past it: regressed."""
+    big, small = nvml(40.0 * load), nvml(40.0 * generate)
+    cell = replace(REFERENCE, load_memory=big, generate_memory=small)
+    if swap:
+        cell = replace(REFERENCE, load_memory=small, generate_memory=big)
+    verdict = compare_cell(cell, expected())
+    assert verdict.metric("peak_memory").status == "regressed"  # type: ignore[union-attr]
+    assert verdict.fails() is not None
+
+
+# ---- robust figures --------------------------------------------------------------------------
+
+cycles = st.lists(st.floats(1.0, 100.0), min_size=3, max_size=9)
+outliers = st.one_of(st.floats(1e3, 1e6), st.floats(1e-3, 0.5))
+
+
+def history_figure(tmp: Path, cell: CellResult, metric: str) -> float:
+    """The figure a history night shows for ``cell``, through the files the nightly job writes."""
+    folder, result = tmp / "history", tmp / "night.json"
+    folder.mkdir(exist_ok=True)
+    save_run(bloom_run(cell, started_at="2026-10-01T01:30:00Z"), result)
+    add_to_history(result, folder, date(2026, 10, 1))
+    ((_, value),) = series(load_history(folder), cell.id, metric)
+    for path in folder.iterdir():
+        path.unlink()
+    return value
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(samples=cycles, outlier=outliers)
+def test_one_outlier_cycle_moves_no_reported_figure_beyond_the_other_cycles(
+    tmp_path: Path, samples: list[float], outlier: float
+) -> None:
+    cell = replace(REFERENCE, samples_ms_per_token=tuple(samples), samples_step_ms=())
+    spoiled = replace(cell, samples_ms_per_token=(*samples, outlier))
+    low, high = min(samples), max(samples)
+    median = statistics.median((*samples, outlier))
+    for figure in (
+        spoiled.ms_per_token,
+        baseline_cell_of(spoiled, None, BLOG_TOPOLOGY, "p").ms_per_token,
+        history_figure(tmp_path, spoiled, "ms_per_token"),
+    ):
+        assert figure is not None
+        assert low <= figure <= high
+        assert figure == median
+    assert ms_number(median) in render_run_table(bloom_run(spoiled)).splitlines()[3]
+    # The baseline keeps every cycle for the statistics, the outlier included.
+    assert baseline_cell_of(spoiled, None, BLOG_TOPOLOGY, "p").ms_per_token_samples == (
+        *samples,
+        outlier,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prefills=cycles,
+    decode=st.lists(st.floats(1.0, 100.0), min_size=3, max_size=9),
+    outlier=outliers,
+)
+def test_one_outlier_cycle_or_step_moves_no_latency_figure_beyond_the_others(
+    prefills: list[float], decode: list[float], outlier: float
+) -> None:
+    runs = [(p, *decode) for p in prefills]
+    summary = summarize_steps([*runs, (outlier, *decode)])
+    assert summary is not None
+    assert min(prefills) <= summary.ttft_ms <= max(prefills)
+    assert summary.ttft_ms == statistics.median((*prefills, outlier))
+    # One slow decode step in one cycle: the TPOT median stays among the others.
+    slow = summarize_steps([*runs[1:], (prefills[0], *decode[:-1], outlier)])
+    assert slow is not None
+    assert min(decode) <= slow.tpot_ms <= max(decode)
+    per = per_cycle([*runs, (outlier, *decode)])
+    assert per["ttft_ms"] == (*prefills, outlier)
+    assert per["tpot_ms"] == (statistics.median(decode),) * (len(prefills) + 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(metric=st.sampled_from(JUDGED), factor=st.floats(0.5, 2.0))
+def test_each_metric_is_judged_against_the_baselines_own_cycles(metric: str, factor: float) -> None:
+    """Where the baseline kept its cycles (ms/token, latency), both sides are resampled; a
+    figure kept alone (memory, load time) is one value."""
+    cell = cell_of({metric: factor})
+    verdict = compare_cell(cell, expected())
+    judged = verdict.metric(metric)
+    assert judged is not None and judged.estimate is not None
+    base = expected()
+    if metric == "ms_per_token":
+        mine, theirs = cell.samples_ms_per_token, base.ms_per_token_samples
+    elif metric in LATENCY:
+        mine, theirs = per_cycle(cell.samples_step_ms)[metric], base.latency_samples[metric]
+    else:
+        return
+    assert judged.estimate == estimate_ratio(mine, theirs)
+    assert judged.measured == statistics.median(mine)
+    assert judged.expected == statistics.median(theirs)
+
+
+@given(
+    readings=st.lists(st.floats(1.0, 100.0), min_size=1, max_size=7),
+    zeros=st.integers(1, 3),
+)
+def test_zero_readings_are_dropped_and_a_zero_baseline_is_no_baseline(
+    readings: list[float], zeros: int
+) -> None:
+    measured = [0.0] * zeros + readings
+    verdict = compare_metric("ms_per_token", measured, statistics.median(readings), 0.05)
+    assert verdict.measured == statistics.median(readings)
+    assert verdict.status == "same"
+    none = compare_metric("ms_per_token", readings, 0.0, 0.05)
+    assert (none.status, none.measured, none.expected) == (
+        "no-baseline",
+        statistics.median(readings),
+        None,
+    )
+    missing = compare_metric("ms_per_token", [0.0] * zeros, 10.0, 0.05)
+    assert (missing.status, missing.expected, missing.tolerance) == ("not-measured", 10.0, 0.05)
