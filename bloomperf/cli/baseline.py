@@ -12,7 +12,7 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.render.baseline import render_baseline_json, render_baseline_text
 from bloomperf.store.baseline.accept import accept_run
 from bloomperf.store.baseline.codec import save_baseline
-from bloomperf.store.baseline.folders import describe_search
+from bloomperf.store.baseline.folders import describe_search, is_package_folder
 from bloomperf.store.baseline.search import (
     baseline_path_in,
     default_baselines_dir,
@@ -41,7 +41,7 @@ def add_command(subparsers: Any) -> None:
     add_run_option(
         accept,
         "baselines",
-        help="baselines folder (default: ./baselines, else $XDG_DATA_HOME/bloomperf/baselines)",
+        help="folder to write into [default: $XDG_DATA_HOME/bloomperf/baselines]",
     )
     accept.add_argument(
         "--force",
@@ -69,6 +69,11 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_accept(args: argparse.Namespace) -> int:
     folder = args.baselines if args.baselines is not None else default_baselines_dir()
+    if is_package_folder(folder):
+        raise BloomperfError(
+            f"--baselines {folder}: is the baselines shipped inside the bloomperf package; "
+            "accept into another folder (the default is your user folder)"
+        )
     try:
         # A new baselines folder, but not a whole new tree (the user folder's parents excepted).
         folder.mkdir(exist_ok=True, parents=args.baselines is None)

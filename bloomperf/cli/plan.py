@@ -33,6 +33,7 @@ from bloomperf.catalog.topology import Topology, detect_topology
 from bloomperf.catalog.topology import planned_topology as plan_machine
 from bloomperf.cli.arguments import add_format_argument
 from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.launch import group_command
 from bloomperf.harness.matrix import Cell, Group
 from bloomperf.harness.options import resolve_options
@@ -104,9 +105,9 @@ def plan_group(session: Session, group: Group, gpu: GpuSpec | None, err: TextIO)
     if group.backend == "accelerate" and session.device == "cuda" and gpu is not None:
         print(f"  {group.backend} {group.dtype}: device map on the meta device...", file=err)
         device_map = plan_device_map(session, group.dtype, len(indices), gpu)
-    cells = tuple(
-        plan_cell(session, cell, gpu, len(devices), spec.world_size) for cell in group.cells()
-    )
+    # A multi-node launch names no local devices: it spans every GPU of every node.
+    n_gpus = len(devices) or len(indices) * session.topology.nodes
+    cells = tuple(plan_cell(session, cell, gpu, n_gpus, spec.world_size) for cell in group.cells())
     return GroupPlan(
         group.backend,
         group.dtype,
@@ -198,6 +199,11 @@ def build_plan(options: RunConfig, topology_text: str | None, err: TextIO) -> di
 
         known = known_topology(topology.id)
         gpu = known[2] if known else None
+    if topology.nodes > 1 and options.hostfile is None:
+        raise BloomperfError(
+            f"--topology {topology_text}: {topology.nodes} nodes are planned from a DeepSpeed "
+            "hostfile: add --hostfile FILE (one line per node: HOST slots=GPUS)"
+        )
     device = "cuda" if topology_text else resolve_device(options.device, topology)
     model = planned_model(options, device)
     session = Session.prepare(replace(options, output=None, device=device), topology, model)
@@ -241,7 +247,9 @@ def render_text(plan: dict[str, Any]) -> str:
         f"on {plan['topology']} ({plan['planned_for']}), device {plan['device']}"
     ]
     for group in plan["groups"]:
-        devices = ",".join(str(d) for d in group["devices"]) or "cpu"
+        devices = ",".join(str(d) for d in group["devices"]) or (
+            "the hostfile's nodes" if plan["device"] == "cuda" else "cpu"
+        )
         lines.append("")
         lines.append(
             f"{group['backend']} {group['dtype']}: {group['world_size']} rank(s), devices {devices}"

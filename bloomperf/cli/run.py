@@ -8,6 +8,7 @@ The command line only: the run itself is ``bloomperf.harness.session.Session``, 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 import time
 from dataclasses import replace
@@ -18,7 +19,7 @@ from bloomperf.analysis.compare import judge
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.plan import add_plan_arguments, run_dry
 from bloomperf.config.run import RunConfig
-from bloomperf.core.errors import EXIT_REGRESSION
+from bloomperf.core.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.core.formatting import clean
 from bloomperf.core.interrupt import interruption
 from bloomperf.core.progress import emit, time_left
@@ -29,6 +30,13 @@ from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.results import CellResult, Outcome, RunResult
+
+LATEST = "latest.json"  # beside the dated results file of a run without --output
+NEXT_STEPS = (
+    ("diff {results}", "the verdicts again"),
+    ("report {results} --out report", "report/index.html"),
+    ("baseline accept {results}", "make this run the expectation"),
+)
 
 
 def describe(cell: CellResult) -> str:
@@ -41,10 +49,16 @@ def describe(cell: CellResult) -> str:
 def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     if getattr(args, "dry_run", False):
         return run_dry(args, out, err)
+    if getattr(args, "topology", None) is not None:
+        raise BloomperfError(
+            f"--topology {args.topology}: plans only, with --dry-run; a run measures the "
+            "machine it runs on (bloomperf topology prints its id)"
+        )
     options = resolve_options(vars(args))
-    if options.output is None:
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        options = replace(options, output=Path("results") / f"bloomperf-{stamp}.json")
+    default_output = options.output is None
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    output = options.output or Path("results") / f"bloomperf-{stamp}.json"
+    options = replace(options, output=output)
     topology = detect_topology()
     with hold_device_lock(lock_key(topology, options), enabled=not options.no_lock):
         session = Session.prepare(options, topology)
@@ -68,12 +82,46 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
         except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (bloomperf.core.interrupt)
             session.stop()
             how, code = interruption(stop)
-            print(f"bloomperf: {how}; {done} cells saved in {session.output}", file=err)
+            print(f"bloomperf: {how}; {done} cells saved in {output}", file=err)
+            if default_output:
+                link_latest(output, err)
             return code
         run = session.finish()
     print(render_run_table(run), file=out)
-    print(f"results: {session.output}", file=out)
-    return print_verdicts(run, session.baseline, options, out)
+    code = print_verdicts(run, session.baseline, options, out)
+    shown = link_latest(output, out) if default_output else output
+    print_next_steps(output, shown, out)
+    return code
+
+
+def link_latest(output: Path, out: TextIO) -> Path:
+    """Point ``latest.json`` beside ``output`` at it (a relative link, replaced atomically), so
+    the README's next commands name one stable path; the path to show, or ``output`` when a
+    file the user made is in the way (never replaced)."""
+    latest = output.parent / LATEST
+    if latest.exists() and not latest.is_symlink():
+        print(f"bloomperf: {latest} is not a link bloomperf made; left as it is", file=out)
+        return output
+    temporary = output.parent / f".{LATEST}.{os.getpid()}.tmp"
+    try:
+        temporary.unlink(missing_ok=True)
+        os.symlink(output.name, temporary)
+        os.replace(temporary, latest)
+    except OSError as exc:
+        print(f"bloomperf: {latest}: not linked: {exc.strerror or exc}", file=out)
+        return output
+    return latest
+
+
+def print_next_steps(output: Path, shown: Path, out: TextIO) -> None:
+    """Where the results are, and the commands that read them next (each on its own line)."""
+    also = f" ({shown})" if shown != output else ""
+    print(f"\nresults: {output}{also}", file=out)
+    print("next:", file=out)
+    commands = [(command.format(results=shown), why) for command, why in NEXT_STEPS]
+    width = max(len(command) for command, _ in commands)
+    for command, why in commands:
+        print(f"  bloomperf {command:<{width}}  # {why}", file=out)
 
 
 def print_verdicts(
