@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,12 @@ import pytest
 from bloomperf import cli
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.run import link_latest
+from bloomperf.store.results import CellResult, Outcome
+from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
+from tests.wheels import build_wheel
 
+RESULTS = Path(__file__).resolve().parent / "data" / "results"
 QUICK = ["--new-tokens", "4", "--cycles", "2", "--no-lock", "--dtypes", "fp32"]
 
 
@@ -124,3 +129,79 @@ def test_latest_json_follows_the_newest_run_and_never_replaces_a_users_file(
     assert (tmp_path / "latest.json").read_text() == "mine"
     assert "left as it is" in out.getvalue()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def needs_a_dependency(folder: Path) -> Path:
+    """A pin whose hook (a ``.pth``, as a real package's) imports a module it depends on but
+    that ``--no-deps`` left out, at the model's first forward pass."""
+    source = (
+        "import torch\n"
+        "_forward = torch.nn.Linear.forward\n"
+        "def forward(self, x):\n"
+        "    import first_hour_absent_dependency  # noqa: F401\n"
+        "    return _forward(self, x)\n"
+        "torch.nn.Linear.forward = forward\n"
+    )
+    return build_wheel(
+        folder,
+        "first_hour_pin",
+        "1.0",
+        {
+            "first_hour_pin/__init__.py": source,
+            "first_hour_pin-hook.pth": "import first_hour_pin\n",
+        },
+    )
+
+
+def test_ab_says_to_use_with_deps_when_an_arm_lacks_a_module(tmp_path: Path) -> None:
+    # Once: ModuleNotFoundError in arm B, and nothing said about --with-deps.
+    needs_a_dependency(tmp_path / "wheels")
+    argv = ["ab", "--b-pin", "first-hour-pin==1.0", "--find-links", str(tmp_path / "wheels")]
+    argv += [*QUICK, "--batch-sizes", "1", "--max-time", "60", "--cache-dir", str(tmp_path)]
+    done = bloomperf(*argv, "--output", str(tmp_path / "ab.json"), cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    hints = [line for line in done.stderr.splitlines() if "--with-deps" in line]
+    assert len(hints) == 1 and "arm B" in hints[0] and "first_hour_absent_dependency" in hints[0]
+    assert len(hints[0]) <= 200
+
+
+ONE_CELL_RUNS = [
+    RESULTS / "8xA100-SXM4-80GB.blog.results.json",
+    RESULTS / "cpu.tiny.steps.results.json",
+]
+
+
+def only_cell_failed(source: Path, outcome: Outcome, folder: Path) -> Path:
+    """``source``'s first cell alone, as a run whose cell did not measure (``outcome``)."""
+    run = read_results(source)
+    cell = run.cells[0]
+    failed = CellResult(
+        cell.backend, cell.dtype, cell.batch_size, outcome, message=f"{outcome.value}: planted"
+    )
+    path = folder / f"{source.stem}.{outcome.value}.json"
+    save_run(replace(run, cells=(failed,)), path)
+    return path
+
+
+@pytest.mark.parametrize("source", ONE_CELL_RUNS, ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize("outcome", [Outcome.ERROR, Outcome.TIMEOUT, Outcome.OOM, Outcome.SKIPPED])
+def test_report_on_a_run_whose_only_cell_failed(
+    source: Path, outcome: Outcome, tmp_path: Path
+) -> None:
+    # Once: internal error: TypeError, exit 3, two PNGs left behind.
+    results = only_cell_failed(source, outcome, tmp_path)
+    done = bloomperf("report", str(results), "--out", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no warning from the plotting library either
+    written = {p.name for p in (tmp_path / "report").iterdir()}
+    assert {"index.html", "report.md", "memory.png"} <= written
+    assert not [name for name in written if name.startswith(".")]  # the staging folder is gone
+
+
+def test_a_report_that_fails_leaves_no_png_behind(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    (out / "memory.png").mkdir(parents=True)  # a folder where a plot goes: refused
+    done = bloomperf("report", str(ONE_CELL_RUNS[0]), "--out", str(out))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "memory.png" in done.stderr
+    assert [p.name for p in out.iterdir()] == ["memory.png"]

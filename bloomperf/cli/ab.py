@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -196,7 +197,30 @@ def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) ->
         comparisons = compare_arms(session, arms[0], arms[1], settings, output, err)
     print(render_table(comparisons, settings), file=out)
     print(f"results: {output}", file=out)
+    hint = missing_module_hint(comparisons, arms, source.with_deps)
+    if hint:
+        print(hint, file=err)
     return exit_code(comparisons, args.fail_inconclusive)
+
+
+MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def missing_module_hint(comparisons: list[Comparison], arms: list[Arm], with_deps: bool) -> str:
+    """Pins go in without their dependencies unless --with-deps: an arm whose cell failed on a
+    missing module is told so (transformers 4.46 wants ``requests``, which 5.x dropped)."""
+    if with_deps:
+        return ""
+    for comparison in comparisons:
+        missing = MISSING_MODULE.search(comparison.message)
+        for arm in arms:
+            if missing and arm.pins and comparison.message.startswith(f"arm {arm.name.upper()}:"):
+                return (
+                    f"bloomperf ab: arm {arm.name.upper()} lacks the module {missing[1]!r}: "
+                    f"its pins ({' '.join(arm.pins)}) were installed without their "
+                    "dependencies; run again with --with-deps"
+                )
+    return ""
 
 
 def compare_arms(
