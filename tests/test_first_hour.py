@@ -12,10 +12,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from packaging.version import Version
 
 from bloomperf import cli
 from bloomperf.catalog.topology import detect_topology
+from bloomperf.cli.bisect import versions_between
 from bloomperf.cli.run import link_latest
+from bloomperf.core.errors import BloomperfError
 from bloomperf.store.results import CellResult, Outcome
 from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
@@ -205,3 +210,106 @@ def test_a_report_that_fails_leaves_no_png_behind(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.splitlines()) == 1 and "memory.png" in done.stderr
     assert [p.name for p in out.iterdir()] == ["memory.png"]
+
+
+@given(
+    listed=st.sets(st.integers(0, 60), min_size=1, max_size=25),
+    asked=st.integers(0, 60),
+)
+def test_bisect_names_the_versions_next_to_one_the_index_lacks(
+    listed: set[int], asked: int
+) -> None:
+    # Once: "4.46.0 is not in the index (found <the newest 12>)", nothing near the range.
+    available = sorted(Version(f"4.{n // 10}.{n % 10}") for n in listed)
+    version = Version(f"4.{asked // 10}.{asked % 10}")
+    assume(version not in available)
+    with pytest.raises(BloomperfError) as raised:
+        versions_between(available, str(version), "9.0")
+    message = str(raised.value)
+    below = [v for v in available if v < version]
+    above = [v for v in available if v > version]
+    assert (f"nearest below: {', '.join(map(str, below[-3:]))}" in message) == bool(below)
+    assert (f"nearest above: {', '.join(map(str, above[:3]))}" in message) == bool(above)
+    assert str(version) in message.splitlines()[0]
+
+
+def shard_folder(folder: Path, tp: int, kernel_inject: bool) -> Path:
+    """The marker `bloomperf shard` writes, which is what the check before loading reads."""
+    folder.mkdir()
+    marker = {"tp": tp, "kernel_inject": kernel_inject}
+    (folder / "bloomperf-shard.json").write_text(json.dumps(marker))
+    return folder
+
+
+@pytest.mark.parametrize(("sharded_tp", "tp"), [(2, 1), (4, 2), (1, 2)])
+def test_a_shard_of_another_tp_is_refused_before_loading(
+    sharded_tp: int, tp: int, tmp_path: Path
+) -> None:
+    # Once: refused after 2 min 18 s of loading; the README said "checked when parsed".
+    folder = shard_folder(tmp_path / "shards", sharded_tp, kernel_inject=False)
+    started = time.monotonic()
+    done = bloomperf(
+        "run",
+        *QUICK,
+        "--backends",
+        "ds-autotp",
+        "--tp",
+        str(tp),
+        "--sharded",
+        str(folder),
+        "--output",
+        str(tmp_path / "r.json"),
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if "error" in x]
+    assert f"sharded for TP={sharded_tp}" in line and f"runs {tp} rank(s)" in line
+    assert time.monotonic() - started < 60
+    assert not list((tmp_path).glob("r.json.logs/*"))  # no worker was started
+
+
+def test_a_shard_of_the_other_backend_is_refused_before_loading(tmp_path: Path) -> None:
+    folder = shard_folder(tmp_path / "shards", 2, kernel_inject=True)
+    done = bloomperf(
+        "run",
+        *QUICK,
+        "--backends",
+        "ds-autotp",
+        "--tp",
+        "2",
+        "--sharded",
+        str(folder),
+        "--output",
+        str(tmp_path / "r.json"),
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "written for ds-inference, not ds-autotp" in done.stderr
+
+
+def test_shard_on_cpu_defaults_to_a_dtype_deepspeeds_cpu_accelerator_accepts() -> None:
+    # Once: --device cpu kept the GPU default fp16 and failed after 2 min 19 s on a CPU whose
+    # oneDNN has no fp16. DeepSpeed's own accelerator is the judge, as init_inference asks it.
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    from bloomperf.backends.ds_inference import DeepSpeedAutoTPBackend
+    from bloomperf.catalog.dtypes import load_torch_dtype
+    from bloomperf.cli.shard import DEFAULT_DTYPE
+
+    default = DEFAULT_DTYPE["cpu"]
+    assert load_torch_dtype(default) in CPU_Accelerator().supported_dtypes()
+    assert default in DeepSpeedAutoTPBackend.dtypes
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_shard_asks_for_the_cpu_dtype_before_starting_ranks(dtype: str, tmp_path: Path) -> None:
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    from bloomperf.catalog.dtypes import load_torch_dtype
+
+    argv = ["shard", "--tp", "1", "--device", "cpu", "--dtype", dtype, "--out", str(tmp_path)]
+    started = time.monotonic()
+    done = bloomperf(*argv)
+    assert done.returncode == 2 and time.monotonic() - started < 60
+    accepted = load_torch_dtype(dtype) in CPU_Accelerator().supported_dtypes()
+    # Accepted: the next check (TP=1 saves nothing) speaks; refused: the dtype, at once.
+    expected = "--tp 1:" if accepted else f"--dtype {dtype}: DeepSpeed's CPU accelerator"
+    assert expected in done.stderr, done.stderr

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bloomperf.analysis.compare import judge
+from bloomperf.backends.ds_inference import read_shard_marker
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.plan import add_plan_arguments, run_dry
 from bloomperf.config.run import RunConfig
@@ -24,6 +25,7 @@ from bloomperf.core.formatting import clean
 from bloomperf.core.interrupt import interruption
 from bloomperf.core.progress import emit, time_left
 from bloomperf.harness.lock import hold_device_lock
+from bloomperf.harness.matrix import Cell
 from bloomperf.harness.options import add_cli_options, resolve_options
 from bloomperf.harness.session import Session, all_cells, lock_key
 from bloomperf.render.comparison import render_comparison
@@ -31,6 +33,7 @@ from bloomperf.render.table import render_run_table
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.results import CellResult, Outcome, RunResult
 
+SHARDED_BACKENDS = ("ds-inference", "ds-autotp")  # the backends that read --sharded
 LATEST = "latest.json"  # beside the dated results file of a run without --output
 NEXT_STEPS = (
     ("diff {results}", "the verdicts again"),
@@ -62,6 +65,7 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
     topology = detect_topology()
     with hold_device_lock(lock_key(topology, options), enabled=not options.no_lock):
         session = Session.prepare(options, topology)
+        refuse_a_mismatched_shard(session)
         total = sum(len(g.batch_sizes) for g in session.groups)
         print(
             f"bloomperf: {session.model.name} ({session.model.parameters:,} parameters, "
@@ -92,6 +96,28 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
     shown = link_latest(output, out) if default_output else output
     print_next_steps(output, shown, out)
     return code
+
+
+def refuse_a_mismatched_shard(session: Session) -> None:
+    """``--sharded DIR`` against each group that would load it, before minutes of loading: the
+    folder's TP degree must be the group's rank count, its layout the backend's."""
+    if session.options.sharded is None:
+        return
+    folder = Path(session.options.sharded)
+    marker = read_shard_marker(folder)
+    for group in session.groups:
+        first = Cell(group.backend, group.dtype, group.batch_sizes[0])
+        if group.backend not in SHARDED_BACKENDS or session.skip_reason(first):
+            continue
+        ranks = session.group_spec(first).world_size
+        if marker["tp"] != ranks:
+            raise BloomperfError(
+                f"--sharded {folder}: sharded for TP={marker['tp']}, but {group.backend} "
+                f"{group.dtype} runs {ranks} rank(s): pass --tp {marker['tp']}, or shard anew"
+            )
+        if marker["kernel_inject"] != (group.backend == "ds-inference"):
+            wanted = "ds-inference" if marker["kernel_inject"] else "ds-autotp"
+            raise BloomperfError(f"--sharded {folder}: written for {wanted}, not {group.backend}")
 
 
 def link_latest(output: Path, out: TextIO) -> Path:

@@ -51,7 +51,12 @@ def add_command(subparsers: Any) -> None:
     add_run_option(parser, "tp", required=True, help="tensor-parallel degree")
     add_run_option(parser, "model", default="tiny", help="registry shape or checkpoint folder")
     add_out_argument(parser, "folder to write")
-    parser.add_argument("--dtype", default="fp16", choices=DTYPES)
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="dtype of the shards [fp16 on cuda, as the blog; bf16 on cpu, which DeepSpeed's "
+        "CPU accelerator always accepts]",
+    )
     parser.add_argument(
         "--backend",
         default="ds-autotp",
@@ -68,11 +73,34 @@ def add_command(subparsers: Any) -> None:
     parser.set_defaults(func=run_shard)
 
 
+DEFAULT_DTYPE = {"cuda": "fp16", "cpu": "bf16"}
+
+
+def refuse_a_dtype_the_device_lacks(dtype: str, device: str) -> None:
+    """On CPU, DeepSpeed's own accelerator says which dtypes ``init_inference`` accepts
+    (fp16 only where oneDNN has it): asked now, not after minutes of starting ranks."""
+    if device != "cpu":
+        return
+    import torch
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    from bloomperf.catalog.dtypes import load_torch_dtype
+
+    supported = CPU_Accelerator().supported_dtypes()
+    if dtype != "int8" and load_torch_dtype(dtype) not in supported:
+        names = ", ".join(str(t).removeprefix("torch.") for t in supported if t != torch.float64)
+        raise BloomperfError(
+            f"--dtype {dtype}: DeepSpeed's CPU accelerator refuses it here (supported: {names})"
+        )
+
+
 def run_shard(args: argparse.Namespace) -> int:
     from bloomperf.backends import backend_class
     from bloomperf.catalog.checkpoints import resolve_model
     from bloomperf.harness.dslaunch import cleanup_shm, rank_group_command, shm_segments
 
+    args.dtype = args.dtype or DEFAULT_DTYPE[args.device]
+    refuse_a_dtype_the_device_lacks(args.dtype, args.device)
     if args.tp == 1 and args.backend == "ds-autotp":
         # inference/engine.py applies no auto-TP policy at TP=1, so nothing would be saved.
         raise BloomperfError(
