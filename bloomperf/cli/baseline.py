@@ -32,7 +32,7 @@ def add_command(subparsers: Any) -> None:
     show.add_argument(
         "topology", help="topology id or alias (e.g. 8xA100-80GB), or a baseline file"
     )
-    show.add_argument("--model", help="model name when the topology has baselines for several")
+    show.add_argument("--model", help="model name when the topology has several [its only one]")
     add_format_argument(show, "json")
     add_run_option(show, "baselines")
     show.set_defaults(func=run_show)
@@ -41,7 +41,7 @@ def add_command(subparsers: Any) -> None:
     add_run_option(
         accept,
         "baselines",
-        help="folder to write into [default: $XDG_DATA_HOME/bloomperf/baselines]",
+        help="folder to write into [$XDG_DATA_HOME/bloomperf/baselines]",
     )
     accept.add_argument(
         "--force",

@@ -200,7 +200,12 @@ def add_command(subparsers: Any) -> None:
     parser.add_argument("bad", metavar="BAD")
     parser.add_argument("--pre", action="store_true", help="include pre-releases")
     parser.add_argument("--python", help="interpreter or venv under test [this interpreter]")
-    parser.add_argument("--env", action="append", metavar="KEY=VALUE", help="for both arms")
+    parser.add_argument(
+        "--env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="setting for both arms, repeatable [none]",
+    )
     add_comparison_arguments(parser)
     parser.set_defaults(func=bisect_command)
 

@@ -38,6 +38,7 @@ from bloomperf.harness.launch import group_command
 from bloomperf.harness.matrix import Cell, Group
 from bloomperf.harness.options import resolve_options
 from bloomperf.harness.session import DEFAULT_MODEL, Session, resolve_device
+from bloomperf.render.terminal import fit_lines, terminal_width
 
 PLAN_KIND = "bloomperf-plan"
 SCHEMA_VERSION = 1
@@ -54,9 +55,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--topology",
         default=None,
         metavar="ID",
-        help="with --dry-run: plan for this topology (e.g. 8xA100-80GB) instead of this machine",
+        help="with --dry-run: plan for this topology (e.g. 8xA100-80GB) [this machine]",
     )
-    add_format_argument(group, "json", help="plan format")
+    add_format_argument(group, "json", help="plan format [text]")
 
 
 # ---- where the plan runs ----------------------------------------------------------------------
@@ -259,7 +260,9 @@ def render_text(plan: dict[str, Any]) -> str:
         lines.extend(device_map_lines(group["device_map"]))
         for cell in group["cells"]:
             lines.append(f"  bs{cell['batch_size']}: {cell_text(cell)}")
-    return "\n".join(lines)
+            if cell["skip"]:
+                lines.append(f"      skip: {cell['skip']}")  # a reason is long: its own line
+    return fit_lines("\n".join(lines), terminal_width())
 
 
 def device_map_lines(device_map: dict[str, Any] | None) -> list[str]:
@@ -294,7 +297,7 @@ def cell_text(cell: dict[str, Any]) -> str:
         parts.append(f"predicted peak {predicted['predicted_peak_bytes'] / GiB:.2f} GiB {scope}")
     elif "error" in predicted:
         parts.append(f"no prediction: {predicted['error']}")
-    parts.append(f"skip: {cell['skip']}" if cell["skip"] else "run")
+    parts.append("skip" if cell["skip"] else "run")
     return "; ".join(parts)
 
 

@@ -30,6 +30,7 @@ from bloomperf.harness.options import add_cli_options, resolve_options
 from bloomperf.harness.session import Session, all_cells, lock_key
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
+from bloomperf.render.terminal import terminal_width, wants_colour
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.results import CellResult, Outcome, RunResult
 
@@ -37,7 +38,7 @@ SHARDED_BACKENDS = ("ds-inference", "ds-autotp")  # the backends that read --sha
 LATEST = "latest.json"  # beside the dated results file of a run without --output
 NEXT_STEPS = (
     ("diff {results}", "the verdicts again"),
-    ("report {results} --out report", "report/index.html"),
+    ("report {results} --out-dir report", "report/index.html"),
     ("baseline accept {results}", "make this run the expectation"),
 )
 
@@ -161,8 +162,11 @@ def print_verdicts(
         allow_incomplete=options.allow_incomplete,
     )
     if baseline is not None:
-        print(f"\nverdicts against {baseline.path}:", file=out)
-        print(render_comparison(comparison, "text"), end="", file=out)
+        print("\nverdicts:", file=out)
+        text = render_comparison(
+            comparison, "text", colour=wants_colour(out), width=terminal_width()
+        )
+        print(text, end="", file=out)
     else:
         for line in comparison.failures():
             print(f"FAILED {line}", file=out)

@@ -49,7 +49,9 @@ class ShardSpec:
 def add_command(subparsers: Any) -> None:
     parser = subparsers.add_parser("shard", help="write a TP pre-sharded DeepSpeed checkpoint")
     add_run_option(parser, "tp", required=True, help="tensor-parallel degree")
-    add_run_option(parser, "model", default="tiny", help="registry shape or checkpoint folder")
+    add_run_option(
+        parser, "model", default="tiny", help="registry shape or checkpoint folder [tiny]"
+    )
     add_out_argument(parser, "folder to write")
     parser.add_argument(
         "--dtype",
@@ -61,14 +63,14 @@ def add_command(subparsers: Any) -> None:
         "--backend",
         default="ds-autotp",
         choices=("ds-autotp", "ds-inference"),
-        help="whose layout to write: auto-TP, or the fused kernels' (GPU, reference profile)",
+        help="whose layout: auto-TP, or the fused kernels' (GPU, reference profile) [ds-autotp]",
     )
     parser.add_argument(
         "--device",
         default="cuda",
         choices=("cuda", "cpu"),
         help="where the ranks run: GPUs (as the blog; each rank keeps only its share), or CPU "
-        "for tests",
+        "for tests [cuda]",
     )
     parser.set_defaults(func=run_shard)
 
@@ -133,7 +135,9 @@ def run_shard(args: argparse.Namespace) -> int:
     finally:
         cleanup_shm(before)
     if code != 0:
-        raise BloomperfError(f"--out {args.out}: sharding failed (exit {code}, see output above)")
+        raise BloomperfError(
+            f"--out-dir {args.out}: sharding failed (exit {code}, see output above)"
+        )
     print(f"wrote TP={args.tp} {args.backend} shards to {args.out}")
     return 0
 

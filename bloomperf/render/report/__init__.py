@@ -54,7 +54,7 @@ from bloomperf.store.history import (
 )
 from bloomperf.store.results import RunResult
 
-# Every file a report writes into its --out folder.
+# Every file a report writes into its --out-dir folder.
 REPORT_FILES = (
     "index.html",
     "report.md",
@@ -90,7 +90,7 @@ def write_report(
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BloomperfError(f"--out {out}: cannot create: {exc.strerror or exc}") from None
+        raise BloomperfError(f"--out-dir {out}: cannot create: {exc.strerror or exc}") from None
     if not run.cells:
         raise BloomperfError("report: the results hold no cells")
     # Drawn in a private folder first and moved in only when whole: a report that fails
