@@ -122,6 +122,25 @@ def run_context(run: RunResult) -> dict[str, Any]:
     return context
 
 
+def live_writer(config: pytest.Config) -> Callable[[str], None] | None:
+    """Progress lines to the terminal while a test runs, without ``-s``: pytest captures the
+    test's output (file descriptor 1 included), so each line suspends the capture, as pytest's
+    own live logging does; None (stderr) without a terminal reporter."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return None
+
+    def write(line: str) -> None:
+        if capture is None:
+            reporter.write_line(line)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+    return write
+
+
 class BloomperfController:
     """Session-wide state: resolved options, one measuring Session per device."""
 
@@ -162,10 +181,7 @@ class BloomperfController:
             lock.__enter__()
             self._locks.append(lock)
             options = replace(self.options, device=device)
-            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is not None:
-                # Build and load progress live, past pytest's capture (dots otherwise).
-                set_sink(reporter.write_line)
+            set_sink(live_writer(self.config))
             if options.output is None:
                 # Always keep a complete results file: pytest-benchmark's JSON leaves out cells
                 # that timed nothing (OOM, error, timeout).
@@ -298,7 +314,7 @@ class BloomperfController:
             comparison = self.verdict(session)
             if session.baseline is not None:
                 terminalreporter.write_line("")
-                terminalreporter.write_line(f"verdicts against {session.baseline.path}:")
+                terminalreporter.write_line("verdicts:")  # the baseline is named below
                 terminalreporter.write_line(render_comparison(comparison, "text"))
             elif comparison.incomplete:
                 terminalreporter.write_line(f"bloomperf: FAILED: {comparison.incomplete}")

@@ -313,3 +313,34 @@ def test_shard_asks_for_the_cpu_dtype_before_starting_ranks(dtype: str, tmp_path
     # Accepted: the next check (TP=1 saves nothing) speaks; refused: the dtype, at once.
     expected = "--tp 1:" if accepted else f"--dtype {dtype}: DeepSpeed's CPU accelerator"
     assert expected in done.stderr, done.stderr
+
+
+def test_pytest_shows_progress_live_without_dash_s(pytester: pytest.Pytester) -> None:
+    # Once: the README said progress shows "live without -s"; nothing appeared (pytest captured
+    # the lines with the test's own output, and showed them only for a failure).
+    pytester.makepyfile(
+        test_matrix="""
+        import pytest
+
+        @pytest.mark.cpu
+        def test_cpu(bloomperf_cell, bloomperf, benchmark):
+            bloomperf.check(bloomperf_cell, benchmark)
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-m",
+        "cpu",
+        "--bloomperf-batch-sizes=1",
+        "--bloomperf-dtypes=fp32",
+        "--bloomperf-new-tokens=4",
+        "--bloomperf-cycles=2",
+        "--bloomperf-no-lock",
+        f"--bloomperf-output={pytester.path / 'r.json'}",
+    )
+    result.assert_outcomes(passed=1)
+    lines = result.stdout.lines
+    progress = [
+        i for i, line in enumerate(lines) if "bloomperf: cell 1/1: accelerate-fp32-bs1" in line
+    ]
+    summary = next(i for i, line in enumerate(lines) if "bloomperf (cpu)" in line)
+    assert progress and progress[0] < summary  # during the test, not in a failure report
