@@ -195,7 +195,7 @@ def test_report_on_a_run_whose_only_cell_failed(
 ) -> None:
     # Once: internal error: TypeError, exit 3, two PNGs left behind.
     results = only_cell_failed(source, outcome, tmp_path)
-    done = bloomperf("report", str(results), "--out", str(tmp_path / "report"))
+    done = bloomperf("report", str(results), "--out-dir", str(tmp_path / "report"))
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no warning from the plotting library either
     written = {p.name for p in (tmp_path / "report").iterdir()}
@@ -206,7 +206,7 @@ def test_report_on_a_run_whose_only_cell_failed(
 def test_a_report_that_fails_leaves_no_png_behind(tmp_path: Path) -> None:
     out = tmp_path / "report"
     (out / "memory.png").mkdir(parents=True)  # a folder where a plot goes: refused
-    done = bloomperf("report", str(ONE_CELL_RUNS[0]), "--out", str(out))
+    done = bloomperf("report", str(ONE_CELL_RUNS[0]), "--out-dir", str(out))
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.splitlines()) == 1 and "memory.png" in done.stderr
     assert [p.name for p in out.iterdir()] == ["memory.png"]
@@ -305,7 +305,7 @@ def test_shard_asks_for_the_cpu_dtype_before_starting_ranks(dtype: str, tmp_path
 
     from bloomperf.catalog.dtypes import load_torch_dtype
 
-    argv = ["shard", "--tp", "1", "--device", "cpu", "--dtype", dtype, "--out", str(tmp_path)]
+    argv = ["shard", "--tp", "1", "--device", "cpu", "--dtype", dtype, "--out-dir", str(tmp_path)]
     started = time.monotonic()
     done = bloomperf(*argv)
     assert done.returncode == 2 and time.monotonic() - started < 60
