@@ -19,19 +19,22 @@ import pytest
 
 from bloomperf.analysis.compare import judge, judge_cell
 from bloomperf.analysis.verdicts import Comparison
+from bloomperf.catalog.fingerprint import environment_fingerprint
 from bloomperf.catalog.topology import Topology, detect_topology
+from bloomperf.catalog.workload import PROMPTS
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import plain
+from bloomperf.core.formatting import plain, utc_now
 from bloomperf.core.interrupt import sigterm_as_interrupt
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.core.progress import emit, set_sink
 from bloomperf.harness.matrix import Cell, plan_groups
 from bloomperf.harness.options import OPTIONS, add_pytest_options, input_files, resolve_options
-from bloomperf.harness.session import Session, lock_key
+from bloomperf.harness.session import DEFAULT_MODEL, Session, lock_key
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
-from bloomperf.store.results import CellResult, Outcome, RunResult
-from bloomperf.store.results.codec import cell_to_dict, run_to_dict
+from bloomperf.store.baseline.search import refuse_output_among_baselines
+from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
+from bloomperf.store.results.codec import cell_to_dict, run_to_dict, save_run
 
 MATRIX_FIXTURE = "bloomperf_cell"
 
@@ -120,6 +123,25 @@ def run_context(run: RunResult) -> dict[str, Any]:
     return context
 
 
+def live_writer(config: pytest.Config) -> Callable[[str], None] | None:
+    """Progress lines to the terminal while a test runs, without ``-s``: pytest captures the
+    test's output (file descriptor 1 included), so each line suspends the capture, as pytest's
+    own live logging does; None (stderr) without a terminal reporter."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return None
+
+    def write(line: str) -> None:
+        if capture is None:
+            reporter.write_line(line)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
+
+    return write
+
+
 class BloomperfController:
     """Session-wide state: resolved options, one measuring Session per device."""
 
@@ -136,6 +158,8 @@ class BloomperfController:
         self._locks: list[Any] = []
         self._started = 0  # matrix cells started (of _total collected), for the progress lines
         self._total = 0
+        self._devices: set[str] = set()  # the devices of the matrix items collected
+        self.empty_output: Path | None = None
         # The run context stored in each benchmark's extra_info, marked complete at the end.
         self._contexts: dict[str, list[dict[str, Any]]] = {}
 
@@ -158,10 +182,7 @@ class BloomperfController:
             lock.__enter__()
             self._locks.append(lock)
             options = replace(self.options, device=device)
-            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is not None:
-                # Build and load progress live, past pytest's capture (dots otherwise).
-                set_sink(reporter.write_line)
+            set_sink(live_writer(self.config))
             # Always keep a complete results file: pytest-benchmark's JSON leaves out cells
             # that timed nothing (OOM, error, timeout).
             stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -209,6 +230,9 @@ class BloomperfController:
         # A stable sort: parametrisation order is already group-major, batch sizes ascending.
         items.sort(key=lambda item: cell_of(item) is not None)
         self._total = sum(cell_of(item) is not None for item in items)
+        self._devices = {
+            device_of(item.get_closest_marker) for item in items if cell_of(item) is not None
+        }
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -251,6 +275,8 @@ class BloomperfController:
         self._locks.clear()
         if self.sessions:
             set_sink(None)
+        elif not interrupted:
+            self.write_empty_run()
         # Cells fail their own tests; a run that measured or judged nothing fails the session.
         verdicts = [self.verdict(s) for s in self.sessions.values()]
         nothing = any(v.incomplete or v.unjudged for v in verdicts)
@@ -258,7 +284,37 @@ class BloomperfController:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return (yield)
 
+    def write_empty_run(self) -> None:
+        """``--bloomperf-output FILE`` names a file the next command reads: when every matrix
+        item skipped (no GPU), write the explicit empty run, which ``diff`` judges "nothing
+        measured", rather than no file at all."""
+        output = self.options.output
+        if output is None or not self._devices:
+            return
+        device = "cuda" if "cuda" in self._devices else "cpu"
+        now = utc_now()
+        workload = WorkloadInfo(
+            self.options.new_tokens, self.options.cycles, self.options.warmup, PROMPTS
+        )
+        run = RunResult(
+            model=ModelInfo(self.options.model or DEFAULT_MODEL[device], "", 0, 0),
+            workload=workload,
+            topology=self.detected().id,
+            environment=environment_fingerprint(self.detected()),
+            started_at=now,
+            finished_at=now,
+            complete=True,
+        )
+        refuse_output_among_baselines(output, self.options.baselines)
+        save_run(run, output)
+        self.empty_output = output
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.empty_output is not None:
+            terminalreporter.write_line(
+                f"bloomperf: nothing measured (every matrix item skipped); "
+                f"empty run written to {self.empty_output}"
+            )
         for device, session in self.sessions.items():
             if not session.run.cells:
                 continue
@@ -267,7 +323,7 @@ class BloomperfController:
             comparison = self.verdict(session)
             if session.baseline is not None:
                 terminalreporter.write_line("")
-                terminalreporter.write_line(f"verdicts against {session.baseline.path}:")
+                terminalreporter.write_line("verdicts:")  # the baseline is named below
                 terminalreporter.write_line(render_comparison(comparison, "text"))
             else:
                 for line in (comparison.incomplete, comparison.unjudged):

@@ -57,7 +57,7 @@ def test_a_user_baseline_hides_the_shipped_one(
     shipped = load_baseline(package_baselines_dir() / SHIPPED_8X)
     save_baseline(replace(shipped, notes=("our own",)), user / SHIPPED_8X)
     assert search_folders() == [user, package_baselines_dir()]
-    found = find_baseline("8xA100-80GB", "bloom-176b")
+    found = find_baseline("8xA100-SXM4-80GB", "bloom-176b")
     assert found is not None and found.path == str(user / SHIPPED_8X)
     assert cli.main(["baseline", "show", "8xA100-80GB"]) == 0
     out = capsys.readouterr().out
@@ -76,3 +76,33 @@ def test_accept_writes_into_the_user_folder_never_the_package(
     written = tmp_path / "xdg" / "bloomperf" / "baselines"
     assert f"bloomperf: {written}/" in capsys.readouterr().out
     assert (package_baselines_dir() / SHIPPED_8X).read_bytes() == before
+
+
+def test_accept_in_a_checkout_never_writes_through_its_baselines_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In a checkout, ./baselines is a link into the package: the README's "baseline accept"
+    # once overwrote the tracked cpu.tiny.json through it.
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    before = {p.name: p.read_bytes() for p in package_baselines_dir().glob("*.json")}
+    assert cli.main(["baseline", "accept", str(BLOG_RESULTS)]) == 0
+    user = tmp_path / "xdg" / "bloomperf" / "baselines"
+    assert f"bloomperf: {user / SHIPPED_8X}: accepted" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in package_baselines_dir().glob("*.json")} == before
+    # What was accepted is what diff finds next, before the shipped file the link leads to.
+    assert search_folders() == [user, package_baselines_dir()]
+    found = find_baseline("8xA100-SXM4-80GB", "bloom-176b")
+    assert found is not None and found.path == str(user / SHIPPED_8X)
+
+
+@pytest.mark.parametrize("named", ["baselines", "bloomperf/baselines", "baselines/"])
+def test_accept_refuses_the_package_folder_by_any_name(
+    named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(REPO)
+    before = {p.name: p.read_bytes() for p in package_baselines_dir().glob("*.json")}
+    assert cli.main(["baseline", "accept", str(BLOG_RESULTS), "--baselines", named]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "inside the bloomperf package" in err
+    assert {p.name: p.read_bytes() for p in package_baselines_dir().glob("*.json")} == before

@@ -292,9 +292,9 @@ def test_a_report_never_overwrites_its_own_input(
     out.mkdir()
     source = out / "report.md"  # a results file that happens to sit where the report goes
     source.write_text(BLOG_RESULTS.read_text())
-    code, _, err = bloomperf(capsys, "report", source, "--out", out)
+    code, _, err = bloomperf(capsys, "report", source, "--out-dir", out)
     assert code == 2
-    one_line(err, "--out:", "report.md is also an input", "refusing to overwrite it")
+    one_line(err, "--out-dir:", "report.md is also an input", "refusing to overwrite it")
     assert source.read_text() == BLOG_RESULTS.read_text()
     assert [p.name for p in out.iterdir()] == ["report.md"]
 

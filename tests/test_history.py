@@ -136,17 +136,19 @@ def test_cli_add_and_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     result = tmp_path / "r.json"
     save_run(night_run(FIRST_NIGHT, [ok_cell(44.0)]), result)
     folder = tmp_path / "h"
-    assert main(["history", "add", str(result), "--dir", str(folder), "--date", "2026-11-02"]) == 0
+    assert (
+        main(["history", "add", str(result), "--history", str(folder), "--date", "2026-11-02"]) == 0
+    )
     assert "added as" in capsys.readouterr().out
     assert (folder / "2026-11-02.json").is_file()
-    assert main(["history", "changes", "--dir", str(folder)]) == 0
+    assert main(["history", "changes", "--history", str(folder)]) == 0
     assert "History: 1 nights (2026-11-02 … 2026-11-02), 0 change(s)" in capsys.readouterr().out
 
 
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "broken.json"
     broken.write_text('{"kind": "bloomperf-results", "schema_version": 1', encoding="utf-8")
-    assert main(["history", "add", str(broken), "--dir", str(tmp_path / "h")]) == 2
+    assert main(["history", "add", str(broken), "--history", str(tmp_path / "h")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bloomperf: error: ") and err.count("\n") == 1
     assert not (tmp_path / "h").exists()
@@ -163,7 +165,7 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         load_history(stray)
     with pytest.raises(BloomperfError, match="no such history directory"):
         load_history(tmp_path / "missing")
-    assert main(["history", "changes", "--dir", str(tmp_path), "--confirm", "1"]) == 2
+    assert main(["history", "changes", "--history", str(tmp_path), "--confirm", "1"]) == 2
 
 
 def test_diff_with_history_fails_on_the_night_a_slowdown_is_confirmed(

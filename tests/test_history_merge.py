@@ -53,7 +53,7 @@ def test_topologies_are_kept_apart_and_merging_twice_changes_nothing(
         },
     )
     dest = tmp_path / "history"
-    assert main(["history", "merge", str(src), "--into", str(dest)]) == 0
+    assert main(["history", "merge", str(src), "--history", str(dest)]) == 0
     assert "2 night(s) added (2026-10-01.json, 2026-10-02.json)" in capsys.readouterr().out
     for topology in (EIGHT, FOUR):
         nights = load_history(dest / topology)
@@ -64,7 +64,7 @@ def test_topologies_are_kept_apart_and_merging_twice_changes_nothing(
 
     before = snapshot(dest)
     # The same artifacts again, and the history root itself as a source: nothing is rewritten.
-    assert main(["history", "merge", str(src), str(dest), "--into", str(dest)]) == 0
+    assert main(["history", "merge", str(src), str(dest), "--history", str(dest)]) == 0
     assert "0 night(s) added (nothing new), 2 already there" in capsys.readouterr().out
     assert snapshot(dest) == before
 
@@ -74,12 +74,12 @@ def test_a_night_added_on_the_runner_is_not_counted_twice(tmp_path: Path) -> Non
     save_run(night_of(EIGHT, 3), result)
     dest = tmp_path / "history"
     add_to_history(result, dest / EIGHT)
-    assert main(["history", "merge", str(result), "--into", str(dest)]) == 0
+    assert main(["history", "merge", str(result), "--history", str(dest)]) == 0
     assert [n.label for n in load_history(dest / EIGHT)] == ["2026-10-04"]
     # A second run on the same date is a night of its own.
     later = replace(night_of(EIGHT, 3), started_at="2026-10-04T13:00:00Z")
     save_run(later, tmp_path / "later.json")
-    assert main(["history", "merge", str(tmp_path / "later.json"), "--into", str(dest)]) == 0
+    assert main(["history", "merge", str(tmp_path / "later.json"), "--history", str(dest)]) == 0
     assert [n.label for n in load_history(dest / EIGHT)] == ["2026-10-04", "2026-10-04-2"]
 
 
@@ -88,19 +88,21 @@ def test_a_conflicting_duplicate_is_refused_naming_the_file(
 ) -> None:
     dest = tmp_path / "history"
     first = artifacts(tmp_path, {"a": [night_of(EIGHT, 0)]})
-    assert main(["history", "merge", str(first), "--into", str(dest)]) == 0
+    assert main(["history", "merge", str(first), "--history", str(dest)]) == 0
     before = snapshot(dest)
     # The same run (topology and start time) with other figures: which one is true?
     forged = tmp_path / "forged" / "results.json"
     save_run(night_of(EIGHT, 0, 1.5), forged)
     capsys.readouterr()
-    assert main(["history", "merge", str(forged), "--into", str(dest)]) == 2
+    assert main(["history", "merge", str(forged), "--history", str(dest)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert str(forged) in err and f"{EIGHT}/2026-10-01.json" in err and "conflicts" in err
     assert snapshot(dest) == before
     # Between two sources as well, before anything is written.
-    assert main(["history", "merge", str(first), str(forged), "--into", str(tmp_path / "new")]) == 2
+    assert (
+        main(["history", "merge", str(first), str(forged), "--history", str(tmp_path / "new")]) == 2
+    )
     assert not (tmp_path / "new").exists()
 
 
@@ -110,7 +112,7 @@ def test_bad_sources_are_one_line_exit_2(
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "topology.json").write_text('{"gpus": 8}', encoding="utf-8")
     for source in (tmp_path / "missing", tmp_path / "junk"):
-        assert main(["history", "merge", str(source), "--into", str(tmp_path / "h")]) == 2
+        assert main(["history", "merge", str(source), "--history", str(tmp_path / "h")]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and str(source) in err
 
@@ -135,7 +137,7 @@ def test_an_interrupted_merge_leaves_whole_nights_and_a_rerun_completes_it(
         real_replace(a, b)
 
     monkeypatch.setattr(os, "replace", interrupted)
-    assert main(["history", "merge", str(src), "--into", str(dest)]) == 130
+    assert main(["history", "merge", str(src), "--history", str(dest)]) == 130
     monkeypatch.undo()
     assert len(calls) == 3
 
@@ -144,7 +146,7 @@ def test_an_interrupted_merge_leaves_whole_nights_and_a_rerun_completes_it(
     assert all(snapshot(dest)[k] == v for k, v in old.items())
     assert len(load_history(dest / EIGHT)) == 3  # every file there is whole
 
-    assert main(["history", "merge", str(src), "--into", str(dest)]) == 0
+    assert main(["history", "merge", str(src), "--history", str(dest)]) == 0
     assert [n.label for n in load_history(dest / EIGHT)] == [
         "2026-10-01",
         "2026-10-02",

@@ -56,12 +56,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             run = replace(run, cells=tuple(c for c in run.cells if c.id != DROPPED_CELL))
         save_run(run, tmp / "artifacts" / "night-cpu" / f"{day}.json")
     history = tmp / "history"
-    assert main(["history", "merge", str(tmp / "artifacts"), "--into", str(history)]) == 0
+    assert main(["history", "merge", str(tmp / "artifacts"), "--history", str(history)]) == 0
     out = tmp / "site"
     progress: list[str] = []
     set_sink(progress.append)  # where the pytest plugin routes progress lines
     try:
-        assert main(["history", "publish", str(history), "--out", str(out)]) == 0
+        assert main(["history", "publish", "--history", str(history), "--out-dir", str(out)]) == 0
     finally:
         set_sink(None)
     assert any(f"{EIGHT}: 10/10 trend pages" in line for line in progress), progress
@@ -121,7 +121,7 @@ def test_the_regressed_cell_is_marked_with_its_step_and_what_changed(
     assert "transformers 4.21.3 → 4.44.0" in change[1]  # the blog's version, then ours
     # The same change `history changes` lists for that folder.
     capsys.readouterr()
-    assert main(["history", "changes", "--dir", str(history / EIGHT)]) == 0
+    assert main(["history", "changes", "--history", str(history / EIGHT)]) == 0
     listed = capsys.readouterr().out
     assert f"{step}  {SLOW_CELL}  ms_per_token" in listed and "1 change(s)" in listed
 
@@ -152,7 +152,19 @@ def test_bad_history_is_one_line_exit_2(
         (twice / name).mkdir(parents=True)
         night_file = history / EIGHT / f"{night(0)}.json"
         (twice / name / night_file.name).write_bytes(night_file.read_bytes())
-    assert main(["history", "publish", str(history), "--out", str(history / EIGHT / "site")]) == 2
+    assert (
+        main(
+            [
+                "history",
+                "publish",
+                "--history",
+                str(history),
+                "--out-dir",
+                str(history / EIGHT / "site"),
+            ]
+        )
+        == 2
+    )
     assert "--out" in capsys.readouterr().err and not (history / EIGHT / "site").exists()
     for root, where in (
         (tmp_path / "missing", "missing"),
@@ -160,7 +172,10 @@ def test_bad_history_is_one_line_exit_2(
         (twice, str(twice / "b")),
     ):
         capsys.readouterr()
-        assert main(["history", "publish", str(root), "--out", str(tmp_path / "out")]) == 2
+        assert (
+            main(["history", "publish", "--history", str(root), "--out-dir", str(tmp_path / "out")])
+            == 2
+        )
         err = [e for e in capsys.readouterr().err.splitlines() if "history publish:" not in e]
         assert len(err) == 1 and where in err[0] and "error" in err[0], err
     assert not (tmp_path / "out").exists()  # refused before anything was written

@@ -88,7 +88,7 @@ def problems_in_command(parser: argparse.ArgumentParser, words: list[str]) -> li
     problems = []
     parsers = [parser]
     rest = list(words)
-    while rest and subparsers_of(parsers[0]):
+    while rest and subparsers_of(parsers[0]) and not rest[0].startswith("-"):
         choices = subparsers_of(parsers[0])
         word = rest.pop(0).strip("[]")
         # "baseline show|accept" names two subcommands at once.

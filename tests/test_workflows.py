@@ -193,7 +193,7 @@ def test_the_nights_of_every_runner_are_merged_and_published_to_pages() -> None:
     # Each runner diffs against the merged history and uploads its night...
     diff = next(s for s in bench["steps"] if "bloomperf diff" in s.get("run", ""))
     assert "git fetch -q --depth=1 origin bloomperf-history" in diff["run"]
-    assert "bloomperf history merge results/results.json --into history" in diff["run"]
+    assert "bloomperf history merge results/results.json --history history" in diff["run"]
     night = next(s for s in bench["steps"] if s.get("name") == "Upload the night")
     assert night["with"]["path"] == "results/results.json"
     # ...which the last job, on a hosted runner once every runner is done, downloads by name.
@@ -203,9 +203,9 @@ def test_the_nights_of_every_runner_are_merged_and_published_to_pages() -> None:
     uploaded = night["with"]["name"].replace("${{ matrix.topology }}", "*")
     assert download["with"]["pattern"] == uploaded
     runs = "\n".join(s.get("run", "") for s in publish["steps"])
-    assert "bloomperf history merge nights --into history" in runs
+    assert "bloomperf history merge nights --history history" in runs
     assert "git -C history push -q origin HEAD:refs/heads/bloomperf-history" in runs
-    assert "bloomperf history publish history --out site" in runs
+    assert "bloomperf history publish --history history --out-dir site" in runs
     # GitHub Pages with the official actions, in the github-pages environment.
     uses = [s.get("uses", "").split("@")[0] for s in publish["steps"]]
     pages = ["actions/configure-pages", "actions/upload-pages-artifact", "actions/deploy-pages"]

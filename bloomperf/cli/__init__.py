@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from bloomperf import __version__
 from bloomperf.core.errors import EXIT_INTERNAL, EXIT_USAGE, BloomperfError
 from bloomperf.core.formatting import clean
 from bloomperf.core.interrupt import interruption, sigterm_as_interrupt
@@ -62,10 +63,24 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bloomperf",
         description="Performance regression suite for BLOOM inference (Accelerate, DeepSpeed).",
     )
-    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"bloomperf {__version__}")
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_command(subparsers)
     return parser
+
+
+def command_list(parser: argparse.ArgumentParser) -> str:
+    """What a bare ``bloomperf`` prints: each command on one line, with its help."""
+    lines = ["usage: bloomperf COMMAND [options]   (bloomperf COMMAND --help for its options)", ""]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            width = max(len(name) for name in action.choices)
+            lines += [f"  {name:<{width}}  {helps.get(name, '')}" for name in action.choices]
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -73,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         argv = list(sys.argv[1:] if argv is None else argv)
+        if not argv:
+            print(command_list(parser))
+            return 0
         refuse_dashes_as_value(argv)
         args = parser.parse_args(argv)
         with sigterm_as_interrupt():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, TextIO
 from bloomperf.analysis.paired import SLOWER
 from bloomperf.catalog.checkpoints import default_cache_dir
 from bloomperf.catalog.topology import detect_topology
+from bloomperf.cli.arguments import TOLERANCE_HELP
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import markdown_table
@@ -65,7 +67,7 @@ FAILED_OUTCOMES = (Outcome.ERROR, Outcome.TIMEOUT, Outcome.OOM)
 def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``ab`` and ``bisect``: the verdict, the budget, the package index."""
     group = parser.add_argument_group("comparison")
-    group.add_argument("--tolerance", type=float, default=0.05, help="slowdown that matters [0.05]")
+    group.add_argument("--tolerance", type=float, default=0.05, help=f"{TOLERANCE_HELP} [0.05]")
     group.add_argument(
         "--confidence", type=float, default=0.99, help="confidence of the intervals [0.99]"
     )
@@ -81,18 +83,18 @@ def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
         "--mode",
         choices=("auto", CYCLES, GROUPS),
         default="auto",
-        help="cycles: both arms loaded, single cycles alternate (auto on CPU); groups: the arms "
-        "take turns loading the model, one round each (auto on GPU)",
+        help="cycles: both arms loaded, single cycles alternate; groups: the arms "
+        "take turns loading the model, one round each [auto: cycles on CPU, groups on GPU]",
     )
     group.add_argument("--seed", type=int, default=0, help="seed of the pair orders [0]")
     group.add_argument(
         "--fail-inconclusive", action="store_true", help="exit 1 on an inconclusive cell too"
     )
-    group.add_argument("--index-url", help="package index for pins (pip's --index-url)")
+    group.add_argument("--index-url", help="package index for pins (pip's --index-url) [pip's own]")
     group.add_argument(
         "--find-links",
         action="append",
-        help="folder or page of wheels for pins (pip's --find-links; alone: offline)",
+        help="folder or page of wheels for pins (pip's --find-links; alone: offline) [none]",
     )
     group.add_argument(
         "--with-deps", action="store_true", help="install the pins' dependencies too"
@@ -113,10 +115,16 @@ def add_command(subparsers: Any) -> None:
             f"--{arm}", metavar="PYTHON", help="interpreter or venv [this interpreter]"
         )
         parser.add_argument(
-            f"--{arm}-env", action="append", metavar="KEY=VALUE", help="environment setting"
+            f"--{arm}-env",
+            action="append",
+            metavar="KEY=VALUE",
+            help="environment setting, repeatable [none]",
         )
         parser.add_argument(
-            f"--{arm}-pin", action="append", metavar="REQ", help="pinned package, e.g. x==1.2"
+            f"--{arm}-pin",
+            action="append",
+            metavar="REQ",
+            help="pinned package, e.g. x==1.2, repeatable [none]",
         )
     add_comparison_arguments(parser)
     parser.set_defaults(func=ab_command)
@@ -207,7 +215,30 @@ def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) ->
         comparisons = compare_arms(session, arms[0], arms[1], settings, output, err)
     print(render_table(comparisons, settings), file=out)
     print(f"results: {output}", file=out)
+    hint = missing_module_hint(comparisons, arms, source.with_deps)
+    if hint:
+        print(hint, file=err)
     return exit_code(comparisons, args.fail_inconclusive)
+
+
+MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def missing_module_hint(comparisons: list[Comparison], arms: list[Arm], with_deps: bool) -> str:
+    """Pins go in without their dependencies unless --with-deps: an arm whose cell failed on a
+    missing module is told so (transformers 4.46 wants ``requests``, which 5.x dropped)."""
+    if with_deps:
+        return ""
+    for comparison in comparisons:
+        missing = MISSING_MODULE.search(comparison.message)
+        for arm in arms:
+            if missing and arm.pins and comparison.message.startswith(f"arm {arm.name.upper()}:"):
+                return (
+                    f"bloomperf ab: arm {arm.name.upper()} lacks the module {missing[1]!r}: "
+                    f"its pins ({' '.join(arm.pins)}) were installed without their "
+                    "dependencies; run again with --with-deps"
+                )
+    return ""
 
 
 def compare_arms(

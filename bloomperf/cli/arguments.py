@@ -9,6 +9,7 @@ help sentence where the meaning is narrower, a default, or ``required``.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,7 +50,9 @@ def add_run_option(parser: Any, name: str, *flags: str, **overrides: Any) -> Non
 
 def add_node_arguments(parser: Any) -> None:
     """Multi-node: the nodes of a DeepSpeed hostfile, reached through the launcher's transport."""
-    add_run_option(parser, "hostfile", help="list every node of this DeepSpeed hostfile")
+    add_run_option(
+        parser, "hostfile", help="list every node of this DeepSpeed hostfile [this node only]"
+    )
     add_run_option(parser, "launcher", default="pdsh")
     for name in ("ssh_port", "include", "exclude"):
         add_run_option(parser, name)
@@ -59,12 +62,52 @@ def add_format_argument(parser: Any, *more: str, help: str = "output format [tex
     parser.add_argument("--format", choices=("text", *more), default="text", help=help)
 
 
+class Deprecated(argparse.Action):
+    """An option under its old spelling too: the old one still works, with one line on stderr
+    naming the new one (``DEPRECATED`` maps each old spelling to it)."""
+
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        if option in DEPRECATED:
+            print(f"bloomperf: {option} is deprecated; use {DEPRECATED[option]}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+# --tolerance means one thing in every command (diff, ab, bisect): this, with its own default.
+TOLERANCE_HELP = "the smallest relative ms/token change that counts (0.05: 5 %%)"
+
+# Old spelling -> the one name each concept has now (issue 24): a history folder is --history,
+# a folder written is --out-dir, a file written is --output.
+DEPRECATED = {"--dir": "--history", "--into": "--history", "--out": "--out-dir"}
+
+
 def add_out_argument(parser: Any, help: str) -> None:
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help=help)
+    """The folder a command writes: ``--out-dir`` (``--out`` before)."""
+    parser.add_argument(
+        "--out-dir",
+        "--out",
+        dest="out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help=help,
+        action=Deprecated,
+    )
 
 
-def add_history_argument(parser: Any, help: str) -> None:
-    parser.add_argument("--history", type=Path, metavar="DIR", help=help)
+def add_history_argument(parser: Any, help: str, *old: str, **settings: Any) -> None:
+    """The history folder, wherever one is read or written: ``--history DIR``."""
+    parser.add_argument(
+        "--history",
+        *old,
+        dest="history",
+        type=Path,
+        metavar="DIR",
+        help=help,
+        action=Deprecated,
+        **settings,
+    )
 
 
 def add_allow_arguments(parser: Any, incomplete: str, synthetic: str) -> None:

@@ -13,7 +13,7 @@ from bloomperf.core.storelock import store_lock
 from bloomperf.render.baseline import render_baseline_json, render_baseline_text
 from bloomperf.store.baseline.accept import accept_run
 from bloomperf.store.baseline.codec import save_baseline
-from bloomperf.store.baseline.folders import describe_search
+from bloomperf.store.baseline.folders import describe_search, is_package_folder
 from bloomperf.store.baseline.search import (
     baseline_path_in,
     default_baselines_dir,
@@ -33,7 +33,7 @@ def add_command(subparsers: Any) -> None:
     show.add_argument(
         "topology", help="topology id or alias (e.g. 8xA100-80GB), or a baseline file"
     )
-    show.add_argument("--model", help="model name when the topology has baselines for several")
+    show.add_argument("--model", help="model name when the topology has several [its only one]")
     add_format_argument(show, "json")
     add_run_option(show, "baselines")
     show.set_defaults(func=run_show)
@@ -42,7 +42,7 @@ def add_command(subparsers: Any) -> None:
     add_run_option(
         accept,
         "baselines",
-        help="baselines folder (default: ./baselines, else $XDG_DATA_HOME/bloomperf/baselines)",
+        help="folder to write into [$XDG_DATA_HOME/bloomperf/baselines]",
     )
     accept.add_argument(
         "--force",
@@ -75,6 +75,11 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_accept(args: argparse.Namespace) -> int:
     folder = args.baselines if args.baselines is not None else default_baselines_dir()
+    if is_package_folder(folder):
+        raise BloomperfError(
+            f"--baselines {folder}: is the baselines shipped inside the bloomperf package; "
+            "accept into another folder (the default is your user folder)"
+        )
     try:
         # A new baselines folder, but not a whole new tree (the user folder's parents excepted).
         folder.mkdir(exist_ok=True, parents=args.baselines is None)

@@ -161,11 +161,26 @@ def versions_between(available: list[Version], good: str, bad: str) -> list[Vers
         raise BloomperfError(f"bisect: {exc}") from None
     for name, version in (("GOOD", first), ("BAD", last)):
         if version not in available:
-            shown = ", ".join(str(v) for v in available[-12:]) or "none"
-            raise BloomperfError(f"bisect: {name} {version} is not in the index (found {shown})")
+            raise BloomperfError(
+                f"bisect: {name} {version} is not in the index ({nearest(available, version)}; "
+                "pip lists no yanked version)"
+            )
     if not first < last:
         raise BloomperfError(f"bisect: GOOD {good} must be an earlier version than BAD {bad}")
     return [v for v in available if first <= v <= last]
+
+
+def nearest(available: list[Version], version: Version) -> str:
+    """The versions the index offers next to ``version``, below and above it: what to use
+    instead (not the newest ones, which say nothing about the range asked for)."""
+    below = [v for v in available if v < version][-3:]
+    above = [v for v in available if v > version][:3]
+    parts = [
+        f"{side}: {', '.join(str(v) for v in found)}"
+        for side, found in (("nearest below", below), ("nearest above", above))
+        if found
+    ]
+    return "; ".join(parts) or "it lists none"
 
 
 def search(versions: list[str], test: Callable[[str], Step]) -> tuple[Finding, list[Step]]:
@@ -245,7 +260,12 @@ def add_command(subparsers: Any) -> None:
     parser.add_argument("bad", metavar="BAD")
     parser.add_argument("--pre", action="store_true", help="include pre-releases")
     parser.add_argument("--python", help="interpreter or venv under test [this interpreter]")
-    parser.add_argument("--env", action="append", metavar="KEY=VALUE", help="for both arms")
+    parser.add_argument(
+        "--env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="setting for both arms, repeatable [none]",
+    )
     add_comparison_arguments(parser)
     parser.set_defaults(func=bisect_command)
 

@@ -266,6 +266,6 @@ def add_command(subparsers: Any) -> None:
         "--write-tolerances",
         type=Path,
         metavar="BASELINE",
-        help="store the suggested tolerances in this baseline file's matching cells",
+        help="store the suggested tolerances in this baseline file's matching cells [none]",
     )
     parser.set_defaults(func=calibrate_command)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from bloomperf.analysis.compare import judge
 from bloomperf.analysis.verdicts import Comparison
 from bloomperf.catalog.provenance import NOTHING_CHANGED, what_changed
 from bloomperf.cli.arguments import (
+    TOLERANCE_HELP,
     add_allow_arguments,
     add_format_argument,
     add_history_argument,
@@ -35,9 +37,11 @@ from bloomperf.core.formatting import markdown_text, plain
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.github import job_outputs, render_github, write_job_outputs
+from bloomperf.render.terminal import terminal_width, wants_colour
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.accept import accept_run
 from bloomperf.store.history import add_detection_options, detection_settings, history_section
+from bloomperf.store.history.nights import topology_history
 from bloomperf.store.results import Outcome, RunResult
 from bloomperf.store.results.files import read_many, read_results, refuse_synthetic
 
@@ -138,7 +142,7 @@ def add_command(subparsers: Any) -> None:
         "json",
         "github",
         help="github: the text, then an ::error per failing cell and a ::warning per doubtful "
-        "one, and the verdict and counts in $GITHUB_OUTPUT",
+        "one, and the verdict and counts in $GITHUB_OUTPUT [text]",
     )
     add_run_option(parser, "strict")
     add_allow_arguments(
@@ -150,14 +154,14 @@ def add_command(subparsers: Any) -> None:
     parser.add_argument(
         "--tolerance",
         type=_fraction,
-        help="ms/token tolerance when diffing two results (default: 0.05 on GPUs, "
-        "none on CPU), e.g. 0.1 for ±10%%",
+        help=f"{TOLERANCE_HELP} [the baseline's own; between two results: 0.05 on GPUs, none "
+        "on CPU]",
     )
     # ---- history (bloomperf.store.history owns the test; this only wires it in) ----
     add_history_argument(
         parser,
         "history folder: also list persistent changes over the nights, and fail when the "
-        "newest night confirmed one for the worse",
+        "newest night confirmed one for the worse [none]",
     )
     add_detection_options(parser)
     parser.set_defaults(func=run_diff)
@@ -193,12 +197,16 @@ def run_diff(args: argparse.Namespace) -> int:
     history = ""
     if args.history is not None:
         fmt = "markdown" if args.format == "markdown" else "text"
-        history, worse = history_section(args.history, fmt, **detection_settings(args))
+        folder = topology_history(args.history, comparison.topology)
+        history, worse = history_section(folder, fmt, **detection_settings(args))
         failed = failed or worse
+    shown = render_comparison(
+        comparison, args.format, colour=wants_colour(sys.stdout), width=terminal_width()
+    )
     if args.format == "json" or not history:
-        print(render_comparison(comparison, args.format), end="")
+        print(shown, end="")
     else:
-        print(render_comparison(comparison, args.format) + "\n" + history, end="")
+        print(shown + "\n" + history, end="")
     if args.format != "json" and args.baseline is None and len(args.results) == 2:
         print(render_what_changed(args.results, args.format), end="")
     if args.format == "github":

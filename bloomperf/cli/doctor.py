@@ -85,8 +85,7 @@ def render_text(checks: list[Check]) -> str:
 def add_command(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "doctor",
-        help="check this machine: what will not work (NVML, CUDA, bitsandbytes, DeepSpeed's "
-        "JIT, /dev/shm, disk, RAM) and why",
+        help="check this machine: what will not work here (NVML, CUDA, DeepSpeed, disk) and why",
         description="Check the machine; every check ends ok, warn or fail. Exit 1 on a fail.",
     )
     add_format_argument(parser, "json")
@@ -95,15 +94,15 @@ def add_command(subparsers: Any) -> None:
         "device",
         default="auto",
         help="what the runs will use: cuda turns a missing GPU facility into a "
-        "fail (default auto: warn)",
+        "fail; auto warns [auto]",
     )
     add_run_option(
         parser,
         "model",
-        help="model to size disk and RAM for [default: bloom-176b with GPUs, tiny without]",
+        help="model to size disk and RAM for [bloom-176b with GPUs, tiny without]",
     )
-    add_run_option(parser, "layers", help="build the model with this many blocks")
-    add_run_option(parser, "tp", help="ranks per DeepSpeed group [default: GPU count]")
+    add_run_option(parser, "layers", help="build the model with this many blocks [all]")
+    add_run_option(parser, "tp", help="ranks per DeepSpeed group [GPU count]")
     add_run_option(
         parser,
         "cache_dir",

@@ -19,7 +19,7 @@ def add_input_arguments(parser: argparse.ArgumentParser, results_help: str) -> N
     parser.add_argument(
         "--baseline",
         metavar="FILE|TOPOLOGY",
-        help="a baseline file, or a topology id or alias (default: the run's own topology)",
+        help="a baseline file, or a topology id or alias [the run's own topology]",
     )
     add_run_option(parser, "baselines")
 

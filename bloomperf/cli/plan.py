@@ -33,10 +33,12 @@ from bloomperf.catalog.topology import Topology, detect_topology
 from bloomperf.catalog.topology import planned_topology as plan_machine
 from bloomperf.cli.arguments import add_format_argument
 from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.launch import group_command
 from bloomperf.harness.matrix import Cell, Group
 from bloomperf.harness.options import resolve_options
 from bloomperf.harness.session import DEFAULT_MODEL, Session, resolve_device
+from bloomperf.render.terminal import fit_lines, terminal_width
 
 PLAN_KIND = "bloomperf-plan"
 SCHEMA_VERSION = 1
@@ -53,9 +55,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--topology",
         default=None,
         metavar="ID",
-        help="with --dry-run: plan for this topology (e.g. 8xA100-80GB) instead of this machine",
+        help="with --dry-run: plan for this topology (e.g. 8xA100-80GB) [this machine]",
     )
-    add_format_argument(group, "json", help="plan format")
+    add_format_argument(group, "json", help="plan format [text]")
 
 
 # ---- where the plan runs ----------------------------------------------------------------------
@@ -104,9 +106,9 @@ def plan_group(session: Session, group: Group, gpu: GpuSpec | None, err: TextIO)
     if group.backend == "accelerate" and session.device == "cuda" and gpu is not None:
         print(f"  {group.backend} {group.dtype}: device map on the meta device...", file=err)
         device_map = plan_device_map(session, group.dtype, len(indices), gpu)
-    cells = tuple(
-        plan_cell(session, cell, gpu, len(devices), spec.world_size) for cell in group.cells()
-    )
+    # A multi-node launch names no local devices: it spans every GPU of every node.
+    n_gpus = len(devices) or len(indices) * session.topology.nodes
+    cells = tuple(plan_cell(session, cell, gpu, n_gpus, spec.world_size) for cell in group.cells())
     return GroupPlan(
         group.backend,
         group.dtype,
@@ -198,6 +200,11 @@ def build_plan(options: RunConfig, topology_text: str | None, err: TextIO) -> di
 
         known = known_topology(topology.id)
         gpu = known[2] if known else None
+    if topology.nodes > 1 and options.hostfile is None:
+        raise BloomperfError(
+            f"--topology {topology_text}: {topology.nodes} nodes are planned from a DeepSpeed "
+            "hostfile: add --hostfile FILE (one line per node: HOST slots=GPUS)"
+        )
     device = "cuda" if topology_text else resolve_device(options.device, topology)
     model = planned_model(options, device)
     session = Session.prepare(replace(options, output=None, device=device), topology, model)
@@ -241,7 +248,9 @@ def render_text(plan: dict[str, Any]) -> str:
         f"on {plan['topology']} ({plan['planned_for']}), device {plan['device']}"
     ]
     for group in plan["groups"]:
-        devices = ",".join(str(d) for d in group["devices"]) or "cpu"
+        devices = ",".join(str(d) for d in group["devices"]) or (
+            "the hostfile's nodes" if plan["device"] == "cuda" else "cpu"
+        )
         lines.append("")
         lines.append(
             f"{group['backend']} {group['dtype']}: {group['world_size']} rank(s), devices {devices}"
@@ -251,7 +260,9 @@ def render_text(plan: dict[str, Any]) -> str:
         lines.extend(device_map_lines(group["device_map"]))
         for cell in group["cells"]:
             lines.append(f"  bs{cell['batch_size']}: {cell_text(cell)}")
-    return "\n".join(lines)
+            if cell["skip"]:
+                lines.append(f"      skip: {cell['skip']}")  # a reason is long: its own line
+    return fit_lines("\n".join(lines), terminal_width())
 
 
 def device_map_lines(device_map: dict[str, Any] | None) -> list[str]:
@@ -286,7 +297,7 @@ def cell_text(cell: dict[str, Any]) -> str:
         parts.append(f"predicted peak {predicted['predicted_peak_bytes'] / GiB:.2f} GiB {scope}")
     elif "error" in predicted:
         parts.append(f"no prediction: {predicted['error']}")
-    parts.append(f"skip: {cell['skip']}" if cell["skip"] else "run")
+    parts.append("skip" if cell["skip"] else "run")
     return "; ".join(parts)
 
 

@@ -31,9 +31,10 @@ from bloomperf.catalog.models import MODEL_SHAPES
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.arguments import add_format_argument, add_run_option, checked, run_option
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import format_table, markdown_table
+from bloomperf.core.formatting import markdown_table
 from bloomperf.harness.matrix import DEFAULT_BATCH_SIZES
 from bloomperf.harness.options import parse_positive_int
+from bloomperf.render.terminal import fit_lines, fit_table, terminal_width
 from bloomperf.store.baseline.search import find_baseline
 
 PREDICT_KIND = "bloomperf-predict"
@@ -51,7 +52,7 @@ def add_command(subparsers: Any) -> None:
         "--topology",
         required=True,
         metavar="ID",
-        help="[NODESx]GPUSxGPU, e.g. 8xA100-80GB, 2x8xA100-40GB, or 'detect'",
+        help="[NODESx]GPUSxGPU, e.g. 8xA100-80GB, 2x8xA100-40GB, or 'detect' [detect]",
     )
     # The blog's rows and GPU batch sizes; --batches is the older spelling of --batch-sizes.
     for name, default, *older in (
@@ -74,16 +75,17 @@ def add_command(subparsers: Any) -> None:
 
 
 def render_text(rows: list[PredictedRow], batches: tuple[int, ...], title: str) -> str:
-    header = ["backend dtype", *(f"bs{b}" for b in batches), "boundary"]
+    header = ["backend dtype", "boundary", *(f"bs{b}" for b in batches)]
     table = []
     for row in rows:
         cells = []
         for cell, bound in zip(row.cells, row.roofline_ms_per_token, strict=True):
             memory = f"{cell.peak_per_gpu_bytes / GiB:.1f}G" if cell.fits else "OOM"
             cells.append(f"{memory} {_ms(bound)}")
-        table.append([_row_name(row), *cells, str(row.boundary or "none")])
+        table.append([_row_name(row), str(row.boundary or "none"), *cells])
     lines = [title, "cells: predicted peak GiB per GPU (or OOM) and roofline ms/token"]
-    lines.append(format_table(header, table))
+    # Wider than the terminal: the batch columns in blocks under the rows' names and boundary.
+    lines.append(fit_table(header, table, terminal_width(), keep=2))
     lines.append("")
     lines.append("per row: the peak GPU at the largest batch that fits, and why the next does not")
     lines.extend(_row_details(row) for row in rows)
@@ -198,12 +200,14 @@ def run_predict(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(render_json(rows, topology, shape.name))
     else:
-        print(render_text(rows, batches, f"{shape.name} on {topology} (predicted)"))
+        text = render_text(rows, batches, f"{shape.name} on {topology} (predicted)")
+        print(fit_lines(text, terminal_width()))
         baseline = find_baseline(topology, shape.name)
         if baseline is not None and args.layers in (None, baseline.model_layers):
             checks = check_boundaries(baseline, shape, gpus, n_gpus)
             print()
-            print(render_checks(checks, f"OOM boundary, predicted vs {baseline.path}"))
+            checked = render_checks(checks, f"OOM boundary, predicted vs {baseline.path}")
+            print(fit_lines(checked, terminal_width()))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`bloomperf report RESULT… --out DIR`: a page to look at rather than a table to read.
+"""`bloomperf report RESULT… --out-dir DIR`: a page to look at rather than a table to read.
 
 What the report holds, and the files it writes, are described in ``bloomperf.render.report``.
 """
@@ -23,7 +23,9 @@ def add_command(subparsers: Any) -> None:
     )
     add_input_arguments(parser, "bloomperf results or pytest-benchmark JSON (merged into one run)")
     add_out_argument(parser, "folder to write the report into")
-    add_history_argument(parser, "history folder (one results file per night) for the trend plot")
+    add_history_argument(
+        parser, "history folder (one results file per night) for the trend plot [none]"
+    )
     add_detection_options(parser)
     parser.set_defaults(func=run_report)
 
@@ -34,7 +36,7 @@ def run_report(args: argparse.Namespace) -> int:
     baseline, _ = baseline_for(run, args.baseline, args.baselines)
     inputs = [Path(r) for r in args.results] + ([Path(baseline.path)] if baseline else [])
     outputs = [args.out / name for name in REPORT_FILES]
-    refuse_overwriting_inputs(outputs, inputs, "--out")
+    refuse_overwriting_inputs(outputs, inputs, "--out-dir")
     report = write_report(run, baseline, args.out, args.history, **settings)
     print(f"bloomperf: report written to {report.html} and {report.markdown}")
     return 0

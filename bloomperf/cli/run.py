@@ -8,6 +8,7 @@ The command line only: the run itself is ``bloomperf.harness.session.Session``, 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
 import time
 from dataclasses import replace
@@ -15,21 +16,32 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bloomperf.analysis.compare import host_ram_headline, judge
+from bloomperf.backends.ds_inference import read_shard_marker
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.plan import add_plan_arguments, run_dry
 from bloomperf.config.run import RunConfig
-from bloomperf.core.errors import EXIT_REGRESSION
+from bloomperf.core.errors import EXIT_REGRESSION, BloomperfError
 from bloomperf.core.formatting import clean, plain
 from bloomperf.core.interrupt import interruption
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.core.progress import emit, time_left
 from bloomperf.harness.lock import hold_device_lock, hold_output_lock
+from bloomperf.harness.matrix import Cell
 from bloomperf.harness.options import add_cli_options, input_files, resolve_options
 from bloomperf.harness.session import Session, all_cells, lock_key
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
+from bloomperf.render.terminal import terminal_width, wants_colour
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.results import CellResult, Outcome, RunResult
+
+SHARDED_BACKENDS = ("ds-inference", "ds-autotp")  # the backends that read --sharded
+LATEST = "latest.json"  # beside the dated results file of a run without --output
+NEXT_STEPS = (
+    ("diff {results}", "the verdicts again"),
+    ("report {results} --out-dir report", "report/index.html"),
+    ("baseline accept {results}", "make this run the expectation"),
+)
 
 
 def describe(cell: CellResult) -> str:
@@ -42,7 +54,13 @@ def describe(cell: CellResult) -> str:
 def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     if getattr(args, "dry_run", False):
         return run_dry(args, out, err)
+    if getattr(args, "topology", None) is not None:
+        raise BloomperfError(
+            f"--topology {args.topology}: plans only, with --dry-run; a run measures the "
+            "machine it runs on (bloomperf topology prints its id)"
+        )
     options = resolve_options(vars(args))
+    default_output = options.output is None
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     output = options.output or Path("results") / f"bloomperf-{stamp}.json"
     options = replace(options, output=output)
@@ -53,6 +71,7 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
         hold_output_lock(output),  # --no-lock too: one writer per results file
     ):
         session = Session.prepare(options, topology)
+        refuse_a_mismatched_shard(session)
         total = sum(len(g.batch_sizes) for g in session.groups)
         print(
             f"bloomperf: {session.model.name} ({session.model.parameters:,} parameters, "
@@ -73,15 +92,71 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
         except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (bloomperf.core.interrupt)
             session.abort()
             how, code = interruption(stop)
-            print(f"bloomperf: {how}; {done} cells saved in {session.output}", file=err)
+            print(f"bloomperf: {how}; {done} cells saved in {output}", file=err)
+            if default_output:
+                link_latest(output, err)
             return code
         run = session.finish()
     headline = host_ram_headline(run)
     if headline:  # first, above the table: nothing else in the run matters as much
         print(f"bloomperf: {headline}", file=out)
     print(render_run_table(run), file=out)
-    print(f"results: {session.output}", file=out)
-    return print_verdicts(run, session.baseline, options, out)
+    code = print_verdicts(run, session.baseline, options, out)
+    shown = link_latest(output, out) if default_output else output
+    print_next_steps(output, shown, out)
+    return code
+
+
+def refuse_a_mismatched_shard(session: Session) -> None:
+    """``--sharded DIR`` against each group that would load it, before minutes of loading: the
+    folder's TP degree must be the group's rank count, its layout the backend's."""
+    if session.options.sharded is None:
+        return
+    folder = Path(session.options.sharded)
+    marker = read_shard_marker(folder)
+    for group in session.groups:
+        first = Cell(group.backend, group.dtype, group.batch_sizes[0])
+        if group.backend not in SHARDED_BACKENDS or session.skip_reason(first):
+            continue
+        ranks = session.group_spec(first).world_size
+        if marker["tp"] != ranks:
+            raise BloomperfError(
+                f"--sharded {folder}: sharded for TP={marker['tp']}, but {group.backend} "
+                f"{group.dtype} runs {ranks} rank(s): pass --tp {marker['tp']}, or shard anew"
+            )
+        if marker["kernel_inject"] != (group.backend == "ds-inference"):
+            wanted = "ds-inference" if marker["kernel_inject"] else "ds-autotp"
+            raise BloomperfError(f"--sharded {folder}: written for {wanted}, not {group.backend}")
+
+
+def link_latest(output: Path, out: TextIO) -> Path:
+    """Point ``latest.json`` beside ``output`` at it (a relative link, replaced atomically), so
+    the README's next commands name one stable path; the path to show, or ``output`` when a
+    file the user made is in the way (never replaced)."""
+    latest = output.parent / LATEST
+    if latest.exists() and not latest.is_symlink():
+        print(f"bloomperf: {latest} is not a link bloomperf made; left as it is", file=out)
+        return output
+    temporary = output.parent / f".{LATEST}.{os.getpid()}.tmp"
+    try:
+        temporary.unlink(missing_ok=True)
+        os.symlink(output.name, temporary)
+        os.replace(temporary, latest)
+    except OSError as exc:
+        print(f"bloomperf: {latest}: not linked: {exc.strerror or exc}", file=out)
+        return output
+    return latest
+
+
+def print_next_steps(output: Path, shown: Path, out: TextIO) -> None:
+    """Where the results are, and the commands that read them next (each on its own line)."""
+    also = f" ({shown})" if shown != output else ""
+    print(f"\nresults: {output}{also}", file=out)
+    print("next:", file=out)
+    commands = [(command.format(results=shown), why) for command, why in NEXT_STEPS]
+    width = max(len(command) for command, _ in commands)
+    for command, why in commands:
+        print(f"  bloomperf {command:<{width}}  # {why}", file=out)
 
 
 def print_verdicts(
@@ -96,8 +171,11 @@ def print_verdicts(
         allow_no_baseline=options.allow_no_baseline,
     )
     if baseline is not None:
-        print(f"\nverdicts against {baseline.path}:", file=out)
-        print(render_comparison(comparison, "text"), end="", file=out)
+        print("\nverdicts:", file=out)
+        text = render_comparison(
+            comparison, "text", colour=wants_colour(out), width=terminal_width()
+        )
+        print(text, end="", file=out)
     else:
         for line in comparison.failures():
             print(f"FAILED {plain(line)}", file=out)

@@ -50,23 +50,51 @@ class ShardSpec:
 def add_command(subparsers: Any) -> None:
     parser = subparsers.add_parser("shard", help="write a TP pre-sharded DeepSpeed checkpoint")
     add_run_option(parser, "tp", required=True, help="tensor-parallel degree")
-    add_run_option(parser, "model", default="tiny", help="registry shape or checkpoint folder")
+    add_run_option(
+        parser, "model", default="tiny", help="registry shape or checkpoint folder [tiny]"
+    )
     add_out_argument(parser, "folder to write")
-    parser.add_argument("--dtype", default="fp16", choices=DTYPES)
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="dtype of the shards [fp16 on cuda, as the blog; bf16 on cpu, which DeepSpeed's "
+        "CPU accelerator always accepts]",
+    )
     parser.add_argument(
         "--backend",
         default="ds-autotp",
         choices=("ds-autotp", "ds-inference"),
-        help="whose layout to write: auto-TP, or the fused kernels' (GPU, reference profile)",
+        help="whose layout: auto-TP, or the fused kernels' (GPU, reference profile) [ds-autotp]",
     )
     parser.add_argument(
         "--device",
         default="cuda",
         choices=("cuda", "cpu"),
         help="where the ranks run: GPUs (as the blog; each rank keeps only its share), or CPU "
-        "for tests",
+        "for tests [cuda]",
     )
     parser.set_defaults(func=run_shard)
+
+
+DEFAULT_DTYPE = {"cuda": "fp16", "cpu": "bf16"}
+
+
+def refuse_a_dtype_the_device_lacks(dtype: str, device: str) -> None:
+    """On CPU, DeepSpeed's own accelerator says which dtypes ``init_inference`` accepts
+    (fp16 only where oneDNN has it): asked now, not after minutes of starting ranks."""
+    if device != "cpu":
+        return
+    import torch
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    from bloomperf.catalog.dtypes import load_torch_dtype
+
+    supported = CPU_Accelerator().supported_dtypes()
+    if dtype != "int8" and load_torch_dtype(dtype) not in supported:
+        names = ", ".join(str(t).removeprefix("torch.") for t in supported if t != torch.float64)
+        raise BloomperfError(
+            f"--dtype {dtype}: DeepSpeed's CPU accelerator refuses it here (supported: {names})"
+        )
 
 
 def run_shard(args: argparse.Namespace) -> int:
@@ -74,6 +102,8 @@ def run_shard(args: argparse.Namespace) -> int:
     from bloomperf.catalog.checkpoints import resolve_model
     from bloomperf.harness.dslaunch import cleanup_shm, shm_segments
 
+    args.dtype = args.dtype or DEFAULT_DTYPE[args.device]
+    refuse_a_dtype_the_device_lacks(args.dtype, args.device)
     if args.tp == 1 and args.backend == "ds-autotp":
         # inference/engine.py applies no auto-TP policy at TP=1, so nothing would be saved.
         raise BloomperfError(
@@ -104,7 +134,9 @@ def run_shard(args: argparse.Namespace) -> int:
     finally:
         cleanup_shm(before)
     if code != 0:
-        raise BloomperfError(f"--out {args.out}: sharding failed (exit {code}, see output above)")
+        raise BloomperfError(
+            f"--out-dir {args.out}: sharding failed (exit {code}, see output above)"
+        )
     print(f"wrote TP={args.tp} {args.backend} shards to {args.out}")
     return 0
 

@@ -35,7 +35,7 @@ def add_command(subparsers: Any) -> None:
         "--nodes",
         type=int,
         default=None,
-        help="number of nodes (default: WORLD_SIZE / LOCAL_WORLD_SIZE, else 1)",
+        help="number of nodes [WORLD_SIZE / LOCAL_WORLD_SIZE, else 1]",
     )
     add_node_arguments(parser)
     parser.set_defaults(func=run_topology_command)

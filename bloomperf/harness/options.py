@@ -82,18 +82,24 @@ OPTIONS: tuple[Option, ...] = (
         "checkpoint folder, or a hub id in the local cache [cpu: tiny, gpu: bloom-176b]",
         "NAME",
     ),
-    Option("layers", parse_positive_int, "truncate the model to N layers at full width", "N"),
+    Option("layers", parse_positive_int, "truncate the model to N layers at full width [all]", "N"),
     Option(
         "backends",
         parse_names(BACKEND_NAMES),
-        f"backends, comma-separated ({', '.join(BACKEND_NAMES)})",
+        f"backends, comma-separated ({', '.join(BACKEND_NAMES)}) "
+        "[gpu: the blog's, cpu: accelerate]",
         "LIST",
     ),
     Option(
         "dtypes",
         parse_names(DTYPES),
-        f"dtypes, comma-separated ({', '.join(DTYPES)}) "
-        "[default: each backend's own, as in the blog]",
+        f"dtypes, comma-separated ({', '.join(DTYPES)}) [each backend's own, as in the blog]",
+        "LIST",
+    ),
+    Option(
+        "batch_sizes",
+        parse_batch_sizes,
+        "batch sizes, comma-separated [gpu: the blog's 1 … 512, cpu: 1,8,32]",
         "LIST",
     ),
     Option("batch_sizes", parse_batch_sizes, "batch sizes, comma-separated", "LIST"),
@@ -108,7 +114,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "device", parse_choice(("auto", "cpu", "cuda")), "device: auto, cpu or cuda [auto]", "DEV"
     ),
-    Option("output", parse_path, "results JSON file, rewritten after every cell", "FILE"),
+    Option(
+        "output",
+        parse_path,
+        "results JSON file, rewritten after every cell "
+        "[results/bloomperf-DATE-TIME.json, linked as results/latest.json]",
+        "FILE",
+    ),
     Option(
         "cache_dir",
         parse_path,
@@ -150,7 +162,7 @@ OPTIONS: tuple[Option, ...] = (
         "memory_limit",
         parse_size,
         "cap each worker's address space (e.g. 6GiB): on CPU, "
-        "running out becomes a caught allocator failure (oom) instead of the OOM killer",
+        "running out becomes a caught allocator failure (oom) instead of the OOM killer [none]",
         "SIZE",
     ),
     Option(
@@ -168,7 +180,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "sharded",
         parse_sharded,
-        "ds-inference/ds-autotp: load this pre-sharded checkpoint (written by bloomperf shard)",
+        "ds-inference/ds-autotp: load this pre-sharded checkpoint (written by bloomperf shard) "
+        "[none]",
         "DIR",
     ),
     Option(
@@ -182,31 +195,51 @@ OPTIONS: tuple[Option, ...] = (
         "ds_load_once",
         parse_flag,
         "ds-inference: load once per dtype and serve every batch size from that group "
-        "[default: a fresh group per batch size, since DeepSpeed sizes its kernel workspace "
-        "at a group's first forward]",
+        "(DeepSpeed sizes its kernel workspace at a group's first forward) "
+        "[off: a fresh group per batch size]",
         flag=True,
     ),
-    Option("nvme_path", parse_work_folder, "folder on NVMe for ds-zero's nvme offload", "DIR"),
+    Option(
+        "nvme_path", parse_work_folder, "folder on NVMe for ds-zero's nvme offload [none]", "DIR"
+    ),
     Option(
         "ds_config",
         parse_ds_config,
-        "DeepSpeed config JSON merged over ds-zero's defaults (kept in each cell's details)",
+        "DeepSpeed config JSON merged over ds-zero's defaults (kept in each cell's details) [none]",
         "FILE",
     ),
-    Option("hostfile", parse_hostfile_path, "DeepSpeed hostfile for multi-node launches", "FILE"),
-    Option("num_nodes", parse_positive_int, "nodes for multi-node launches", "N"),
+    Option(
+        "hostfile",
+        parse_hostfile_path,
+        "DeepSpeed hostfile for multi-node launches [none: this node]",
+        "FILE",
+    ),
+    Option(
+        "num_nodes",
+        parse_positive_int,
+        "nodes for multi-node launches [every node of the hostfile]",
+        "N",
+    ),
     Option(
         "launcher",
         parse_choice(LAUNCHERS),
         "DeepSpeed's multi-node runner: pdsh, openmpi, mvapich or slurm [pdsh]",
         "NAME",
     ),
-    Option("launcher_args", parse_text, "extra arguments for the multi-node runner", "ARGS"),
+    Option("launcher_args", parse_text, "extra arguments for the multi-node runner [none]", "ARGS"),
     Option("ssh_port", parse_port, "ssh port of the nodes (pdsh) [ssh's default]", "PORT"),
     Option(
-        "include", parse_node_filter, "DeepSpeed's --include: NODE[:SLOT,...][@NODE...]", "SPEC"
+        "include",
+        parse_node_filter,
+        "DeepSpeed's --include: NODE[:SLOT,...][@NODE...] [all]",
+        "SPEC",
     ),
-    Option("exclude", parse_node_filter, "DeepSpeed's --exclude, same syntax as --include", "SPEC"),
+    Option(
+        "exclude",
+        parse_node_filter,
+        "DeepSpeed's --exclude, same syntax as --include [none]",
+        "SPEC",
+    ),
     Option(
         "master_addr", parse_host, "rendezvous address [the first host of the hostfile]", "HOST"
     ),
@@ -237,7 +270,7 @@ OPTIONS: tuple[Option, ...] = (
         "slowdown_percent",
         parse_percent,
         "inject a synthetic slowdown of PCT %% into every generate (for testing the gate "
-        "itself); the results are marked synthetic, and diff and accept refuse them",
+        "itself); the results are marked synthetic, and diff and accept refuse them [none]",
         "PCT",
     ),
 )

@@ -26,7 +26,6 @@ from bloomperf.catalog.hardware import known_topology
 from bloomperf.core.formatting import (
     GIB,
     format_ms,
-    format_table,
     format_value,
     markdown_table,
     markdown_text,
@@ -34,6 +33,7 @@ from bloomperf.core.formatting import (
     row_label,
     table_layout,
 )
+from bloomperf.render.terminal import DEFAULT_WIDTH, fit_table, paint, wrap
 from bloomperf.store.results import Outcome
 
 # The metrics a table cell names beside ms/token when they moved (load time has its own column:
@@ -140,12 +140,13 @@ def memory_text(verdicts: list[CellVerdict]) -> str:
     # Whole GiB for a GPU's tens of them; a CPU's tiny model peaks below one ("≤ 0 GiB").
     figure = f"≤ {peak:.0f} GiB" if peak >= 10 else f"≤ {peak:.2g} GiB"
     moved = [
-        f"{STATUS_WORDS[m.status]} at bs{b}"
-        for b, m in metrics
-        if m.status in (REGRESSED, IMPROVED)
+        f"{STATUS_WORDS[status]} at "
+        + ", ".join(f"bs{b}" for b, m in metrics if m.status == status)
+        for status in (REGRESSED, IMPROVED)
+        if any(m.status == status for _, m in metrics)
     ]
     if moved:
-        return f"{figure}, " + ", ".join(moved)
+        return f"{figure}, " + "; ".join(moved)
     statuses = {m.status for _, m in metrics if m.measured}
     words = [STATUS_WORDS.get(s, s) for s in sorted(statuses)]
     return f"{figure} (" + " / ".join(words) + ")"
@@ -182,7 +183,11 @@ def notable(comparison: Comparison) -> list[str]:
     return lines
 
 
-def render_comparison(comparison: Comparison, fmt: str = "text") -> str:
+def render_comparison(
+    comparison: Comparison, fmt: str = "text", *, colour: bool = False, width: int | None = None
+) -> str:
+    """``fmt`` text (also the head of github), markdown or json; ``colour`` and ``width`` for a
+    terminal (see ``bloomperf.render.terminal``)."""
     if fmt == "json":
         return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False) + "\n"
     header, body = table_rows(comparison)
@@ -204,13 +209,106 @@ def render_comparison(comparison: Comparison, fmt: str = "text") -> str:
         parts += [f"- {line}" for line in lines]
         parts += ["", comparison.summary]
         return "\n".join(parts) + "\n"
-    parts = [escape(title), format_table(header, body) if body else "(no cells)"]
+    return render_text(comparison, lines, colour, width or DEFAULT_WIDTH)
+
+
+def render_text(comparison: Comparison, notes: list[str], colour: bool, width: int) -> str:
+    """For a terminal or a log: the baseline and the reason timing is not judged each on a line
+    of their own, the table cut to ``width``, each note wrapped under it."""
+    parts = [plain(f"{comparison.topology} · {comparison.model}")]
+    parts += wrap(plain(f"baseline: {comparison.baseline}"), width)
+    headline = timing_headline(comparison)
+    if headline:
+        parts += [paint(line, "dim", colour) for line in wrap(headline, width)]
+    header, body, styles = text_rows(comparison)
+    parts += ["", fit_table(header, body, width, styles, colour) if body else "(no cells)"]
+    latency_header, latency_body = latency_rows(comparison)
     if latency_body:
-        parts += ["", format_table(latency_header, latency_body)]
-    if lines:
-        parts += ["", *lines]
-    parts += ["", comparison.summary]
+        parts += ["", fit_table(latency_header, latency_body, width)]
+    if notes:
+        parts.append("")
+        for note in notes:
+            style = "regressed" if note in comparison.failures() else None
+            parts += [paint(line, style, colour) for line in wrap(note, width)]
+    verdict = "regressed" if comparison.failed else "improved"
+    parts += ["", paint(comparison.summary, verdict, colour)]
     return "\n".join(parts) + "\n"
+
+
+def timing_headline(comparison: Comparison) -> str:
+    """One line when no timing was judged at all (a CPU baseline carries no tolerance for it):
+    the figures' changes are shown, and this says why none of them decides."""
+    timing = [
+        m for v in comparison.cells for m in v.metrics if m.metric in ("ms_per_token", "load_time")
+    ]
+    if not timing or any(m.status != NOT_JUDGED for m in timing):
+        return ""
+    why = (
+        "a shared CPU's timing swings run to run; use bloomperf ab"
+        if comparison.topology.endswith("cpu")
+        else "the baseline holds no tolerance for it"
+    )
+    return f"timing recorded, not judged ({why})"
+
+
+STATUS_STYLES = {REGRESSED: "regressed", IMPROVED: "improved", NOT_JUDGED: "dim"}
+
+
+def percent_text(m: MetricVerdict | None) -> str:
+    """A change as a terminal shows it: whole percent from 10 % on, one decimal below."""
+    if m is None or m.estimate is None:
+        return ""
+    percent = (m.estimate.ratio - 1) * 100
+    if m.status not in (REGRESSED, IMPROVED) and f"{abs(percent):.1f}" == "0.0":
+        return ""
+    return f" {percent:+.0f}%" if abs(percent) >= 10 else f" {percent:+.1f}%"
+
+
+def short_cell(v: CellVerdict | None) -> tuple[str, str | None]:
+    """A batch cell for the terminal: the figure, its change, a verdict word only when it
+    decides; memory that moved in brackets. Its style: red when it fails, green, or dim."""
+    if v is None:
+        return "–", None
+    failing = "regressed" if v.fails() else None
+    if v.measured_outcome == Outcome.OOM.value or v.status in NOT_RUN:
+        return cell_text(v), failing
+    ms = v.metric("ms_per_token")
+    text = format_ms(v.measured_ms_per_token) if v.measured_ms_per_token else v.measured_outcome
+    text += percent_text(ms) + (METRIC_LABELS.get(ms.status, "") if ms is not None else "")
+    memory = v.metric("peak_memory")
+    if memory is not None and memory.status in METRIC_LABELS:
+        text += f" (mem{percent_text(memory)})"
+    if v.status not in (SAME, REGRESSED, IMPROVED):
+        text += CELL_LABELS.get(v.status, f" ({v.status})")
+    style = (
+        failing
+        or STATUS_STYLES.get(v.status)
+        or (STATUS_STYLES.get(ms.status) if ms is not None else None)
+    )
+    return text, style
+
+
+def text_rows(
+    comparison: Comparison,
+) -> tuple[list[str], list[list[str]], list[list[str | None]]]:
+    """The verdict table for a terminal: short cells, and a style per cell."""
+    header, _ = table_rows(comparison)
+    rows, sizes = table_layout(comparison.cells)
+    by_key = {(v.backend, v.dtype, v.batch_size): v for v in comparison.cells}
+    body, styles = [], []
+    for row in rows:
+        verdicts = [v for v in comparison.cells if (v.backend, v.dtype) == row]
+        cells = [short_cell(by_key.get((*row, s))) for s in sizes]
+        load = next((m for v in verdicts if (m := v.metric("load_time")) and m.measured), None)
+        memory = memory_text(verdicts)
+        load_style = STATUS_STYLES.get(load.status) if load is not None else None
+        memory_style = "regressed" if "REGRESSED" in memory else None
+        load_cell = (
+            f"{format_value('load_time', load.measured)}{percent_text(load)}" if load else "–"
+        )
+        body.append([row_label(*row), *(t for t, _ in cells), load_cell, memory])
+        styles.append([None, *(s for _, s in cells), load_style, memory_style])
+    return header, body, styles
 
 
 def metric_to_dict(m: MetricVerdict) -> dict[str, Any]:

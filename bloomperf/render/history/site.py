@@ -1,4 +1,4 @@
-"""``bloomperf history publish HISTORY --out SITE``: the history as a static web site.
+"""``bloomperf history publish --history HISTORY --out-dir SITE``: the history as a static web site.
 
 What ``asv publish`` and github-action-benchmark do for their histories: pages a browser opens
 from any static host (GitHub Pages, an artifact, a folder), with relative links only::
@@ -37,9 +37,9 @@ from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.search import find_baseline
 from bloomperf.store.history import Change, changed_at, describe_change, detect_changes
 from bloomperf.store.history.nights import (
-    NIGHT_NAME,
     Night,
     find_cell,
+    history_folders,
     load_history,
     series,
 )
@@ -56,18 +56,6 @@ class Site:
 
 
 # ---- reading ------------------------------------------------------------------------------------
-
-
-def history_folders(root: Path) -> list[Path]:
-    """``root`` itself when it holds nights, else its subfolders that do."""
-    if not root.is_dir():
-        raise BloomperfError(f"{root}: no such history directory")
-    if any(NIGHT_NAME.match(p.name) for p in root.glob("*.json")):
-        return [root]
-    folders = [d for d in sorted(root.iterdir()) if d.is_dir() and any(d.glob("[0-9]*.json"))]
-    if not folders:
-        raise BloomperfError(f"{root}: holds no nights (YYYY-MM-DD.json), nor folders of them")
-    return folders
 
 
 def read_topology(folder: Path, baselines: Path | None, settings: dict[str, Any]) -> Topology:
@@ -153,8 +141,9 @@ def cell_page(topology: Topology, cell: str, plot: Path | None) -> str:
 def index_section(topology: Topology, pages: dict[str, str]) -> list[str]:
     name = html.escape(topology.name)
     nights = topology.nights
-    rows: list[list[str | Html]] = []
-    # The order of the pages: the newest night's cells, then those it no longer ran.
+    ranked: list[tuple[int, list[str | Html]]] = []
+    # The order of the pages (the newest night's cells, then those it no longer ran), with what
+    # needs reading first: failing cells, then persistent changes for the worse, then the rest.
     for cell, page_link in pages.items():
         found = cell_changes(topology, cell)
         worse = sum(c.worse for c in found)
@@ -162,7 +151,10 @@ def index_section(topology: Topology, pages: dict[str, str]) -> list[str]:
         changes = ", ".join(k for k in kinds if k and not k.startswith("0 ")) or "none"
         verdict = topology.newest_verdict(cell)
         newest = cell_text(verdict) if verdict is not None else "not run"
-        rows.append([cell, newest, changes, Html(link(page_link, "trend"))])
+        failing = verdict is not None and bool(verdict.fails())
+        rank = 0 if failing else 1 if worse else 2 if found else 3
+        ranked.append((rank, [cell, newest, changes, Html(link(page_link, "trend"))]))
+    rows = [row for _, row in sorted(ranked, key=lambda pair: pair[0])]  # stable within a rank
     return [
         f"<h2 id='{name}'>{name}</h2>",
         f"<p>{len(nights)} nights, {html.escape(nights[0].label)} … "
@@ -224,8 +216,13 @@ def publish_site(root: Path, out: Path, baselines: Path | None = None, **setting
     """Write the site of the history ``root`` into ``out`` (see the module docstring)."""
     if out.resolve() == root.resolve() or root.resolve() in out.resolve().parents:
         # Pages among the nights would be published from, and merged into, the history itself.
-        raise BloomperfError(f"--out {out}: is inside the history {root}; write the site elsewhere")
-    topologies = read_topologies(root, baselines, settings)
+        raise BloomperfError(
+            f"--out-dir {out}: is inside the history {root}; write the site elsewhere"
+        )
+    # A topology whose newest night fails comes first, as its failing cells do in its table.
+    topologies = sorted(
+        read_topologies(root, baselines, settings), key=lambda t: not t.latest.failed
+    )
     sections: list[str] = []
     pages: list[Path] = []
     reports: list[Path] = []

@@ -25,13 +25,17 @@ draws, it does not judge.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.stats import REGRESSED
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import check_output_target
 from bloomperf.render.report.changes import WhatChanged, what_changed_since
 from bloomperf.render.report.figure import save_figure
 from bloomperf.render.report.heatmap import ratio_heatmap
@@ -50,7 +54,7 @@ from bloomperf.store.history import (
 )
 from bloomperf.store.results import RunResult
 
-# Every file a report writes into its --out folder.
+# Every file a report writes into its --out-dir folder.
 REPORT_FILES = (
     "index.html",
     "report.md",
@@ -86,9 +90,46 @@ def write_report(
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BloomperfError(f"--out {out}: cannot create: {exc.strerror or exc}") from None
+        raise BloomperfError(f"--out-dir {out}: cannot create: {exc.strerror or exc}") from None
     if not run.cells:
         raise BloomperfError("report: the results hold no cells")
+    # Drawn in a private folder first and moved in only when whole: a report that fails
+    # half-way leaves no PNG behind, and a previous report stays as it was.
+    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        return publish(render_report(run, baseline, staging, history, **settings), out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def publish(report: Report, out: Path) -> Report:
+    """Move a finished report's files into ``out``, every target checked before the first move
+    (a link or a folder planted there is refused, never followed)."""
+    files = sorted(report.html.parent.iterdir())
+    for staged in files:
+        check_output_target(out / staged.name)
+    for staged in files:
+        os.replace(staged, out / staged.name)
+
+    def moved(path: Path) -> Path:
+        return out / path.name
+
+    return replace(
+        report,
+        html=moved(report.html),
+        markdown=moved(report.markdown),
+        plots=tuple(moved(p) for p in report.plots),
+    )
+
+
+def render_report(
+    run: RunResult,
+    baseline: Baseline | None,
+    out: Path,
+    history: Path | None = None,
+    **settings: Any,
+) -> Report:
+    """Every file of the report, written into ``out``."""
     comparison = judge(run, baseline, no_baseline="no baseline for this topology and model")
     plots = {
         "heatmap": save_figure(ratio_heatmap(comparison), out / "ratio_heatmap.png"),

@@ -119,12 +119,14 @@ def plot_memory(run: RunResult, baseline: Baseline | None, path: Path) -> Path:
             xs = [b for b, _ in kept]
             lows, highs = [m[1] / GIB for _, m in kept], [m[0] / GIB for _, m in kept]
             ax.fill_between(xs, lows, highs, color=COLOURS[i % len(COLOURS)], alpha=0.1)
-        top = max(top, *(m[0] for _, m in kept), *(v for _, v in expected))
+        top = max([top, *(m[0] for _, m in kept), *(v for _, v in expected)])
         sizes = sorted(set(sizes) | {b for b, _ in expected})
+    # From zero: a 5 % rise must not fill the plot (and a run without a figure gets 1 GiB).
+    high = top / GIB * 1.05 or 1.0
     if drawn & {"oom", "oom-baseline"}:
-        oom_band(ax, 0.0, top / GIB * 1.05, len(rows), log=False)
+        oom_band(ax, 0.0, high, len(rows), log=False)
     else:
-        ax.set_ylim(0, top / GIB * 1.05)  # from zero: a 5 % rise must not fill the plot
+        ax.set_ylim(0, high)
     extra = []
     if scale.capacity_bytes is not None:
         capacity_line(ax, scale)

@@ -40,8 +40,10 @@ def change_rows(changes: Sequence[Change]) -> list[list[str]]:
 CHANGE_HEADER = ("Night", "Cell", "Metric", "Change", "Kind")
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 72em;
+       color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em;
+        display: block; max-width: 100%; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
 th { background: #f3f3f3; }
 td.bad { background: #fde2e2; font-weight: bold; }

@@ -1,13 +1,15 @@
 """Where baselines are looked for, in order, and where ``baseline accept`` writes.
 
 1. ``--baselines DIR`` (``BLOOMPERF_BASELINES``): that folder only.
-2. ``./baselines`` in the working folder (a checkout of bloomperf, or a project's own).
+2. ``./baselines`` in the working folder: a project's own. In a checkout of bloomperf it is a
+   link to the shipped folder, and then counts as the shipped folder (4.), searched last.
 3. the user's folder: ``$XDG_DATA_HOME/bloomperf/baselines`` (``~/.local/share/...``).
 4. the baselines shipped inside the package (``bloomperf/baselines``, package data).
 
 A baseline found earlier hides one for the same topology and model found later, so a team's
-own baseline overrides the shipped blog tables. ``baseline accept`` writes into the first of
-1–3 (the user folder when there is no ``./baselines``): never into an installed package.
+own baseline overrides the shipped blog tables. ``baseline accept`` writes into ``--baselines``,
+else the user folder: never into the package, whatever link leads there (a checkout's
+``baselines`` link once let it overwrite the tracked ``cpu.tiny.json``).
 """
 
 from __future__ import annotations
@@ -32,16 +34,29 @@ def search_folders(folder: Path | None = None) -> list[Path]:
     if folder is not None:
         return [Path(folder)]
     found: list[Path] = []
-    for candidate in (Path.cwd() / "baselines", user_baselines_dir(), package_baselines_dir()):
+    project = Path.cwd() / "baselines"
+    candidates = [user_baselines_dir(), package_baselines_dir()]
+    if not is_package_folder(project):  # a checkout's link: the shipped folder, searched last
+        candidates.insert(0, project)
+    for candidate in candidates:
         if candidate.is_dir() and all(candidate.resolve() != f.resolve() for f in found):
             found.append(candidate)
     return found
 
 
+def is_package_folder(folder: Path) -> bool:
+    """True when ``folder`` is, or lies inside, the shipped baselines (through any link)."""
+    try:
+        shipped = package_baselines_dir().resolve()
+        resolved = Path(folder).resolve()
+    except (OSError, ValueError):  # a loop of links, a NUL: no folder, so not the package
+        return False
+    return resolved == shipped or shipped in resolved.parents
+
+
 def writable_baselines_dir() -> Path:
-    """Where ``baseline accept`` writes without ``--baselines``."""
-    here = Path.cwd() / "baselines"
-    return here if here.is_dir() else user_baselines_dir()
+    """Where ``baseline accept`` writes without ``--baselines``: the user's folder."""
+    return user_baselines_dir()
 
 
 def describe_search(folder: Path | None = None) -> str:
@@ -49,10 +64,11 @@ def describe_search(folder: Path | None = None) -> str:
     if folder is not None:
         return f"baselines searched: {folder} (--baselines)"
     labels = [
-        (Path.cwd() / "baselines", "./baselines"),
         (user_baselines_dir(), "user"),
         (package_baselines_dir(), "shipped"),
     ]
+    if not is_package_folder(Path.cwd() / "baselines"):
+        labels.insert(0, (Path.cwd() / "baselines", "./baselines"))
     parts = [
         f"{i}. {path} ({label}{'' if path.is_dir() else ', absent'})"
         for i, (path, label) in enumerate(labels, 1)

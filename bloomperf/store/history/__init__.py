@@ -359,19 +359,19 @@ def add_detection_options(parser: argparse.ArgumentParser) -> None:
         "--change-tolerance",
         type=float,
         default=DEFAULT_TOLERANCE,
-        help="smallest relative shift reported (default 0.05)",
+        help="smallest relative shift reported [0.05]",
     )
     parser.add_argument(
         "--window",
         type=int,
         default=DEFAULT_WINDOW,
-        help="nights compared on each side (default 6)",
+        help="nights compared on each side [6]",
     )
     parser.add_argument(
         "--confirm",
         type=int,
         default=DEFAULT_CONFIRM,
-        help="nights a new level must hold before it is reported (default 3)",
+        help="nights a new level must hold before it is reported [3]",
     )
 
 

@@ -1,4 +1,4 @@
-"""``bloomperf history merge SRC… --into DEST``: the nights of several runners in one history.
+"""``bloomperf history merge SRC… --history DEST``: the nights of several runners in one history.
 
 A history root holds one folder per topology, named by the run's own ``topology`` id (what the
 run measured, never the label of the runner that happened to run it)::
@@ -121,7 +121,7 @@ def plan_merge(runs: Sequence[Incoming], dest: Path) -> dict[str, list[Incoming]
 def merge_histories(sources: Sequence[Path], dest: Path) -> list[Merged]:
     """Merge the runs of ``sources`` into the history root ``dest`` (see the module docstring)."""
     if dest.exists() and not dest.is_dir():
-        raise BloomperfError(f"--into {dest}: is not a directory")
+        raise BloomperfError(f"--history {dest}: is not a directory")
     runs = gather(sources)
     if not runs:
         raise BloomperfError(f"{', '.join(map(str, sources))}: holds no results files")

@@ -115,6 +115,33 @@ def load_history(folder: Path) -> list[Night]:
     return [Night(label=p.stem, path=p, run=read_results(p)) for p in paths]
 
 
+def history_folders(root: Path) -> list[Path]:
+    """``root`` itself when it holds nights, else its subfolders that do (the root that
+    ``history merge`` makes: one folder of nights per topology)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise BloomperfError(f"{root}: no such history directory")
+    if any(NIGHT_NAME.match(p.name) for p in root.glob("*.json")):
+        return [root]
+    folders = [d for d in sorted(root.iterdir()) if d.is_dir() and any(d.glob("[0-9]*.json"))]
+    if not folders:
+        raise BloomperfError(f"{root}: holds no nights (YYYY-MM-DD.json), nor folders of them")
+    return folders
+
+
+def topology_history(root: Path, topology: str) -> Path:
+    """The folder of ``root`` that holds ``topology``'s nights: ``root`` itself, or the folder
+    ``history merge`` named after it."""
+    folders = history_folders(root)
+    if folders == [Path(root)]:
+        return folders[0]
+    for folder in folders:
+        if folder.name == topology:
+            return folder
+    names = ", ".join(f.name for f in folders)
+    raise BloomperfError(f"{root}: holds no nights of topology {topology} (it holds: {names})")
+
+
 # ---- series -----------------------------------------------------------------------------------
 
 
