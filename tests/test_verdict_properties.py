@@ -129,8 +129,9 @@ def test_regressing_any_one_metric_fails_the_cell_whatever_the_others_do(
     failure = verdict.fails()
     assert failure is not None and f"{METRICS[metric]} regressed" in failure
     # The whole run fails with it, through the gate's own rule.
-    comparison = judge(bloom_run(cell), None)
-    assert not comparison.failed  # no baseline: nothing to judge it against
+    # No baseline: nothing judged fails the gate, unless a first run opts in.
+    assert judge(bloom_run(cell), None).unjudged
+    assert not judge(bloom_run(cell), None, allow_no_baseline=True).failed
     run = bloom_run(cell, topology=BLOG_TOPOLOGY)
     assert judge_against_reference(run).failed
 
@@ -148,6 +149,10 @@ def test_improving_metrics_never_fails_and_reads_improved(
 ) -> None:
     cell = build(metric, faster, directions, faster)
     verdict = compare_cell(cell, expected())
+    if any(m.status == "not-measured" for m in verdict.metrics):
+        # A judged figure missing is never a pass (issue 22): deleting samples cannot pass.
+        assert verdict.status == "not-measured" and verdict.fails() is not None
+        return
     assert verdict.fails() is None
     assert verdict.status == "improved", (metric, directions, verdict.explain())
 

@@ -185,11 +185,15 @@ def compare_cell(
     if cell.outcome == Outcome.OOM:
         return verdict(UNEXPECTED_OOM)
     metrics = compare_metrics(cell, expected)
-    if any(m.status == NOT_MEASURED and m.tolerance is not None for m in metrics):
+    status = status_of_metrics(metrics)
+    # A judged figure that is missing fails the cell, but a regression measured beside it is
+    # the more useful word: both fail.
+    missing = any(m.status == NOT_MEASURED and m.tolerance is not None for m in metrics)
+    if missing and status != REGRESSED:
         return verdict(NOT_MEASURED, metrics)
     if cell.telemetry is not None and cell.telemetry.flags:
         return verdict(UNTRUSTWORTHY, metrics, "; ".join(cell.telemetry.flags))
-    return verdict(status_of_metrics(metrics), metrics)
+    return verdict(status, metrics)
 
 
 def prediction_note(cell: CellResult) -> str:

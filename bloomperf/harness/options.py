@@ -102,7 +102,6 @@ OPTIONS: tuple[Option, ...] = (
         "batch sizes, comma-separated [gpu: the blog's 1 … 512, cpu: 1,8,32]",
         "LIST",
     ),
-    Option("batch_sizes", parse_batch_sizes, "batch sizes, comma-separated", "LIST"),
     Option(
         "new_tokens",
         parse_bounded(MAX_NEW_TOKENS),
