@@ -111,7 +111,9 @@ class DeepSpeedZeroBackend(Backend):
     def details(self) -> dict[str, Any]:
         return {
             "path": "ds-zero",
-            "zero_stage": 3,
+            # What DeepSpeed's engine applied: --ds-config may set another stage than the
+            # blog's 3 (bloomperf's default), and the figures are that stage's.
+            "zero_stage": int(self.engine.zero_optimization_stage()),
             "ranks": self._world_size,
             "offload": applied_offload(self.engine),
             "zero_offload": self._offload_option,  # asked for; --ds-config may override it
