@@ -29,6 +29,7 @@ from bloomperf.harness.options import OPTIONS, add_pytest_options, resolve_optio
 from bloomperf.harness.session import Session, lock_key
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
+from bloomperf.store.baseline.folders import describe_search
 from bloomperf.store.results import CellResult, Outcome, RunResult
 from bloomperf.store.results.codec import cell_to_dict, run_to_dict
 
@@ -223,6 +224,8 @@ class BloomperfController:
             strict=self.options.strict,
             allow_incomplete=self.options.allow_incomplete,
             allow_no_baseline=self.options.allow_no_baseline,
+            no_baseline=f"no baseline for {session.run.topology} / {session.run.model.name}; "
+            + describe_search(self.options.baselines),
         )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)

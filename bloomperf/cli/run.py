@@ -28,6 +28,7 @@ from bloomperf.harness.session import Session, all_cells, lock_key
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
 from bloomperf.store.baseline import Baseline
+from bloomperf.store.baseline.folders import describe_search
 from bloomperf.store.results import CellResult, Outcome, RunResult
 
 
@@ -86,6 +87,8 @@ def print_verdicts(
         strict=options.strict,
         allow_incomplete=options.allow_incomplete,
         allow_no_baseline=options.allow_no_baseline,
+        no_baseline=f"no baseline for {run.topology} / {run.model.name}; "
+        + describe_search(options.baselines),
     )
     if baseline is not None:
         print(f"\nverdicts against {baseline.path}:", file=out)
