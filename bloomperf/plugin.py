@@ -32,6 +32,7 @@ from bloomperf.harness.options import OPTIONS, add_pytest_options, input_files, 
 from bloomperf.harness.session import DEFAULT_MODEL, Session, lock_key
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
+from bloomperf.store.baseline.folders import describe_search
 from bloomperf.store.baseline.search import refuse_output_among_baselines
 from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
 from bloomperf.store.results.codec import cell_to_dict, run_to_dict, save_run
@@ -254,6 +255,8 @@ class BloomperfController:
             strict=self.options.strict,
             allow_incomplete=self.options.allow_incomplete,
             allow_no_baseline=self.options.allow_no_baseline,
+            no_baseline=f"no baseline for {session.run.topology} / {session.run.model.name}; "
+            + describe_search(self.options.baselines),
         )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)

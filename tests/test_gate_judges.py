@@ -351,6 +351,7 @@ def test_a_first_run_fails_unjudged_passes_opted_in_and_its_baseline_judges_the_
     first = run("first.json")
     assert first.returncode == 1, first.stderr
     assert "FAILED nothing judged" in first.stdout and "--allow-no-baseline" in first.stdout
+    assert f"no baseline for cpu / tiny; baselines searched: {folder}" in first.stdout
     opted = run("opted.json", "--allow-no-baseline")
     assert opted.returncode == 0, opted.stdout + opted.stderr
     assert run_cli("baseline", "accept", tmp_path / "opted.json", "--baselines", folder)[0] == 0

@@ -33,6 +33,7 @@ from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
 from bloomperf.render.terminal import terminal_width, wants_colour
 from bloomperf.store.baseline import Baseline
+from bloomperf.store.baseline.folders import describe_search
 from bloomperf.store.results import CellResult, Outcome, RunResult
 
 SHARDED_BACKENDS = ("ds-inference", "ds-autotp")  # the backends that read --sharded
@@ -169,6 +170,8 @@ def print_verdicts(
         strict=options.strict,
         allow_incomplete=options.allow_incomplete,
         allow_no_baseline=options.allow_no_baseline,
+        no_baseline=f"no baseline for {run.topology} / {run.model.name}; "
+        + describe_search(options.baselines),
     )
     if baseline is not None:
         print("\nverdicts:", file=out)
