@@ -220,9 +220,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "sigterm-waits-for-a-busy-worker",
-        "bloomperf/harness/runner.py",
-        "            self.group.abort()\n",
-        "            self.group.close()\n",
+        "bloomperf/harness/launch.py",
+        "        self.kill(grace_s=ABORT_GRACE_S)\n",
+        "        try:\n"
+        "            self.process.wait(timeout=30)  # type: ignore[union-attr]\n"
+        "        except subprocess.TimeoutExpired:\n"
+        "            pass\n"
+        "        self.kill()\n",
         (
             "tests/test_process_tree.py::test_sigterm_kills_a_busy_worker_within_seconds_and_keeps_the_cells",
         ),
