@@ -357,7 +357,7 @@ def test_a_first_run_fails_unjudged_passes_opted_in_and_its_baseline_judges_the_
     assert run_cli("baseline", "accept", tmp_path / "opted.json", "--baselines", folder)[0] == 0
     judged = run("judged.json")
     assert judged.returncode == 0, judged.stdout + judged.stderr
-    assert "verdicts against" in judged.stdout and "nothing judged" not in judged.stdout
+    assert "baseline:" in judged.stdout and "nothing judged" not in judged.stdout
 
 
 PLUGIN_TEST = """
