@@ -79,7 +79,7 @@ def test_results_files(data: bytes) -> None:
         assert_gate_answer(code, err)
         written = files_under(root) - {results, baselines}
         assert all(p.parent == baselines for p in written), written
-        code, _, err = run_cli("history", "add", results, "--dir", root / "history")
+        code, _, err = run_cli("history", "add", results, "--history", root / "history")
         assert_gate_answer(code, err)
 
 
@@ -186,7 +186,7 @@ def test_history_folders(files: list[tuple[str, bytes]]) -> None:
         history.mkdir()
         for name, data in files:
             (history / name).write_bytes(data)
-        code, _, err = run_cli("history", "changes", "--dir", history)
+        code, _, err = run_cli("history", "changes", "--history", history)
         assert_gate_answer(code, err)
         code, _, err = run_cli(
             "diff", DATA / "8xA100-SXM4-80GB.blog.results.json", "--history", history
@@ -233,7 +233,7 @@ def test_raw_garbage_everywhere(data: bytes, tmp_path: Path) -> None:
     for argv in (
         ["diff", path],
         ["baseline", "show", path],
-        ["history", "add", path, "--dir", tmp_path / "h"],
+        ["history", "add", path, "--history", tmp_path / "h"],
         ["baseline", "accept", path, "--baselines", tmp_path],
     ):
         code, _, err = run_cli(*argv)
