@@ -17,6 +17,8 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +31,7 @@ from bloomperf.render.table import render_run_table
 from bloomperf.store.baseline import BaselineCell
 from bloomperf.store.baseline.accept import accept_run, baseline_cell_of
 from bloomperf.store.history.nights import add_to_history, load_history, series
-from bloomperf.store.latency import per_cycle, summarize_steps
+from bloomperf.store.latency import per_cycle, percentile, summarize_steps
 from bloomperf.store.results import CellResult, MemoryReading, Outcome, table_order
 from bloomperf.store.results.codec import save_run
 from tests.builders import BLOG_TOPOLOGY, bloom_run, nvml
@@ -380,3 +382,26 @@ def test_tables_sort_by_the_catalogs_backends_then_dtypes_then_batch(
     for c in made:
         if c.backend not in BACKEND_NAMES or c.dtype not in DTYPES:
             assert max(table_order(c)[:2]) >= max(len(BACKEND_NAMES), len(DTYPES))
+
+
+@given(
+    values=st.lists(st.floats(0.1, 1000.0), min_size=1, max_size=40),
+    percent=st.floats(0.0, 100.0),
+)
+def test_a_percentile_is_numpys_linear_percentile(values: list[float], percent: float) -> None:
+    assert percentile(values, percent) == pytest.approx(float(np.percentile(values, percent)))
+
+
+@given(
+    cycles=st.lists(st.lists(st.floats(0.1, 100.0), min_size=2, max_size=6), min_size=1, max_size=5)
+)
+def test_every_cycle_with_a_decode_step_has_its_latency_figures(cycles: list[list[float]]) -> None:
+    """Two steps (a prefill and one decode step) are enough; each cycle's figures are its own."""
+    per = per_cycle(cycles)
+    assert per["ttft_ms"] == tuple(c[0] for c in cycles)
+    assert per["tpot_ms"] == tuple(statistics.median(c[1:]) for c in cycles)
+    assert per["tpot_p99_ms"] == tuple(
+        pytest.approx(float(np.percentile(c[1:], 99.0))) for c in cycles
+    )
+    assert summarize_steps(cycles) is not None
+    assert per_cycle([*cycles, [5.0]]) == {} and summarize_steps([*cycles, [5.0]]) is None
