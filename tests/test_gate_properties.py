@@ -26,10 +26,12 @@ from hypothesis import strategies as st
 
 from bloomperf import cli
 from bloomperf.analysis.compare import judge, judge_cell
+from bloomperf.analysis.verdicts import METRICS, CellVerdict
 from bloomperf.cli.run import print_verdicts
 from bloomperf.config.run import RunConfig
 from bloomperf.render.report import write_report
-from bloomperf.store.baseline import Baseline, BaselineCell
+from bloomperf.store.baseline import Baseline, BaselineCell, LoadTime
+from bloomperf.store.baseline import expected_cell as store_expected_cell
 from bloomperf.store.baseline.codec import save_baseline
 from bloomperf.store.history import new_changes
 from bloomperf.store.history.nights import load_history
@@ -103,6 +105,21 @@ def expected_failure(
     return False
 
 
+def check_explanation(verdict: CellVerdict) -> None:
+    """The one line each status explains itself with."""
+    text = verdict.explain()
+    if verdict.status in ("same", "regressed", "improved"):
+        parts = [f"{METRICS[m.metric]} {m.status}: {m.describe()}" for m in verdict.metrics]
+        assert text == ("; ".join(parts) if parts else verdict.status)
+    elif verdict.status == "boundary-moved-up":
+        assert text.startswith("boundary moved up: ran at ")
+        assert text.endswith(" (beyond its OOM boundary)") == (
+            verdict.expected_outcome == "not-run"
+        )
+    elif verdict.status == "expected-oom":
+        assert text == "out of memory, as the baseline expects"
+
+
 def expected_missing(run: dict[int, str], base: dict[int, str] | None) -> set[str]:
     """Baseline cells (expected to run or to run out of memory) the run has no cell for."""
     return {
@@ -169,6 +186,7 @@ def test_judge_and_the_plugins_per_cell_judgement_follow_the_rule(
         assert one.explain() == whole.explain()
         if whole.status == "incomparable":
             assert "topology cpu-other is not the baseline's cpu" in whole.explain()
+        check_explanation(whole)
         if baseline is not None and comparable and cell.outcome in (Outcome.OK, Outcome.OOM):
             listed = baseline.cell(cell.backend, cell.dtype, cell.batch_size)
             beyond = "not-run" if whole.status in ("boundary-moved-up", "expected-oom") else None
@@ -327,3 +345,25 @@ def test_an_oom_without_a_baseline_says_what_the_memory_model_predicted(
     assert verdicts[1].status == "no-baseline" and verdicts[1].message == note
     assert verdicts[2].message == ""  # only an OOM gets the note
     assert not comparison.failed
+
+
+@given(batch=st.integers(9, 4096), boundary=st.sampled_from(BATCHES))
+def test_a_batch_beyond_the_oom_boundary_is_expected_not_to_run(batch: int, boundary: int) -> None:
+    baseline = cpu_baseline(expected_cell(boundary, "oom"))  # type: ignore[arg-type]
+    cell = measured_cell(batch, "same")
+    found = store_expected_cell(baseline, cell)
+    assert found is not None
+    assert (found.id, found.outcome) == (cell.id, "not-run")
+
+
+def test_a_load_time_given_per_backend_is_judged_with_its_tolerance() -> None:
+    base = replace(
+        cpu_baseline(expected_cell(1, "ok")),  # type: ignore[arg-type]
+        load_times=(LoadTime("accelerate", "fp32", "", 2.0, 0.25),),
+    )
+    found = store_expected_cell(base, measured_cell(1, "same"))
+    assert found is not None
+    assert (found.load_time_s, found.load_time_tolerance) == (2.0, 0.25)
+    variant = replace(measured_cell(1, "same"), details={"checkpoint": "pre-sharded"})
+    found = store_expected_cell(base, variant)
+    assert found is not None and found.load_time_s == 2.0  # a variant-free entry serves any

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,13 +22,16 @@ from bloomperf.render.report.changes import previous_night, what_changed_since
 from bloomperf.store.history import (
     DEFAULT_CONFIRM,
     DEFAULT_WINDOW,
+    changed_at,
     detect_changes,
     find_shifts,
+    history_section,
     new_changes,
+    render_changes,
 )
 from bloomperf.store.history.nights import Night
 from bloomperf.store.results import RunResult
-from tests.builders import night, night_run, ok_cell
+from tests.builders import add_night, night, night_run, ok_cell
 
 CONFIRM = DEFAULT_CONFIRM
 
@@ -138,3 +142,53 @@ def test_a_run_not_yet_in_the_history_compares_with_the_newest_night(n: int) -> 
     (found,) = what_changed_since(tonight, nights, None)
     assert found.against == f"the previous night, {nights[-1].label}"
     assert found.lines == (f"torch 2.{n - 1}.0 → 3.0.0",)
+
+
+@settings(max_examples=40, deadline=None)
+@given(where=steps, factor=factors, seed=st.integers(0, 10**6))
+def test_a_changes_levels_are_the_medians_either_side_of_its_night(
+    where: tuple[int, int], factor: float, seed: int
+) -> None:
+    n, step = where
+    values = levels(n, step, factor, seed)
+    (change,) = [c for c in detect_changes(nights_of(values)) if c.metric == "ms_per_token"]
+    assert change.before == statistics.median(values[max(0, step - DEFAULT_WINDOW) : step])
+    assert change.after == statistics.median(values[step : step + DEFAULT_WINDOW])
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 9), data=st.data())
+def test_what_changed_at_a_night_is_against_the_night_before(n: int, data: st.DataObject) -> None:
+    nights = nights_of([10.0] * n, environments(n))
+    k = data.draw(st.integers(1, n - 1))
+    assert changed_at(nights, k) == [f"torch 2.{k - 1}.0 → 2.{k}.0"]
+    assert changed_at(nights, 0) == [] and changed_at(nights, n) == []
+
+
+@settings(max_examples=20, deadline=None)
+@given(factor=st.sampled_from((1.3, 0.7)), confirm=st.integers(2, 4))
+def test_the_detection_settings_reach_every_step_of_the_test(factor: float, confirm: int) -> None:
+    """--confirm and --change-tolerance given to the history section are the ones it uses."""
+    step, n = 4, 4 + confirm
+    values = levels(n, step, factor, 1)
+    nights = nights_of(values, environments(n))
+    found = [c for c in new_changes(nights, confirm=confirm) if c.metric == "ms_per_token"]
+    assert [c.night for c in found] == [step]
+    assert new_changes(nights[:-1], confirm=confirm) == []
+    assert new_changes(nights, confirm=confirm, tolerance=0.5) == []
+    text = render_changes(detect_changes(nights, confirm=confirm), nights, "text", found)
+    assert ("new, worse" if factor > 1 else "new, better") in text
+    assert f"what changed: torch 2.{step - 1}.0 → 2.{step}.0" in text
+    assert f"{confirm} nights since" in text
+
+
+def test_the_history_section_judges_tonight_with_the_settings_it_is_given(tmp_path: Path) -> None:
+    """`diff --history --confirm 4`: the step of night 4 is confirmed tonight (night 7)."""
+    folder, scratch = tmp_path / "history", tmp_path / "scratch"
+    folder.mkdir()
+    scratch.mkdir()
+    for i, value in enumerate(levels(8, 4, 1.3, 1)):
+        add_night(folder, night_run(night(i), [ok_cell(value)]), scratch)
+    text, worse = history_section(folder, "text", confirm=4)
+    assert worse and "new, worse" in text
+    assert history_section(folder, "text", confirm=3)[1] is False  # confirmed a night ago

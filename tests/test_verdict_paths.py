@@ -4,12 +4,14 @@ The real plugin measures the tiny model on CPU (pytester, its own process), with
 that makes the largest batch sizes run out of memory. What it leaves behind (the results file and
 pytest-benchmark's JSON) then goes through `bloomperf diff` and through `bloomperf run`'s verdict
 path, against the same baselines folder. Every path must fail the same cells and exit the same.
+(Random runs through every path but the plugin's process: ``test_gate_properties.py``.)
 """
 
 from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +155,24 @@ def test_an_oom_without_a_baseline_cell_passes_every_path(
     assert statuses["accelerate-fp32-bs1"] == ("ok", "improved")
     assert statuses["accelerate-fp32-bs65536"] == ("oom", "no-baseline")
     assert statuses["accelerate-fp32-bs70000"] == ("oom", "no-baseline")
+
+
+def test_an_incomparable_workload_is_judged_by_no_path(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The baseline was measured with 99 new tokens, the run generates 4: every path says
+    incomparable, none fails a cell the baseline would fail (bs1's 1 kB peak), none judges an
+    OOM (the plugin judges each cell alone, and must refuse the comparison as diff does)."""
+    baselines = pytester.path / "baselines"
+    baselines.mkdir()
+    baseline = replace(
+        cpu_baseline(
+            cell(1, "ok", peak_memory_bytes=1000, peak_memory_tolerance=0.5),
+            cell(65536, "ok", ms_per_token=1.0),
+        ),
+        new_tokens=99,
+    )
+    save_baseline(baseline, baselines / "cpu.tiny.json")
+    code, comparison = check_three_ways(pytester, capsys, baselines)
+    assert code == 0
+    assert {c["status"] for c in comparison["cells"]} == {"incomparable"}

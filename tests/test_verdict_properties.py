@@ -17,19 +17,22 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bloomperf.analysis.compare import compare_cell, compare_metric, judge
 from bloomperf.analysis.stats import estimate_ratio
 from bloomperf.analysis.verdicts import METRICS
+from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.core.formatting import GIB, ms_number
 from bloomperf.render.table import render_run_table
 from bloomperf.store.baseline import BaselineCell
 from bloomperf.store.baseline.accept import accept_run, baseline_cell_of
 from bloomperf.store.history.nights import add_to_history, load_history, series
-from bloomperf.store.latency import per_cycle, summarize_steps
-from bloomperf.store.results import CellResult, MemoryReading, Outcome
+from bloomperf.store.latency import per_cycle, percentile, summarize_steps
+from bloomperf.store.results import CellResult, MemoryReading, Outcome, table_order
 from bloomperf.store.results.codec import save_run
 from tests.builders import BLOG_TOPOLOGY, bloom_run, nvml
 
@@ -325,3 +328,85 @@ def test_zero_readings_are_dropped_and_a_zero_baseline_is_no_baseline(
     )
     missing = compare_metric("ms_per_token", [0.0] * zeros, 10.0, 0.05)
     assert (missing.status, missing.expected, missing.tolerance) == ("not-measured", 10.0, 0.05)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    factors=st.fixed_dictionaries({m: st.floats(0.5, 2.0) for m in JUDGED}),
+    gpus=st.integers(0, 8),
+)
+def test_the_latency_shown_beside_a_verdict_is_the_cells_own(
+    factors: dict[str, float], gpus: int
+) -> None:
+    cell = cell_of(factors)
+    if gpus:
+        per_device = (int(40 * GIB / gpus),) * gpus
+        cell = replace(cell, generate_memory=MemoryReading("nvml", 40 * GIB, per_device))
+    else:
+        cell = replace(cell, load_memory=None, generate_memory=MemoryReading("rss", GIB))
+    steps = summarize_steps(cell.samples_step_ms)
+    assert steps is not None and cell.ms_per_token is not None
+    rate = 1000.0 / cell.ms_per_token
+    shown = compare_cell(cell, expected()).latency
+    assert shown == {
+        "ttft_ms": steps.ttft_ms,
+        "tpot_ms": steps.tpot_ms,
+        "tpot_p90_ms": steps.tpot_p90_ms,
+        "tpot_p99_ms": steps.tpot_p99_ms,
+        "tokens_per_s": rate,
+        "tokens_per_s_per_gpu": rate / gpus if gpus else None,
+    }
+    assert compare_cell(replace(cell, samples_step_ms=()), expected()).latency["ttft_ms"] is None
+
+
+@given(
+    cells=st.lists(
+        st.tuples(
+            st.sampled_from((*BACKEND_NAMES, "zz-other")),
+            st.sampled_from((*DTYPES, "zz")),
+            st.integers(1, 512),
+        ),
+        min_size=2,
+        max_size=8,
+    )
+)
+def test_tables_sort_by_the_catalogs_backends_then_dtypes_then_batch(
+    cells: list[tuple[str, str, int]],
+) -> None:
+    made = [CellResult(b, d, n, Outcome.OK) for b, d, n in cells]
+
+    def rank(name: str, known: tuple[str, ...]) -> int:
+        return known.index(name) if name in known else len(known) + 100
+
+    expected_order = sorted(
+        made, key=lambda c: (rank(c.backend, BACKEND_NAMES), rank(c.dtype, DTYPES), c.batch_size)
+    )
+    assert [table_order(c) for c in sorted(made, key=table_order)] == [
+        table_order(c) for c in expected_order
+    ]
+    for c in made:
+        if c.backend not in BACKEND_NAMES or c.dtype not in DTYPES:
+            assert max(table_order(c)[:2]) >= max(len(BACKEND_NAMES), len(DTYPES))
+
+
+@given(
+    values=st.lists(st.floats(0.1, 1000.0), min_size=1, max_size=40),
+    percent=st.floats(0.0, 100.0),
+)
+def test_a_percentile_is_numpys_linear_percentile(values: list[float], percent: float) -> None:
+    assert percentile(values, percent) == pytest.approx(float(np.percentile(values, percent)))
+
+
+@given(
+    cycles=st.lists(st.lists(st.floats(0.1, 100.0), min_size=2, max_size=6), min_size=1, max_size=5)
+)
+def test_every_cycle_with_a_decode_step_has_its_latency_figures(cycles: list[list[float]]) -> None:
+    """Two steps (a prefill and one decode step) are enough; each cycle's figures are its own."""
+    per = per_cycle(cycles)
+    assert per["ttft_ms"] == tuple(c[0] for c in cycles)
+    assert per["tpot_ms"] == tuple(statistics.median(c[1:]) for c in cycles)
+    assert per["tpot_p99_ms"] == tuple(
+        pytest.approx(float(np.percentile(c[1:], 99.0))) for c in cycles
+    )
+    assert summarize_steps(cycles) is not None
+    assert per_cycle([*cycles, [5.0]]) == {} and summarize_steps([*cycles, [5.0]]) is None

@@ -44,6 +44,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return compare_cell(cell, expected_cell(baseline, cell), strict=strict)",
         (
             "tests/test_gate_properties.py::test_judge_and_the_plugins_per_cell_judgement_follow_the_rule",
+            "tests/test_verdict_paths.py::test_an_incomparable_workload_is_judged_by_no_path",
         ),
         "the pytest plugin judges a cell against another GPU's baseline that diff refuses",
     ),
