@@ -205,14 +205,16 @@ def test_run_refuses_an_output_that_is_one_of_its_inputs(
     from bloomperf.cli import main
 
     source = tmp_path / "input.json"
-    source.write_text("{}\n")  # a valid (empty) DeepSpeed config; a hostfile is read later
+    # A valid input of each kind: an empty DeepSpeed config; a hostfile of this node.
+    text = "{}\n" if option == "--ds-config" else "localhost slots=1\n"
+    source.write_text(text)
     for output in spellings(source, tmp_path):
         code = main(["run", "--no-lock", option, str(source), "--output", str(output)])
         err = capsys.readouterr().err
         assert code == 2, err
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "--output" in lines[0] and "also an input" in lines[0], err
-        assert source.read_text() == "{}\n"  # untouched
+        assert source.read_text() == text  # untouched
 
 
 def test_diff_refuses_a_github_output_that_is_a_results_file_it_reads(
