@@ -95,8 +95,11 @@ fi
 BATCHES=${BATCHES:-1,8,64}
 BOX_SCALE=${BOX_SCALE:-1}
 export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
+# --allow-no-baseline: no baseline holds a 2-layer bloom-176b on this GPU (nor ds-zero/ds-autotp
+# on the tiny model): the check asks whether each step runs and what it measures, and a step
+# fails on an error, a timeout or nothing measured, not for want of a baseline (docs/gate.md).
 COMMON=("${MODEL[@]}" --device "$DEVICE" --new-tokens "${NEW_TOKENS:-20}" --cycles 3 --warmup 1
-        --load-timeout 240 --cell-timeout 90 --no-lock)
+        --load-timeout 240 --cell-timeout 90 --no-lock --allow-no-baseline)
 FAILED=()
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 

@@ -174,5 +174,7 @@ def test_an_incomparable_workload_is_judged_by_no_path(
     )
     save_baseline(baseline, baselines / "cpu.tiny.json")
     code, comparison = check_three_ways(pytester, capsys, baselines)
-    assert code == 0
+    # Judged by no path, so no path passes it either: "nothing judged" (docs/gate.md).
+    assert code == 1
     assert {c["status"] for c in comparison["cells"]} == {"incomparable"}
+    assert not failing(comparison)  # no cell fails: the run does, for want of a comparison
