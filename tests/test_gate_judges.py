@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from fuzzing import FUZZ, retyped, run_cli, with_duplicate_key
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bloomperf.catalog.names import MODEL_NAME, TOPOLOGY_ID
@@ -294,6 +294,8 @@ models = st.from_regex(MODEL_NAME, fullmatch=True)
 
 @FUZZ
 @given(a=st.tuples(topologies, models), b=st.tuples(topologies, models))
+@example(a=("a.b", "c"), b=("a", "b.c"))  # the "." between the parts must stay the only bare one
+@example(a=("cpu", "org/x"), b=("cpu", "org--x"))  # a hub id's "/" written as "--" collides
 def test_two_pairs_never_share_a_baseline_file_name(a: tuple[str, str], b: tuple[str, str]) -> None:
     if a != b:
         assert baseline_file_name(*a) != baseline_file_name(*b)
