@@ -86,8 +86,9 @@ def compare_metric(
     if tolerance is None:
         status = NOT_JUDGED
     elif not all(math.isfinite(x) for x in (estimate.ratio, estimate.low, estimate.high)):
-        # An unbounded change is beyond every tolerance: never "same".
-        status = REGRESSED if point is not None and point > expected else IMPROVED
+        # Positive finite figures give a non-finite ratio only by overflow: a reading
+        # astronomically above its baseline (one far below underflows to 0, a finite ratio).
+        status = REGRESSED
     else:
         status = classify_ratio(estimate, tolerance)
     return MetricVerdict(metric, status, point, expected, tolerance, estimate)
@@ -248,29 +249,28 @@ def judge(
         comparison = compare_without_baseline(run, no_baseline)
     else:
         comparison = compare_run(run, baseline, strict=strict)
-    gap = None if allow_incomplete else incompleteness(run)
-    if gap:
-        comparison = replace(comparison, incomplete=gap)
-    why = None if allow_no_baseline else unjudged(comparison)
-    return replace(comparison, unjudged=why) if why else comparison
+    return replace(
+        comparison,
+        incomplete="" if allow_incomplete else incompleteness(run) or "",
+        unjudged="" if allow_no_baseline else unjudged(comparison) or "",
+    )
 
 
 def unjudged(comparison: Comparison) -> str | None:
     """Why no cell of a run with cells was compared with anything, or None when one was."""
     if not comparison.cells or any(was_judged(c) for c in comparison.cells):
         return None
+    statuses = {c.status for c in comparison.cells}
     if comparison.incomparable:
         why = f"incomparable: {comparison.incomparable}"
-    elif any(c.status not in UNJUDGED for c in comparison.cells):
+    elif statuses - set(UNJUDGED):
         why = f"{comparison.baseline} gives no figure of the run's cells a tolerance"
-    elif all(c.status == NO_BASELINE for c in comparison.cells if c.status != SKIPPED):
-        why = (
-            comparison.baseline
-            if comparison.baseline.startswith("no baseline")
-            else (f"{comparison.baseline} has none of the run's cells")
-        )
-    else:
+    elif statuses == {SKIPPED}:
         why = "every cell was skipped"
+    elif comparison.baseline.startswith("no baseline"):
+        why = comparison.baseline
+    else:  # the cells that ran are every one no-baseline
+        why = f"{comparison.baseline} has none of the run's cells"
     return (
         f"nothing judged: {why} (accept a baseline with `bloomperf baseline accept RESULTS`; "
         "--allow-no-baseline passes a run with nothing to compare)"

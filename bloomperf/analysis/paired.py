@@ -32,8 +32,10 @@ FASTER = "faster"
 SAME = "same"
 INCONCLUSIVE = "inconclusive"
 
-# Above this many pairs the signed-rank distribution is replaced by its normal approximation
-# (the difference in the critical rank is below one at this size).
+# Above this many pairs the signed-rank distribution is replaced by its normal approximation.
+# Its critical rank is never above the exact one (the interval is never narrower): at 61-200
+# pairs it is 0-1 ranks below at alpha 0.05, and within 1.4 % of the Walsh averages' count
+# down to alpha 1e-5 (tests/test_paired_rules.py).
 EXACT_UP_TO = 60
 
 
@@ -157,14 +159,22 @@ def final_verdict(estimate: PairedEstimate | None, tolerance: float) -> str:
     return decide(estimate, tolerance) or INCONCLUSIVE
 
 
+def first_look(min_pairs: int) -> int:
+    """The pairs at the first look: ``min_pairs``, and never fewer than two (one pair has no
+    spread to make an interval of)."""
+    return max(min_pairs, 2)
+
+
 def looks(min_pairs: int, max_pairs: int) -> int:
-    """How many times the interval may be looked at between ``min_pairs`` and ``max_pairs``
-    (``next_look``'s schedule, plus the final look when the budget runs out)."""
-    count, pairs = 1, max(min_pairs, 1)
-    while pairs < max_pairs:
+    """How many intervals one cell's comparison computes at most: one at each point of
+    ``next_look``'s schedule up to ``max_pairs``, and a final one when the budget runs out
+    between two points (the schedule ends on ``max_pairs`` itself, or it does not)."""
+    points = []
+    pairs = first_look(min_pairs)
+    while pairs <= max_pairs:
+        points.append(pairs)
         pairs = next_look(pairs)
-        count += 1
-    return count + 1
+    return len(points) + (0 if points and points[-1] == max_pairs else 1)
 
 
 def look_confidence(confidence: float, min_pairs: int, max_pairs: int) -> float:

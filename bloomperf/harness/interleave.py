@@ -32,6 +32,7 @@ from bloomperf.analysis.paired import (
     decide,
     estimate_paired,
     final_verdict,
+    first_look,
     look_confidence,
     next_look,
 )
@@ -129,7 +130,7 @@ class PairLog:
 
     def decided(self) -> bool:
         """Look at the interval when the schedule says so; True once it supports a verdict."""
-        if self.pairs < max(self.look, self.settings.min_pairs, 2):
+        if self.pairs < max(self.look, first_look(self.settings.min_pairs)):
             return False
         self.look = next_look(self.pairs)
         self.estimate = estimate_paired(

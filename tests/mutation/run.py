@@ -36,12 +36,16 @@ NO_CHILD_RSS = ("-k", "not cpu_peak_rss_matches_prediction")
 MODULES: dict[str, tuple[str, ...]] = {
     "bloomperf/analysis/compare.py": (
         "tests/test_compare.py",
+        "tests/test_compare_rules.py",
+        "tests/test_verdict_lines.py",
         "tests/test_verdict_properties.py",
         "tests/test_gate_properties.py",
         "tests/test_latency_verdicts.py",
     ),
     "bloomperf/analysis/verdicts.py": (
         "tests/test_compare.py",
+        "tests/test_compare_rules.py",
+        "tests/test_verdict_lines.py",
         "tests/test_verdict_properties.py",
         "tests/test_gate_properties.py",
         "tests/test_github_output.py",
@@ -56,6 +60,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "bloomperf/analysis/paired.py": (
         "tests/test_ab_properties.py",
+        "tests/test_paired_rules.py",
         "tests/test_ab.py::test_critical_rank_matches_the_signed_rank_table",
         "tests/test_ab.py::test_interval_covers_the_true_ratio_at_its_level",
         "tests/test_ab.py::test_pairing_cancels_drift_and_outliers_do_not_move_the_estimate",
