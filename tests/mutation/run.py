@@ -78,17 +78,26 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "bloomperf/store/results/__init__.py": (
         "tests/test_verdict_properties.py",
+        "tests/test_store_rules.py",
         "tests/test_compare.py",
         "tests/test_schema.py",
         "tests/test_tables.py",
     ),
-    "bloomperf/store/results/codec.py": ("tests/test_schema.py", "tests/test_gate.py"),
+    "bloomperf/store/results/codec.py": (
+        "tests/test_schema.py",
+        "tests/test_gate.py",
+        "tests/test_store_rules.py",
+    ),
     "bloomperf/store/baseline/__init__.py": (
         "tests/test_baseline.py",
         "tests/test_compare.py",
         "tests/test_gate_properties.py",
     ),
-    "bloomperf/store/baseline/codec.py": ("tests/test_baseline.py", "tests/test_schema.py"),
+    "bloomperf/store/baseline/codec.py": (
+        "tests/test_baseline.py",
+        "tests/test_schema.py",
+        "tests/test_store_rules.py",
+    ),
     "bloomperf/store/baseline/accept.py": (
         "tests/test_baseline.py",
         "tests/test_verdict_properties.py",
