@@ -87,6 +87,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_schema.py",
         "tests/test_gate.py",
         "tests/test_store_rules.py",
+        "tests/test_results_roundtrip.py",
     ),
     "bloomperf/store/baseline/__init__.py": (
         "tests/test_baseline.py",
