@@ -32,9 +32,11 @@ from bloomperf.backends.accelerate import AccelerateBackend
 from bloomperf.backends.base import Backend, LoadRequest
 from bloomperf.catalog import workload
 from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.harness import worker as worker_module
 from bloomperf.harness.protocol import OP_BEGIN, OP_CYCLE, OP_END, WorkerSpec
 from bloomperf.harness.runner import measure_plainly
 from bloomperf.harness.worker import Worker
+from bloomperf.measure.rank_peaks import reset_own_peak
 from bloomperf.plugin import pedantic_measure
 
 NEW_TOKENS = 5
@@ -58,6 +60,15 @@ class Recording:
         output: torch.Tensor = super().generate(*args)  # type: ignore[misc]
         record("generated")
         return output
+
+    def prepare(self, request: LoadRequest) -> None:
+        record("prepare")
+        super().prepare(request)  # type: ignore[misc]
+
+    def load(self, request: LoadRequest) -> None:
+        record("load")
+        super().load(request)  # type: ignore[misc]
+        record("loaded")
 
     def next_token_logits(self, *args: Any) -> torch.Tensor:
         record("check")
@@ -168,6 +179,9 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(workload, "build_inputs", recorded("inputs", workload.build_inputs))
     for name in ALLOCATIONS:
         monkeypatch.setattr(torch, name, recorded("alloc", getattr(torch, name)))
+    # The cell's memory phase starts where the worker resets the peaks: recorded, so that a
+    # test can see that nothing the cell's preparation allocates falls inside it.
+    monkeypatch.setattr(worker_module, "reset_own_peak", recorded("reset-peak", reset_own_peak))
     monkeypatch.setattr(torch.Tensor, "to", recorded("alloc", torch.Tensor.to))
     monkeypatch.setattr(torch.Tensor, "clone", recorded("alloc", torch.Tensor.clone))
     monkeypatch.setattr(sys, "stdout", RecordingStream(sys.stdout))
@@ -265,6 +279,9 @@ def test_the_cell_is_prepared_outside_any_cycle(recorder: list[str], tiny: Path)
     worker.act(OP_BEGIN, 3)
     prepared = list(EVENTS)
     assert "inputs" in prepared and "tokenize" in prepared and "check" in prepared
+    # The peaks are reset once, after everything the preparation does (the inputs, the output
+    # check's forward pass): the cell's peak is its cycles', not its preparation's.
+    assert prepared.count("reset-peak") == 1 and prepared[-1] == "reset-peak", prepared
     assert worker.inputs["input_ids"].shape[0] == 3
     EVENTS.clear()
     reply = worker.act(OP_CYCLE, 3)
@@ -272,6 +289,25 @@ def test_the_cell_is_prepared_outside_any_cycle(recorder: list[str], tiny: Path)
     assert len(reply["step_ms"]) == NEW_TOKENS
     # The step times add up to the cycle (the step timer's first mark is the cycle's start).
     assert sum(reply["step_ms"]) / 1000.0 <= reply["seconds"]
+
+
+@pytest.mark.parametrize("backend", ["recording-counting", "recording-accelerate"])
+def test_the_load_time_covers_the_backends_load_and_nothing_else(
+    recorder: list[str], tiny: Path, backend: str
+) -> None:
+    """Imports and preparation (``prepare``) come before the clock; the clock reads bracket
+    ``load`` alone, each after a synchronisation."""
+    spec = WorkerSpec(backend, "fp32", str(tiny), "cpu", new_tokens=NEW_TOKENS, control="")
+    worker = Worker(spec)
+    EVENTS.clear()
+    seconds = worker.load()
+    region = timed_region(list(EVENTS))
+    # Whatever the backend's own load allocates lies between "load" and "loaded".
+    assert region[:2] == ["clock", "load"] and region[-3:] == ["loaded", "sync", "clock"], EVENTS
+    assert region.count("clock") == 2 and "prepare" not in region, EVENTS
+    before = EVENTS[: EVENTS.index("clock")]
+    assert "prepare" in before and before[-1] == "sync", EVENTS
+    assert seconds > 0
 
 
 def test_the_same_protocol_under_the_real_accelerate_backend(
