@@ -98,6 +98,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_baseline.py",
         "tests/test_schema.py",
         "tests/test_store_rules.py",
+        "tests/test_baseline_roundtrip.py",
     ),
     "bloomperf/store/baseline/accept.py": (
         "tests/test_baseline.py",
