@@ -186,7 +186,7 @@ def one_cell(tmp_path: Path, cell: dict[str, Any], **top: Any) -> Path:
         ),
         (
             {"peak_memory_tolerance": 5},
-            "field 'peak_memory_tolerance' must be a fraction below 1 (0.05 = 5%), found 5",
+            "field 'peak_memory_tolerance' must be a fraction below 1 (0.05 = 5%), found 5.0",
         ),
         ({"outcome": "oom"}, "an 'oom' cell cannot have ms_per_token"),
         ({"outcome": "crashed"}, "unknown outcome 'crashed' (valid: ok, oom, not-run)"),
