@@ -142,8 +142,9 @@ def test_a_wrongly_typed_value_is_refused_naming_the_file_and_the_place(
         load_baseline(path)
     message = str(refused.value)
     assert "\n" not in message and message.startswith(str(path)), message
-    named = [str(k) for k in where if isinstance(k, str)]
-    assert any(k in message for k in named[-2:]) or "must be" in message, (where, message)
+    key = where[-1] if isinstance(where[-1], str) else where[-2]
+    lists = {"cells": "cell", "load_times": "load time", "provenance": "provenance"}
+    assert key in message or f"{lists.get(where[-2])} {where[-1]}" in message, (where, message)
     for section, label in (
         ("cells", "cell"),
         ("load_times", "load time"),

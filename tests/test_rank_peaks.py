@@ -78,10 +78,10 @@ def test_per_node_figures_survive_the_results_file() -> None:
         ]
     )
     stored = json.loads(json.dumps(json_fields(reading)))
-    assert memory_from_dict(stored, "results.json") == reading
+    assert memory_from_dict({"generate_memory": stored}, "generate_memory", "r.json") == reading
     stored["per_node_bytes"] = [["a"]]
     with pytest.raises(BloomperfError, match="per_node_bytes"):
-        memory_from_dict(stored, "results.json")
+        memory_from_dict({"generate_memory": stored}, "generate_memory", "r.json")
 
 
 # ---- a GPU rank's figure: NVML's per-process count where the rank can read it ----------------

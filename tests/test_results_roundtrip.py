@@ -188,8 +188,10 @@ def test_a_wrongly_typed_value_is_refused_naming_the_file_and_the_place(
         message = str(refused)
         assert "\n" not in message
         assert message.startswith(f"{path}"), message
-        named = [str(k) for k in where if isinstance(k, str)]
-        assert any(k in message for k in named[-2:]), (where, message)
+        # The place is named: its own key, or for an entry of a list, the list's key (a
+        # cell's by its label, "cell 2").
+        key = where[-1] if isinstance(where[-1], str) else where[-2]
+        assert key in message or where[-2:-1] == ("cells",), (where, message)
         if "cells" in where:
             assert f"cell {where[where.index('cells') + 1]}" in message, (where, message)
     else:

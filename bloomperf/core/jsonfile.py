@@ -14,6 +14,7 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +239,14 @@ def as_json_types(value: Any) -> Any:
 
 
 # ---- field readers: each names the file and the field when the value is wrong -------------
+
+
+def entries(values: list[Any], key: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """Each entry of the list field ``key`` as a one-field object named ``key[i]``, so that the
+    readers below name the entry itself: ``field 'flags[2]' must be a string``."""
+    for i, value in enumerate(values):
+        name = f"{key}[{i}]"
+        yield {name: value}, name
 
 
 def get_str(obj: dict[str, Any], key: str, where: str, default: str | None = None) -> str:

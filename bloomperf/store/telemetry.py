@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.jsonfile import get_float, get_int, get_list, get_str
+from bloomperf.core.jsonfile import entries, get_float, get_int, get_list, get_str
 
 # NVML's clocks-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
 SW_POWER_CAP = 0x4
@@ -113,7 +113,7 @@ def telemetry_from_dict(data: Any, where: str) -> Telemetry | None:
             return None
         if not (isinstance(value, list) and len(value) == 2):
             raise BloomperfError(f"{where}: field {key!r} must be [min, max]")
-        low, high = (get_int({key: v}, key, where) or 0 for v in value)
+        low, high = (get_int(entry, name, where) or 0 for entry, name in entries(value, key))
         return (low, high)
 
     return Telemetry(
@@ -124,7 +124,8 @@ def telemetry_from_dict(data: Any, where: str) -> Telemetry | None:
         max_temperature_c=get_int(data, "max_temperature_c", where, optional=True),
         reasons=int(get_int(data, "reasons", where, optional=True) or 0),
         flags=tuple(
-            get_str({"flag": f}, "flag", where) for f in get_list(data, "flags", where, [])
+            get_str(entry, name, where)
+            for entry, name in entries(get_list(data, "flags", where, []), "flags")
         ),
         reason=get_str(data, "reason", where, default=""),
     )

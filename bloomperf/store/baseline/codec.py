@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from bloomperf.catalog.names import check_model_name, check_topology_id
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.jsonfile import get_dict, get_float, get_int, get_list, get_str, json_fields
+from bloomperf.core.jsonfile import (
+    entries,
+    get_dict,
+    get_float,
+    get_int,
+    get_list,
+    get_str,
+    json_fields,
+)
 from bloomperf.store.baseline import (
     EXPECT_OK,
     EXPECTED_OUTCOMES,
@@ -34,12 +41,15 @@ def _tolerance(data: dict[str, Any], key: str, where: str) -> float | None:
     return value
 
 
-def _floats(values: Iterable[Any], where: str) -> tuple[float, ...]:
-    return tuple(float(get_float({"v": v}, "v", where, positive=True) or 0.0) for v in values)
+def _floats(values: list[Any], key: str, where: str) -> tuple[float, ...]:
+    return tuple(
+        float(get_float(entry, name, where, positive=True) or 0.0)
+        for entry, name in entries(values, key)
+    )
 
 
-def _strings(values: Iterable[Any], where: str) -> tuple[str, ...]:
-    return tuple(get_str({"v": v}, "v", where) for v in values)
+def _strings(values: list[Any], key: str, where: str) -> tuple[str, ...]:
+    return tuple(get_str(entry, name, where) for entry, name in entries(values, key))
 
 
 def cell_from_dict(data: Any, where: str) -> BaselineCell:
@@ -63,7 +73,9 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
             data, "ms_per_token_decimals", where, optional=True, maximum=12
         ),
         ms_per_token_samples=_floats(
-            bounded_list(data, "ms_per_token_samples", where, MAX_CYCLES), where
+            bounded_list(data, "ms_per_token_samples", where, MAX_CYCLES),
+            "ms_per_token_samples",
+            where,
         ),
         peak_memory_bytes=get_int(data, "peak_memory_bytes", where, optional=True),
         peak_memory_tolerance=_tolerance(data, "peak_memory_tolerance", where),
@@ -81,7 +93,8 @@ def latency_from_dict(data: dict[str, Any], where: str) -> dict[str, Any]:
             raise BloomperfError(f"{where}: unknown latency metric {metric!r}")
         if "samples" not in entry:
             raise BloomperfError(f"{where}: {metric} has no samples")
-        samples[metric] = _floats(bounded_list(entry, "samples", where, MAX_CYCLES), where)
+        values = bounded_list(entry, "samples", where, MAX_CYCLES)
+        samples[metric] = _floats(values, f"{metric} samples", where)
         tolerances[metric] = _tolerance(entry, "tolerance", where)
     return {"latency_samples": samples, "latency_tolerances": tolerances}
 
@@ -165,20 +178,20 @@ def baseline_from_dict(data: dict[str, Any], where: str) -> Baseline:
         topology=check_topology_id(get_str(topology, "id", where), where),
         topology_aliases=tuple(
             check_topology_id(a, where)
-            for a in _strings(get_list(topology, "aliases", where, []), where)
+            for a in _strings(get_list(topology, "aliases", where, []), "aliases", where)
         ),
         topology_description=get_str(topology, "description", where, default=""),
         model=check_model_name(get_str(model, "name", where), where),
         model_aliases=tuple(
             check_model_name(a, where)
-            for a in _strings(get_list(model, "aliases", where, []), where)
+            for a in _strings(get_list(model, "aliases", where, []), "aliases", where)
         ),
         model_layers=get_int(model, "layers", where, optional=True),
         new_tokens=get_int(workload, "new_tokens", where, optional=True, minimum=1),
         provenance=provenance,
         cells=cells,
         load_times=load_times,
-        notes=_strings(get_list(data, "notes", where, []), where),
+        notes=_strings(get_list(data, "notes", where, []), "notes", where),
         path=where,
     )
     check_consistent(baseline, where)

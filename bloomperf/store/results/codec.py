@@ -11,6 +11,7 @@ from typing import Any
 from bloomperf.catalog.names import check_model_name, check_topology_id
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import (
+    entries,
     get_bool,
     get_dict,
     get_float,
@@ -106,17 +107,20 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
     }
 
 
-def memory_from_dict(data: Any, where: str) -> MemoryReading | None:
+def memory_from_dict(cell: dict[str, Any], key: str, where: str) -> MemoryReading | None:
+    """The memory reading of one phase (``key``: load_memory or generate_memory), or None."""
+    data = cell.get(key)
     if data is None:
         return None
     if not isinstance(data, dict):
-        raise BloomperfError(f"{where}: memory reading must be an object")
+        raise BloomperfError(f"{where}: {key} must be an object (a memory reading)")
     per_device = get_list(data, "per_device_bytes", where, default=[])
     return MemoryReading(
         source=get_str(data, "source", where),
         peak_bytes=get_int(data, "peak_bytes", where, optional=True),
         per_device_bytes=tuple(
-            int(get_int({"v": v}, "v", f"{where} per_device_bytes") or 0) for v in per_device
+            int(get_int(entry, name, where) or 0)
+            for entry, name in entries(per_device, "per_device_bytes")
         ),
         process_bytes=get_int(data, "process_bytes", where, optional=True),
         torch_allocated_bytes=get_int(data, "torch_allocated_bytes", where, optional=True),
@@ -134,8 +138,9 @@ def per_node_from_list(data: dict[str, Any], where: str) -> tuple[tuple[str, int
     for pair in pairs:
         if not (isinstance(pair, list) and len(pair) == 2):
             raise BloomperfError(f"{where}: per_node_bytes must hold [node, bytes] pairs")
-        node = get_str({"node": pair[0]}, "node", f"{where} per_node_bytes")
-        size = get_int({"bytes": pair[1]}, "bytes", f"{where} per_node_bytes") or 0
+        (node_entry, node_name), (size_entry, size_name) = entries(pair, "per_node_bytes")
+        node = get_str(node_entry, node_name, where)
+        size = get_int(size_entry, size_name, where) or 0
         nodes.append((node, size))
     return tuple(nodes)
 
@@ -158,12 +163,12 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         batch_size=int(get_int(data, "batch_size", where, minimum=1, maximum=MAX_BATCH_SIZE) or 0),
         outcome=outcome,
         samples_ms_per_token=tuple(
-            float(get_float({"v": s}, "v", f"{where} samples_ms_per_token", positive=True) or 0.0)
-            for s in samples
+            float(get_float(entry, name, where, positive=True) or 0.0)
+            for entry, name in entries(samples, "samples_ms_per_token")
         ),
         load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
-        load_memory=memory_from_dict(data.get("load_memory"), where),
-        generate_memory=memory_from_dict(data.get("generate_memory"), where),
+        load_memory=memory_from_dict(data, "load_memory", where),
+        generate_memory=memory_from_dict(data, "generate_memory", where),
         message=get_str(data, "message", where, default=""),
         details=get_dict(data, "details", where, default={}),
         energy=energy_from_dict(data.get("energy"), f"{where} energy"),
@@ -196,8 +201,8 @@ def check_derived(data: dict[str, Any], where: str) -> None:
     get_int(data, "peak_memory_bytes", where, optional=True)
     if data.get("id") is not None:
         get_str(data, "id", where)
-    for flag in get_list(data, "flags", where, default=[]):
-        get_str({"flag": flag}, "flag", where)
+    for entry, name in entries(get_list(data, "flags", where, default=[]), "flags"):
+        get_str(entry, name, where)
 
 
 def bounded_list(data: dict[str, Any], key: str, where: str, limit: int) -> list[Any]:
@@ -221,7 +226,10 @@ def steps_from_list(cycles: list[Any], where: str) -> tuple[tuple[float, ...], .
                 f"{what}: a cycle of {len(steps)} steps, over {MAX_NEW_TOKENS + 1}"
             )
         read.append(
-            tuple(float(get_float({"v": ms}, "v", what, positive=True) or 0.0) for ms in steps)
+            tuple(
+                float(get_float(entry, name, where, positive=True) or 0.0)
+                for entry, name in entries(steps, f"samples_step_ms[{len(read)}]")
+            )
         )
     return tuple(read)
 
@@ -250,8 +258,10 @@ def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
             cycles=int(get_int(workload, "cycles", where, minimum=1, maximum=MAX_CYCLES) or 0),
             warmup=int(get_int(workload, "warmup", where, maximum=MAX_CYCLES) or 0),
             prompts=tuple(
-                get_str({"prompt": p}, "prompt", where)
-                for p in get_list(workload, "prompts", where, default=[])
+                get_str(entry, name, f"{where} workload")
+                for entry, name in entries(
+                    get_list(workload, "prompts", where, default=[]), "prompts"
+                )
             ),
         ),
         topology=check_topology_id(get_str(data, "topology", where), where),
