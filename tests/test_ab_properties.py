@@ -294,3 +294,21 @@ def test_estimate_paired_refuses_a_confidence_outside_its_range(confidence: floa
     with pytest.raises(BloomperfError, match=r"^confidence: must be in \[0\.5, 1\)"):
         estimate_paired([1.0] * 8, [1.0] * 8, confidence)
     assert estimate_paired([1.0] * 8, [2.0] * 8, 0.5).ratio == pytest.approx(2.0)
+
+
+def test_a_slower_step_is_told_by_its_slower_cell_not_a_wilder_inconclusive_one() -> None:
+    """Beside a surely slower cell, an inconclusive cell whose estimate is larger still: the step
+    is slower, and its ratio and cell are the slower cell's (the one that decided it)."""
+    slower = compared([10.0 + i for i in range(12)], 1.5, Cell("accelerate", "bf16", 1))
+    wild = PairLog(Cell("accelerate", "bf16", 2), SETTINGS)
+    for b in (40.0, 8.0, 40.0, 9.0, 45.0):
+        wild.add_pair({"a": 10.0, "b": b}, ("a", "b"))
+    unsure = wild.comparison("max-pairs", 1.0, {})
+    assert slower.verdict == SLOWER and unsure.verdict == INCONCLUSIVE
+    assert unsure.estimate is not None and slower.estimate is not None
+    assert unsure.estimate.ratio > slower.estimate.ratio
+    for order in ([slower, unsure], [unsure, slower]):
+        step = step_from("1.1", order, None)
+        assert step.verdict == SLOWER
+        assert step.message == slower.cell.id
+        assert step.ratio == slower.estimate.ratio
