@@ -106,6 +106,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "bloomperf/analysis/boundaries.py": (
         "tests/test_baseline.py",
+        "tests/test_boundary_rules.py",
         "tests/test_predict.py",
         "tests/test_tables.py",
         *NO_CHILD_RSS,
