@@ -113,6 +113,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "bloomperf/analysis/memory_model.py": (
         "tests/test_predict.py",
+        "tests/test_memory_model_rules.py",
         "tests/test_memory_properties.py",
         *NO_CHILD_RSS,
     ),
