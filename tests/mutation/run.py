@@ -102,6 +102,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "bloomperf/store/baseline/accept.py": (
         "tests/test_baseline.py",
+        "tests/test_accept_rules.py",
         "tests/test_verdict_properties.py",
     ),
     "bloomperf/analysis/boundaries.py": (

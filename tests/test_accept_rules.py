@@ -1,0 +1,218 @@
+"""``baseline accept``'s rules, by property (mutmut's first full run left 78 of accept's 314
+mutants alive): what a re-accepted cell keeps, what an OOM cell records, which provenance
+entries survive, when a run is dated, and how the hardware and software are described.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bloomperf.core.errors import BloomperfError
+from bloomperf.store.baseline import EXPECT_OOM
+from bloomperf.store.baseline.accept import (
+    CPU_TOLERANCES,
+    GPU_TOLERANCES,
+    accept_run,
+    baseline_cell_of,
+    describe_hardware,
+    describe_software,
+    provenance_of_run,
+    software_environment,
+)
+from bloomperf.store.latency import JUDGED_LATENCY, per_cycle
+from bloomperf.store.results import CellResult, Outcome
+from tests.builders import GiB, bloom_run, ok_cell, tiny_run
+
+STEPS = ((50.0, 10.0, 11.0, 30.0),) * 3
+tolerances = st.none() | st.sampled_from((0.02, 0.07, 0.3))
+
+
+def measured(batch_size: int = 1) -> CellResult:
+    return replace(ok_cell(2.0, batch_size=batch_size), samples_step_ms=STEPS)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    topology=st.sampled_from(("cpu", "8xA100-SXM4-80GB")),
+    ms=tolerances,
+    memory=tolerances,
+    load=tolerances,
+    latency=st.dictionaries(st.sampled_from(sorted(JUDGED_LATENCY)), tolerances),
+)
+def test_a_reaccepted_cell_keeps_the_tolerances_it_had(
+    topology: str,
+    ms: float | None,
+    memory: float | None,
+    load: float | None,
+    latency: dict[str, float | None],
+) -> None:
+    """A tolerance someone set on a cell survives every later accept; where the cell had none,
+    the topology's default applies (CPU: timing recorded, not judged)."""
+    first = baseline_cell_of(measured(), None, topology, "p1")
+    defaults = CPU_TOLERANCES if topology == "cpu" else GPU_TOLERANCES
+    assert first.ms_per_token_tolerance == defaults["ms_per_token"]
+    assert first.peak_memory_tolerance == defaults["peak_memory"]
+    assert first.load_time_tolerance == defaults["load_time"]
+    latency_default = {m: None if topology == "cpu" else t for m, t in JUDGED_LATENCY.items()}
+    assert first.latency_tolerances == latency_default
+    tuned = replace(
+        first,
+        ms_per_token_tolerance=ms,
+        peak_memory_tolerance=memory,
+        load_time_tolerance=load,
+        latency_tolerances=latency,
+    )
+    again = baseline_cell_of(measured(), tuned, topology, "p2")
+    assert again.ms_per_token_tolerance == (ms if ms is not None else defaults["ms_per_token"])
+    assert again.peak_memory_tolerance == (
+        memory if memory is not None else defaults["peak_memory"]
+    )
+    assert again.load_time_tolerance == (load if load is not None else defaults["load_time"])
+    kept = {m: t for m, t in latency.items() if t is not None}
+    assert again.latency_tolerances == latency_default | kept
+    assert again.provenance == "p2"
+
+
+@pytest.mark.parametrize("topology", ["cpu", "8xA100-SXM4-80GB"])
+def test_an_oom_cell_records_the_boundary_and_no_figure(topology: str) -> None:
+    oom = replace(measured(), outcome=Outcome.OOM, message="CUDA out of memory")
+    cell = baseline_cell_of(oom, None, topology, "p")
+    assert cell.outcome == EXPECT_OOM
+    assert (cell.ms_per_token, cell.ms_per_token_tolerance, cell.ms_per_token_samples) == (
+        None,
+        None,
+        (),
+    )
+    assert (cell.peak_memory_bytes, cell.peak_memory_tolerance) == (None, None)
+    assert cell.latency_samples == {}
+    # The load happened before the OOM: its time is a figure like any other.
+    assert cell.load_time_s == oom.load_time_s
+    ok = baseline_cell_of(measured(), None, topology, "p")
+    assert ok.ms_per_token_samples == measured().samples_ms_per_token
+    assert ok.latency_samples == per_cycle(STEPS)
+    assert ok.peak_memory_bytes == measured().peak_memory_bytes
+
+
+def test_a_cell_without_a_load_time_has_no_load_tolerance() -> None:
+    cell = baseline_cell_of(replace(measured(), load_time_s=None), None, "8xA100-SXM4-80GB", "p")
+    assert (cell.load_time_s, cell.load_time_tolerance) == (None, None)
+    assert cell.ms_per_token_tolerance == GPU_TOLERANCES["ms_per_token"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    first=st.sets(st.sampled_from((1, 2, 4)), min_size=1),
+    second=st.sets(st.sampled_from((1, 2, 4)), min_size=1),
+)
+def test_provenance_lists_exactly_the_entries_cells_still_name(
+    first: set[int], second: set[int]
+) -> None:
+    night_one = replace(
+        bloom_run(*(measured(b) for b in sorted(first))), finished_at="2026-11-01T03:00:00Z"
+    )
+    night_two = replace(
+        bloom_run(*(measured(b) for b in sorted(second))), finished_at="2026-11-02T03:00:00Z"
+    )
+    once = accept_run(night_one, None, source="one.json")
+    twice = accept_run(night_two, once, source="two.json")
+    named = {c.provenance for c in twice.cells}
+    assert {p.id for p in twice.provenance} == named
+    assert len(twice.provenance) == len(named)
+    assert ("run-2026-11-01T03:00:00Z" in named) == bool(first - second)
+    assert twice.provenance[-1].id == "run-2026-11-02T03:00:00Z"
+    # The cells of the second night are the second night's, with its figures.
+    assert {c.batch_size for c in twice.cells if c.provenance.endswith("11-02T03:00:00Z")} == second
+
+
+@pytest.mark.parametrize(
+    ("finished", "started", "now", "dated"),
+    [
+        (
+            "2026-11-02T03:10:00Z",
+            "2026-11-02T01:30:00Z",
+            "2026-12-01T00:00:00Z",
+            "2026-11-02T03:10:00Z",
+        ),
+        ("", "2026-11-02T01:30:00Z", "2026-12-01T00:00:00Z", "2026-11-02T01:30:00Z"),
+        ("", "", "2026-12-01T00:00:00Z", "2026-12-01T00:00:00Z"),
+    ],
+)
+def test_a_run_is_dated_when_it_finished_else_started_else_now(
+    finished: str, started: str, now: str, dated: str
+) -> None:
+    run = replace(bloom_run(measured()), finished_at=finished, started_at=started)
+    provenance = provenance_of_run(run, "r.json", now)
+    assert (provenance.id, provenance.date, provenance.source) == (f"run-{dated}", dated, "r.json")
+
+
+def test_refusals_name_what_they_refuse() -> None:
+    broken = replace(measured(8), outcome=Outcome.TIMEOUT)
+    run = bloom_run(measured(), broken)
+    with pytest.raises(BloomperfError) as refused:
+        accept_run(run, None, source="r.json")
+    assert str(refused.value) == (
+        "r.json: refusing cells that did not finish: ds-inference-fp16-bs8 (timeout); "
+        "use --force to accept the rest"
+    )
+    forced = accept_run(run, None, source="r.json", force=True)
+    assert [c.batch_size for c in forced.cells] == [1]
+    with pytest.raises(BloomperfError) as other:
+        accept_run(tiny_run(measured()), forced, source="t.json")
+    assert str(other.value) == "t.json: model 'tiny' is not the baseline's 'bloom-176b'"
+
+
+FINGERPRINT = {
+    "gpus": ["NVIDIA A100-SXM4-80GB"] * 8,
+    "cpu_model": "AMD EPYC 7763",
+    "cpu_cores": 256,
+    "ram_bytes": 2015 * GiB,
+    "packages": {"torch": "2.4.0", "deepspeed": "0.14.4"},
+    "python": "3.11.7",
+    "driver": "550.54.15",
+    "cuda_driver": "12.4",
+    "cuda_torch": "12.1",
+    "nccl": "2.20.5",
+    "provenance": {"git": {"commit": "c32c671", "dirty": True}},
+}
+
+
+def test_the_hardware_as_the_fingerprint_describes_it() -> None:
+    assert describe_hardware(FINGERPRINT, "8xA100-SXM4-80GB") == (
+        "8 x NVIDIA A100-SXM4-80GB; AMD EPYC 7763, 256 cores, 2015 GiB RAM"
+    )
+    mixed = {"gpus": ["A", "B", "B"], "cpu_model": "Xeon"}
+    assert describe_hardware(mixed, "t") == "1 x A + 2 x B; Xeon"
+    assert describe_hardware({"cpu_model": "Xeon", "ram_bytes": 24 * GiB}, "t") == (
+        "Xeon, 24 GiB RAM"
+    )
+    assert describe_hardware({}, "cpu") == "cpu"
+    assert describe_hardware({"gpus": [], "cpu_model": ""}, "1xH200") == "1xH200"
+
+
+def test_the_software_and_back() -> None:
+    software = describe_software(FINGERPRINT)
+    assert software == {
+        "torch": "2.4.0",
+        "deepspeed": "0.14.4",
+        "python": "3.11.7",
+        "driver": "550.54.15",
+        "cuda_driver": "12.4",
+        "cuda_torch": "12.1",
+        "nccl": "2.20.5",
+        "bloomperf_commit": "c32c671",
+        "bloomperf_dirty": "yes",
+    }
+    clean = {**FINGERPRINT, "provenance": {"git": {"commit": "abc", "dirty": False}}}
+    assert describe_software(clean)["bloomperf_dirty"] == "no"
+    assert "bloomperf_dirty" not in describe_software(
+        {**FINGERPRINT, "provenance": {"git": {"commit": "abc"}}}
+    )
+    assert describe_software({"python": "", "packages": "not a map"}) == {}
+    run = replace(bloom_run(measured(), environment=FINGERPRINT), finished_at="2026-11-02")
+    provenance = provenance_of_run(run, "r.json", None)
+    # What a later run's fingerprint is compared with: the same facts, read back.
+    assert describe_software(software_environment(provenance)) == provenance.software
