@@ -219,7 +219,7 @@ def run_module(module: str, budget: float, children: int, keep: Path | None) -> 
             problem = f"over the budget of {budget:g} s: the unchecked mutants are not counted"
         statuses = results(folder)
         counts = {s: sum(1 for v in statuses.values() if v == s) for s in STATUSES}
-        survivors = tuple(sorted(n for n, s in statuses.items() if s == "survived"))
+        survivors = tuple(sorted(n for n, s in statuses.items() if s in ("survived", "no tests")))
         return Tally(module, counts, survivors, time.monotonic() - start, problem)
     finally:
         if keep is not None:
