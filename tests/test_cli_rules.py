@@ -123,7 +123,7 @@ def test_history_changes_reads_the_root_that_merge_makes(
     capsys.readouterr()
     assert cli.main(["history", "changes", "--history", str(root)]) == 0
     out = capsys.readouterr().out
-    assert "History: 1 nights" in out
+    assert "History: 1 night" in out
     assert cli.main(["diff", str(BLOG_RESULTS), "--history", str(root)]) == 0
     assert "0 nights" not in capsys.readouterr().out
     (tmp_path / "empty").mkdir()

@@ -142,7 +142,7 @@ def test_cli_add_and_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "added as" in capsys.readouterr().out
     assert (folder / "2026-11-02.json").is_file()
     assert main(["history", "changes", "--history", str(folder)]) == 0
-    assert "History: 1 nights (2026-11-02 … 2026-11-02), 0 change(s)" in capsys.readouterr().out
+    assert "History: 1 night (2026-11-02 … 2026-11-02), 0 change(s)" in capsys.readouterr().out
 
 
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

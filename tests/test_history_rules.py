@@ -13,9 +13,11 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,13 +28,19 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.store.history import (
     METRIC_OUTCOME,
     NOISE_FACTOR,
+    Change,
+    add_detection_options,
     check_test_settings,
+    describe_change,
     detect_changes,
+    detection_settings,
     find_outcome_shifts,
     find_shifts,
     is_shifted,
     most_common,
+    new_changes,
     noise_sigma,
+    render_changes,
     shift_threshold,
 )
 from bloomperf.store.history.nights import Night
@@ -182,3 +190,58 @@ def test_the_settings_are_refused_at_their_exact_limits(
     with pytest.raises(BloomperfError) as error:
         check_test_settings(tolerance, window, confirm)
     assert str(error.value) == refused
+
+
+def rendered_history() -> tuple[list[Night], list[Change], list[Change]]:
+    """Fifteen nights: 10 ms, 12.5 ms from night 6 (torch 2.4 → 2.5 that night), 11 ms from
+    night 12, confirmed on the newest night."""
+    values = [10.0] * 6 + [12.5] * 6 + [11.0] * 3
+    nights = []
+    for i, value in enumerate(values):
+        run = night_run(night(i), [ok_cell(value)])
+        run = replace(run, environment={"packages": {"torch": "2.4.0" if i < 6 else "2.5.0"}})
+        nights.append(Night(str(night(i)), Path(f"{night(i)}.json"), run))
+    return nights, list(detect_changes(nights)), list(new_changes(nights))
+
+
+def test_the_history_section_says_each_change_whole() -> None:
+    nights, changes, new = rendered_history()
+    assert [c.night for c in new] == [12]
+    assert render_changes(changes, nights, "text", new) == (
+        "History: 15 nights (2026-10-01 … 2026-10-15), 2 change(s)\n"
+        "  2026-10-07  ds-inference-fp16-bs1  ms_per_token [worse]\n"
+        "      10.00 ms → 12.50 ms (+25.0 %), 6 nights since\n"
+        "      what changed: torch 2.4.0 → 2.5.0\n"
+        "  2026-10-13  ds-inference-fp16-bs1  ms_per_token [new, better]\n"
+        "      12.50 ms → 11.00 ms (-12.0 %), 3 nights since\n"
+        "      what changed: nothing recorded\n"
+    )
+    assert render_changes(changes, nights, "markdown", new) == (
+        "### History: 15 nights (2026-10-01 … 2026-10-15), 2 change(s)\n\n"
+        "| Night | Cell | Metric | Change | Kind | What changed that night |\n"
+        "|---|---|---|---|---|---|\n"
+        "| 2026-10-07 | ds-inference-fp16-bs1 | ms_per_token | 10.00 ms → 12.50 ms (+25.0 %), "
+        "6 nights since | worse | torch 2.4.0 → 2.5.0 |\n"
+        "| 2026-10-13 | ds-inference-fp16-bs1 | ms_per_token | 12.50 ms → 11.00 ms (-12.0 %), "
+        "3 nights since | new, better | nothing recorded |\n"
+    )
+    assert render_changes([], nights[:1], "markdown") == (
+        "### History: 1 night (2026-10-01 … 2026-10-01), 0 change(s)\n\n"
+        "No persistent change in any cell.\n"
+    )
+    assert render_changes([], [], "text") == "History: 0 nights (no nights), 0 change(s)\n"
+    one = replace(changes[0], nights_after=1)
+    assert describe_change(one).endswith(", 1 night since")
+
+
+def test_the_detection_options_parse_to_the_tests_settings() -> None:
+    parser = argparse.ArgumentParser()
+    add_detection_options(parser)
+    defaults = detection_settings(parser.parse_args([]))
+    assert defaults == {"tolerance": 0.05, "window": 6, "confirm": 3}
+    given_ = parser.parse_args(["--change-tolerance", "0.1", "--window", "8", "--confirm", "4"])
+    assert detection_settings(given_) == {"tolerance": 0.1, "window": 8, "confirm": 4}
+    for action in parser._actions[1:]:
+        assert f"[{action.default}]" in (action.help or ""), action.dest
+    with pytest.raises(BloomperfError, match="--window: must be at least --confirm"):
+        detection_settings(parser.parse_args(["--window", "2"]))

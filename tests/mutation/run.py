@@ -125,6 +125,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "bloomperf/store/history/nights.py": (
         "tests/test_history.py",
+        "tests/test_nights_rules.py",
         "tests/test_history_properties.py",
         "tests/test_verdict_properties.py",
     ),

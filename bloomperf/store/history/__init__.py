@@ -303,7 +303,8 @@ def render_changes(
     """The changes as a text or markdown section; ``new`` ones are flagged."""
     new_keys = {(c.cell, c.metric, c.night) for c in new}
     span = f"{nights[0].label} … {nights[-1].label}" if nights else "no nights"
-    title = f"History: {len(nights)} nights ({span}), {len(changes)} change(s)"
+    count = f"{len(nights)} night{'' if len(nights) == 1 else 's'}"
+    title = f"History: {count} ({span}), {len(changes)} change(s)"
     rows = [
         [
             c.night_label,
@@ -327,8 +328,10 @@ def render_changes(
         return "\n".join(lines) + "\n"
     lines = [title]
     for r in rows:
+        # Three lines a change: the longest cell id and change still fit 100 columns.
         lines += [
-            f"  {r[0]}  {r[1]}  {r[2]}: {r[3]} [{r[4]}]",
+            f"  {r[0]}  {r[1]}  {r[2]} [{r[4]}]",
+            f"      {r[3]}",
             f"      what changed: {plain(r[5])}",
         ]
     return "\n".join(lines) + "\n"
