@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bloomperf.cli import main
+from bloomperf.store.history.merge import merge_histories
 from bloomperf.store.history.nights import add_to_history, load_history
 from bloomperf.store.results import RunResult
 from bloomperf.store.results.codec import save_run
@@ -154,3 +155,36 @@ def test_an_interrupted_merge_leaves_whole_nights_and_a_rerun_completes_it(
         "2026-10-04",
         "2026-10-10",
     ]
+
+
+def test_a_history_night_keeps_its_date_and_counts_are_what_the_merge_did(
+    tmp_path: Path,
+) -> None:
+    """A night added with ``--date`` (its run started after midnight) keeps that night when
+    merged; ``already`` counts the runs the destination held, ``added`` the ones it wrote."""
+    history = tmp_path / "runner"
+    late = replace(night_of(EIGHT, 1), started_at=f"{night(2)}T00:30:00Z")
+    add_to_history(write(tmp_path / "late.json", late), history, day=night(1))
+    add_to_history(write(tmp_path / "n3.json", night_of(EIGHT, 3)), history)
+    dest = tmp_path / "dest"
+    [first] = merge_histories([history], dest)
+    assert [p.name for p in first.added] == [f"{night(1)}.json", f"{night(3)}.json"]
+    assert first.already == 0
+    [again] = merge_histories([history], dest)
+    assert (again.added, again.already) == ((), 2)
+
+
+def test_only_results_files_one_level_down_are_sources(tmp_path: Path) -> None:
+    """A history folder's deeper files (pytest-benchmark's storage under it) are not nights."""
+    history = tmp_path / "runner"
+    add_to_history(write(tmp_path / "n1.json", night_of(EIGHT, 1)), history)
+    deep = history / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    deep.mkdir(parents=True)
+    (deep / "0001_nightly.json").write_text('{"machine_info": {}, "benchmarks": []}')
+    [merged] = merge_histories([history], tmp_path / "dest")
+    assert [p.name for p in merged.added] == [f"{night(1)}.json"]
+
+
+def write(path: Path, run: RunResult) -> Path:
+    save_run(run, path)
+    return path

@@ -22,6 +22,59 @@ class Mutation:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
+    # ---- issue 23, after mutmut's full run: planted by hand where mutmut cannot reach ---------
+    Mutation(
+        "peak-reset-before-the-output-check",
+        "bloomperf/harness/worker.py",
+        "        check_logits(\n"
+        '            self.backend.next_token_logits(self.inputs["input_ids"], '
+        'self.inputs["attention_mask"])\n'
+        "        )\n"
+        "        self.tokens_checked = False\n",
+        "        reset_own_peak()\n"
+        "        check_logits(\n"
+        '            self.backend.next_token_logits(self.inputs["input_ids"], '
+        'self.inputs["attention_mask"])\n'
+        "        )\n"
+        "        self.tokens_checked = False\n",
+        ("tests/test_protocol_observed.py::test_the_cell_is_prepared_outside_any_cycle",),
+        "the cell's peak counts the output check's forward pass (the peaks reset before it)",
+    ),
+    Mutation(
+        "load-time-includes-prepare",
+        "bloomperf/harness/worker.py",
+        "        self.backend.prepare(self.request)\n        self.backend.synchronize()\n"
+        "        start = time.perf_counter()\n",
+        "        start = time.perf_counter()\n        self.backend.prepare(self.request)\n"
+        "        self.backend.synchronize()\n",
+        (
+            "tests/test_protocol_observed.py::"
+            "test_the_load_time_covers_the_backends_load_and_nothing_else",
+        ),
+        "load time counts the backend's imports and preparation, not the load alone",
+    ),
+    Mutation(
+        "bisect-step-told-by-any-cell",
+        "bloomperf/cli/bisect.py",
+        "            (c for c in judged if c.verdict == SLOWER),",
+        "            (c for c in judged),",
+        (
+            "tests/test_ab_properties.py::"
+            "test_a_slower_step_is_told_by_its_slower_cell_not_a_wilder_inconclusive_one",
+        ),
+        "a slower bisect step reports an inconclusive cell's ratio and name",
+    ),
+    Mutation(
+        "merged-night-dated-by-its-start",
+        "bloomperf/store/history/merge.py",
+        '    day = date.fromisoformat(match["date"]) if match else night_date(run, str(path))',
+        "    day = night_date(run, str(path))",
+        (
+            "tests/test_history_merge.py::"
+            "test_a_history_night_keeps_its_date_and_counts_are_what_the_merge_did",
+        ),
+        "a night added with --date moves to its run's start date when histories are merged",
+    ),
     # ---- issue 23: one mutant per class of property (the classes nobody had listed) ----------
     Mutation(
         "improvement-outranks-regression",
