@@ -406,8 +406,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "gate-passes-incomplete-runs",
         "bloomperf/analysis/compare.py",
-        "gap = None if allow_incomplete else incompleteness(run)",
-        "gap = None",
+        'incomplete="" if allow_incomplete else incompleteness(run) or "",',
+        'incomplete="",',
         ("tests/test_gate.py::test_an_incomplete_or_empty_run_fails_the_gate",),
         "a run that crashed after one cell (or measured nothing) would pass CI",
     ),
@@ -715,8 +715,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "nothing-judged-passes",
         "bloomperf/analysis/compare.py",
-        "    why = None if allow_no_baseline else unjudged(comparison)",
-        "    why = None",
+        'unjudged="" if allow_no_baseline else unjudged(comparison) or "",',
+        'unjudged="",',
         (
             "tests/test_gate_judges.py::test_nothing_judged_exits_1_bad_named_input_2_and_the_opt_in_passes",
         ),
