@@ -281,3 +281,16 @@ def test_a_run_is_incomplete_when_nothing_ran_or_it_did_not_finish(
     allowed = judge(run, None, allow_no_baseline=True, allow_incomplete=True)
     assert allowed.incomplete == ""
     assert allowed.failed == any(c.fails() for c in allowed.cells)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_run_of_expected_ooms_was_judged(strict: bool) -> None:
+    """Outcomes against expected outcomes are a judgement: a run whose every cell ran out of
+    memory where the baseline says it does passes, and one that ran where the baseline ran out
+    of memory fails only under --strict; neither is "nothing judged"."""
+    oom = cpu_cell(outcome=Outcome.OOM, samples_ms_per_token=(), message="out of memory")
+    baseline = cpu_baseline(BaselineCell("accelerate", "fp32", 1, EXPECT_OOM))
+    expected = judge(tiny_run(oom), baseline, strict=strict)
+    assert expected.unjudged == "" and not expected.failed
+    moved = judge(tiny_run(cpu_cell()), baseline, strict=strict)
+    assert moved.unjudged == "" and moved.failed == strict

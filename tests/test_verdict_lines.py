@@ -66,6 +66,13 @@ def test_a_missing_judged_figure_names_only_the_figures_missing() -> None:
         "ds-inference-fp16-bs1: ran, but the figures its baseline judges are missing: "
         "peak memory measured nothing vs expected 20.00 GiB ±5%"
     )
+    both = replace(cell, load_time_s=None)
+    verdict = compare_cell(both, replace(BASELINE, load_time_tolerance=0.1))
+    assert verdict.fails() == (
+        "ds-inference-fp16-bs1: ran, but the figures its baseline judges are missing: "
+        "peak memory measured nothing vs expected 20.00 GiB ±5%; "
+        "load time measured nothing vs expected 60 s ±10%"
+    )
 
 
 @pytest.mark.parametrize(
