@@ -13,6 +13,7 @@ mutants alive: no test wrote every field of a baseline and read it back):
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,9 @@ from bloomperf.store.latency import JUDGED_LATENCY
 from tests.fuzzing import typed_places
 
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=int(os.environ.get("ROUNDTRIP_EXAMPLES", "60")),
     deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 positive = st.floats(0.01, 1e5, allow_nan=False, allow_infinity=False)
@@ -142,9 +144,10 @@ def test_a_wrongly_typed_value_is_refused_naming_the_file_and_the_place(
         load_baseline(path)
     message = str(refused.value)
     assert "\n" not in message and message.startswith(str(path)), message
-    key = where[-1] if isinstance(where[-1], str) else where[-2]
+    key = next(k for k in reversed(where) if isinstance(k, str))
     lists = {"cells": "cell", "load_times": "load time", "provenance": "provenance"}
-    assert key in message or f"{lists.get(where[-2])} {where[-1]}" in message, (where, message)
+    entry = len(where) > 1 and f"{lists.get(where[-2])} {where[-1]}" in message
+    assert key in message or entry, (where, message)
     for section, label in (
         ("cells", "cell"),
         ("load_times", "load time"),

@@ -12,6 +12,7 @@ no test wrote every field and read it back):
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,9 @@ from tests.builders import tiny_run
 from tests.fuzzing import typed_places
 
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=int(os.environ.get("ROUNDTRIP_EXAMPLES", "60")),
     deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 positive = st.floats(0.01, 1e6, allow_nan=False, allow_infinity=False)
@@ -190,9 +192,9 @@ def test_a_wrongly_typed_value_is_refused_naming_the_file_and_the_place(
         assert message.startswith(f"{path}"), message
         # The place is named: its own key, or for an entry of a list, the list's key (a
         # cell's by its label, "cell 2").
-        key = where[-1] if isinstance(where[-1], str) else where[-2]
+        key = next(k for k in reversed(where) if isinstance(k, str))
         assert key in message or where[-2:-1] == ("cells",), (where, message)
-        if "cells" in where:
+        if "cells" in where[:-1]:
             assert f"cell {where[where.index('cells') + 1]}" in message, (where, message)
     else:
         pytest.fail(f"{where} = {wrong_value(kind)!r} (not a {kind.__name__}) was read")
