@@ -131,7 +131,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
 }
 # Besides bloomperf/ and tests/ (mutmut copies those), what the tests read.
-ALSO_COPY = ("conftest.py", "baselines", "benchmarks", "README.md", "docs", "requirements")
+ALSO_COPY = ("conftest.py", "baselines", "benchmarks", "README.md", "docs", "requirements", ".ci")
 STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked")
 
 
