@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Callable
 
 import numpy as np
@@ -38,6 +39,7 @@ from bloomperf.harness.interleave import (
     PairLog,
     Settings,
     failure,
+    round_value,
 )
 from bloomperf.harness.matrix import Cell
 from bloomperf.store.results import CellResult, Outcome
@@ -312,3 +314,36 @@ def test_a_slower_step_is_told_by_its_slower_cell_not_a_wilder_inconclusive_one(
         assert step.verdict == SLOWER
         assert step.message == slower.cell.id
         assert step.ratio == slower.estimate.ratio
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=st.lists(st.floats(5.0, 50.0), min_size=3, max_size=12),
+    outlier=st.floats(1e3, 1e6),
+    position=st.integers(0, 11),
+)
+def test_an_arms_figure_and_a_rounds_figure_are_medians(
+    a: list[float], outlier: float, position: int
+) -> None:
+    """What ``ab`` shows per arm, and the value one round of groups mode pairs, are medians:
+    one disturbed cycle leaves them within the other cycles."""
+    log = PairLog(Cell("accelerate", "bf16", 1), SETTINGS)
+    for value in a:
+        log.add_pair({"a": value, "b": value * 1.1}, ("a", "b"))
+    calm = log.comparison("max-pairs", 1.0, {})
+    assert calm.median("a") == statistics.median(a)
+    assert calm.median("b") == pytest.approx(statistics.median(a) * 1.1)
+    disturbed = [*a[:position], outlier, *a[position:]]
+    noisy = PairLog(Cell("accelerate", "bf16", 1), SETTINGS)
+    for value in disturbed:
+        noisy.add_pair({"a": value, "b": value}, ("a", "b"))
+    shown = noisy.comparison("max-pairs", 1.0, {}).median("a")
+    assert shown is not None and min(a) <= shown <= max(a)
+    assert round_value(disturbed) == statistics.median(disturbed)
+    # A round of groups mode: each arm's cycles of the round, one of them disturbed.
+    rounds = PairLog(Cell("accelerate", "bf16", 1), SETTINGS)
+    rounds.add_round({"a": tuple(disturbed), "b": tuple(a)}, ("b", "a"))
+    assert rounds.ratios["a"] == [statistics.median(disturbed)]
+    assert min(a) <= rounds.ratios["a"][0] <= max(a)
+    assert rounds.ratios["b"] == [statistics.median(a)]
+    assert len(rounds.samples) == len(disturbed) + len(a)

@@ -23,7 +23,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TextIO
 
@@ -128,6 +128,11 @@ class PairLog:
         for arm in ARMS:
             self.ratios[arm].append(values[arm])
 
+    def add_round(self, cycles: dict[str, tuple[float, ...]], order: tuple[str, ...]) -> None:
+        """One round of groups mode: each arm's timed cycles, paired by their medians."""
+        values = {arm: round_value(cycles[arm]) for arm in ARMS}
+        self.add_pair(values, order, cycles)
+
     def decided(self) -> bool:
         """Look at the interval when the schedule says so; True once it supports a verdict."""
         if self.pairs < max(self.look, first_look(self.settings.min_pairs)):
@@ -157,6 +162,12 @@ class PairLog:
 
 
 Progress = Callable[[PairLog, float], None]
+
+
+def round_value(cycles: Sequence[float]) -> float:
+    """One arm's figure for one round of groups mode: the median of its timed cycles, so that
+    one disturbed cycle does not move the pair it makes."""
+    return statistics.median(cycles)
 
 
 def arm_spec(spec: GroupSpec, arm: Arm) -> GroupSpec:
@@ -306,7 +317,6 @@ def compare_by_groups(
     stopped = "max-pairs"
     for _ in range(settings.max_pairs):
         order = tuple(rng.sample(ARMS, 2))
-        medians: dict[int, dict[str, float]] = {b: {} for b in logs}
         cycles: dict[int, dict[str, tuple[float, ...]]] = {b: {} for b in logs}
         for arm in order:
             runner = GroupRunner(
@@ -319,7 +329,6 @@ def compare_by_groups(
                     if result.outcome is not Outcome.OK:
                         break
                     cycles[batch_size][arm] = result.samples_ms_per_token
-                    medians[batch_size][arm] = statistics.median(result.samples_ms_per_token)
             finally:
                 runner.stop()
         for batch_size, log in logs.items():
@@ -327,7 +336,7 @@ def compare_by_groups(
             if failed is not None:
                 yield failed
                 return
-            log.add_pair(medians[batch_size], order, cycles[batch_size])
+            log.add_round(cycles[batch_size], order)
         undecided = [log for log in logs.values() if log.verdict is None and not log.decided()]
         for log in logs.values():
             progress(log, time.monotonic() - started)
