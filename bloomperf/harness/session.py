@@ -72,6 +72,8 @@ class Session:
         model: PreparedModel | None = None,
     ) -> Session:
         """``model``: already resolved (``run --dry-run`` plans without building one)."""
+        if options.output is not None:  # bad usage, refused before any model is built
+            refuse_output_among_baselines(options.output, options.baselines)
         if topology is None and options.hostfile is not None:
             from bloomperf.harness.nodes import read_cluster  # every node, read on the node
 
@@ -110,7 +112,6 @@ class Session:
             backend_options=backend_options(options),
         )
         if session.output is not None:
-            refuse_output_among_baselines(session.output, options.baselines)
             save_run(run, session.output)  # an unwritable output fails now, not after a cell
         return session
 
