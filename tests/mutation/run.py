@@ -88,6 +88,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_gate.py",
         "tests/test_store_rules.py",
         "tests/test_results_roundtrip.py",
+        "tests/test_document_fields.py",
     ),
     "bloomperf/store/baseline/__init__.py": (
         "tests/test_baseline.py",
@@ -99,6 +100,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_schema.py",
         "tests/test_store_rules.py",
         "tests/test_baseline_roundtrip.py",
+        "tests/test_document_fields.py",
     ),
     "bloomperf/store/baseline/accept.py": (
         "tests/test_baseline.py",

@@ -1,0 +1,250 @@
+"""Every field of a full baseline and a full results file, one at a time (the round-trip
+properties sample places; these visit each one):
+
+* replaced by a value of the wrong type, the file is refused in one line that starts with the
+  file's path and names the place;
+* removed, an optional field reads as its empty default and a required one is refused naming it;
+* the numeric limits a field has (new tokens at least 1, recorded cycles positive) hold at the
+  limit itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bloomperf.core.errors import BloomperfError
+from bloomperf.store.baseline import EXPECT_OK, Baseline, BaselineCell, LoadTime, Provenance
+from bloomperf.store.baseline.codec import load_baseline, save_baseline
+from bloomperf.store.results import EnergyReading, MemoryReading, Outcome
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.results.files import read_results
+from bloomperf.store.telemetry import Telemetry
+from tests.builders import ok_cell, tiny_run
+from tests.fuzzing import typed_places
+
+PROVENANCE = (
+    Provenance("blog", "the blog's tables", "2022-10-01", "8xA100", {"deepspeed": "0.7.2"}),
+    Provenance("run", "bloomperf run", "2026-11-30", "cpu", {}),
+)
+FULL_BASELINE = Baseline(
+    "8xA100-SXM4-80GB",
+    ("a100x8",),
+    "8 x A100 80GB",
+    "bloom-176b",
+    ("bigscience-bloom",),
+    70,
+    100,
+    PROVENANCE,
+    (
+        BaselineCell(
+            "accelerate",
+            "bf16",
+            1,
+            EXPECT_OK,
+            10.0,
+            0.05,
+            2,
+            (10.0, 10.1),
+            100,
+            0.1,
+            60.0,
+            0.2,
+            "run",
+            {"ttft_ms": (1.0, 1.1)},
+            {"ttft_ms": 0.1},
+        ),
+    ),
+    (LoadTime("accelerate", "bf16", "pre-sharded", 60.0, 0.2, "blog"),),
+    ("from the blog",),
+)
+FULL_CELL = replace(
+    ok_cell(2.0),
+    backend="accelerate",
+    dtype="fp32",
+    load_memory=MemoryReading("nvml", 10, (5, 5), 4, 3, 6, "r", 1, (("n0", 10),)),
+    generate_memory=MemoryReading("nvml", 20, (10, 10), 8, 6, 12, "", 2, (("n0", 20),)),
+    message="ok",
+    details={"tp": 2},
+    samples_step_ms=((5.0, 1.0, 1.1), (5.1, 1.0, 1.2), (5.0, 1.1, 1.0)),
+    energy=EnergyReading("nvml", 100.0, 2.0, 300, ""),
+    telemetry=Telemetry(4, (1400, 1410), (1593, 1593), 300.0, 60, 0, ("throttled",), ""),
+)
+FULL_RUN = replace(tiny_run(FULL_CELL), synthetic="slowdown 10 %")
+
+
+def write_baseline(folder: Path, document: dict[str, Any] | None = None) -> Path:
+    path = folder / "baseline.json"
+    save_baseline(FULL_BASELINE, path)
+    if document is not None:
+        path.write_text(json.dumps(document))
+    return path
+
+
+def write_results(folder: Path, document: dict[str, Any] | None = None) -> Path:
+    path = folder / "results.json"
+    save_run(FULL_RUN, path)
+    if document is not None:
+        path.write_text(json.dumps(document))
+    return path
+
+
+KINDS = {
+    "baseline": (write_baseline, load_baseline),
+    "results": (write_results, read_results),
+}
+# Free-form or derived values: any type is theirs to hold, or the reader never reads them.
+FREE = ("environment", "details", "software")
+
+
+def places(kind: str) -> list[tuple[tuple[Any, ...], type]]:
+    document = full_document(kind)
+    return [
+        (where, type_)
+        for where, type_ in typed_places(document)
+        if type_ is not type(None)
+        and not set(map(str, where)) & set(FREE)
+        and where[0] not in ("kind", "schema_version")
+    ]
+
+
+def full_document(kind: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        write, _ = KINDS[kind]
+        data: dict[str, Any] = json.loads(write(Path(folder)).read_text())
+        return data
+
+
+def at(document: dict[str, Any], where: tuple[Any, ...]) -> tuple[Any, Any]:
+    node: Any = document
+    for key in where[:-1]:
+        node = node[key]
+    return node, where[-1]
+
+
+LABELS = {"cells": "cell", "load_times": "load time", "provenance": "provenance"}
+
+
+def assert_names_the_place(message: str, path: Path, where: tuple[Any, ...]) -> None:
+    assert "\n" not in message and message.startswith(str(path)), message
+    key = next(k for k in reversed(where) if isinstance(k, str))
+    entry = len(where) > 1 and f"{LABELS.get(where[-2])} {where[-1]}" in message
+    assert key in message or entry, (where, message)
+    for section, label in LABELS.items():
+        if where[0] == section and len(where) > 2:
+            assert f"{label} {where[1]}" in message, (where, message)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_field_of_the_wrong_type_is_refused_naming_its_place(
+    tmp_path: Path, kind: str
+) -> None:
+    write, read = KINDS[kind]
+    for where, type_ in places(kind):
+        document = copy.deepcopy(full_document(kind))
+        node, key = at(document, where)
+        node[key] = "text" if type_ in (int, float, bool, list, dict) else 7
+        path = write(tmp_path, document)
+        with pytest.raises(BloomperfError) as refused:
+            read(path)
+        assert_names_the_place(str(refused.value), path, where)
+
+
+# Fields a file may leave out, and what they read as then.
+OPTIONAL_BASELINE: dict[tuple[Any, ...], Callable[[Baseline], object]] = {
+    ("topology", "aliases"): lambda b: b.topology_aliases == (),
+    ("topology", "description"): lambda b: b.topology_description == "",
+    ("model", "aliases"): lambda b: b.model_aliases == (),
+    ("model", "layers"): lambda b: b.model_layers is None,
+    ("workload",): lambda b: b.new_tokens is None,
+    ("workload", "new_tokens"): lambda b: b.new_tokens is None,
+    ("notes",): lambda b: b.notes == (),
+    ("cells",): lambda b: b.cells == (),  # an empty baseline: it judges nothing
+    ("load_times",): lambda b: b.load_times == (),
+    ("cells", 0, "ms_per_token_samples"): lambda b: b.cells[0].ms_per_token_samples == (),
+    ("cells", 0, "latency"): lambda b: b.cells[0].latency_samples == {},
+    ("cells", 0, "provenance"): None,  # then it names no provenance: refused (see below)
+    ("load_times", 0, "variant"): lambda b: b.load_times[0].variant == "",
+    ("provenance", 0, "software"): lambda b: b.provenance[0].software == {},
+}
+REQUIRED_BASELINE = [
+    ("topology",),
+    ("topology", "id"),
+    ("model",),
+    ("model", "name"),
+    ("provenance",),
+    ("cells", 0, "backend"),
+    ("cells", 0, "outcome"),
+    ("cells", 0, "batch_size"),
+    ("load_times", 0, "seconds"),
+    ("provenance", 0, "id"),
+    ("provenance", 0, "date"),
+]
+
+
+@pytest.mark.parametrize("where", sorted(OPTIONAL_BASELINE, key=str))
+def test_an_optional_baseline_field_may_be_left_out(tmp_path: Path, where: tuple[Any, ...]) -> None:
+    document = copy.deepcopy(full_document("baseline"))
+    node, key = at(document, where)
+    del node[key]
+    path = write_baseline(tmp_path, document)
+    check = OPTIONAL_BASELINE[where]
+    if check is None:
+        with pytest.raises(BloomperfError, match="names unknown provenance ''"):
+            load_baseline(path)
+        return
+    assert check(load_baseline(path)), where
+
+
+@pytest.mark.parametrize("where", REQUIRED_BASELINE, ids=str)
+def test_a_required_baseline_field_left_out_is_refused_naming_it(
+    tmp_path: Path, where: tuple[Any, ...]
+) -> None:
+    document = copy.deepcopy(full_document("baseline"))
+    node, key = at(document, where)
+    del node[key]
+    path = write_baseline(tmp_path, document)
+    with pytest.raises(BloomperfError) as refused:
+        load_baseline(path)
+    assert_names_the_place(str(refused.value), path, where)
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "accepted"),
+    [
+        (("workload", "new_tokens"), 1, True),
+        (("workload", "new_tokens"), 0, False),
+        (("cells", 0, "ms_per_token_samples", 0), 0.0, False),
+        (("cells", 0, "ms_per_token_samples", 0), -1.0, False),
+        (("cells", 0, "latency", "ttft_ms", "samples", 0), 0.0, False),
+        (("cells", 0, "ms_per_token_tolerance"), 0.0, True),
+        (("cells", 0, "ms_per_token_tolerance"), 0.999, True),
+    ],
+    ids=str,
+)
+def test_baseline_limits_hold_at_the_limit(
+    tmp_path: Path, where: tuple[Any, ...], value: float, accepted: bool
+) -> None:
+    document = copy.deepcopy(full_document("baseline"))
+    node, key = at(document, where)
+    node[key] = value
+    path = write_baseline(tmp_path, document)
+    if accepted:
+        load_baseline(path)
+        return
+    with pytest.raises(BloomperfError) as refused:
+        load_baseline(path)
+    assert_names_the_place(str(refused.value), path, where)
+
+
+def test_the_full_documents_read_back_whole(tmp_path: Path) -> None:
+    assert replace(load_baseline(write_baseline(tmp_path)), path="") == FULL_BASELINE
+    assert read_results(write_results(tmp_path)) == FULL_RUN
+    assert FULL_RUN.cells[0].outcome is Outcome.OK
