@@ -41,6 +41,7 @@ from bloomperf.analysis.scenario import Scenario
 from bloomperf.catalog.hardware import GPU_SPECS, GiB
 from bloomperf.catalog.models import MODEL_SHAPES
 from bloomperf.catalog.weights import embedding_bytes, layer_bytes
+from bloomperf.core.errors import BloomperfError
 from tests.tools import require
 
 BLOOM = MODEL_SHAPES["bloom-176b"]
@@ -99,13 +100,10 @@ def genworkspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Head sizes 16, 48, 64, 96, 128 (BLOOM), 160: every padding branch and the unpadded one.
-SHAPES = [
-    (1024, 64),
-    (3072, 64),
-    (4096, 64),
-    (6144, 64),
-    (BLOOM.hidden_size, BLOOM.n_head),
-    (10240, 64),
+# Head sizes 16, 32, 33, 48, 64, 65, 96, 128 (BLOOM), 129, 160: every padding branch, each
+# side of each limit, and the unpadded one.
+SHAPES = [(64 * size, 64) for size in (16, 32, 33, 48, 64, 65, 96, 129, 160)] + [
+    (BLOOM.hidden_size, BLOOM.n_head)
 ]
 CASES = [
     (layers, heads, batch, hidden, tp, free, max_out)
@@ -113,7 +111,7 @@ CASES = [
     for layers in (2, 70)
     for batch in (1, 16, 128)
     for tp in (1, 8)
-    for free in (50 * 2**20, 900 * 2**20, 3 * GiB, 40 * GiB)
+    for free in (50 * 2**20, 900 * 2**20, GiB, GiB + 1, 3 * GiB, 40 * GiB)
     for max_out in (1024, 4096)
 ]
 
@@ -189,6 +187,8 @@ def test_ds_inference_shards_the_blocks_and_keeps_its_cache_in_the_workspace(
     assert p.fits == (tokens >= needed and gpu.total <= A100.memory_bytes)
     if tokens < needed:
         assert p.limit.startswith(f"workspace holds {tokens} tokens, needs {needed}")
+    if p.fits:
+        assert p.limit == ""
 
 
 @settings(max_examples=30, deadline=None)
@@ -306,3 +306,34 @@ def test_the_cpu_peak_is_runtime_weights_and_the_larger_phase(
         )
         >= predicted
     )
+
+
+def test_a_cell_that_does_not_fit_names_its_fullest_gpu() -> None:
+    p = predict_cell(bloom("accelerate", "bf16", None), 512)
+    fullest = max(range(8), key=lambda i: p.per_gpu[i].total)
+    assert (p.backend, p.dtype, p.batch_size, p.fits) == ("accelerate", "bf16", 512, False)
+    assert p.limit == (
+        f"GPU {fullest}: {p.peak_per_gpu_bytes / GiB:.1f} GiB > {A100.memory_bytes / GiB:.1f} GiB"
+    )
+    assert p.per_gpu[fullest].total == p.peak_per_gpu_bytes > A100.memory_bytes
+
+
+@pytest.mark.parametrize("tp", [0, 3, 16])
+def test_a_tensor_parallel_degree_must_divide_the_heads_and_fit_the_gpus(tp: int) -> None:
+    for backend in ("ds-inference", "ds-autotp"):
+        with pytest.raises(BloomperfError) as refused:
+            predict_cell(bloom(backend, "fp16", None), 1, tp=tp)
+        assert str(refused.value) == (f"--tp: {tp} must divide the 112 heads and be at most 8 GPUs")
+
+
+def test_the_workspaces_token_limit_reaches_the_prediction() -> None:
+    s = bloom("ds-inference", "fp16", 24)
+    small, default = predict_cell(s, 8, max_out_tokens=64), predict_cell(s, 8)
+    assert small.per_gpu[0].workspace < default.per_gpu[0].workspace
+    assert not small.fits and small.limit.startswith("workspace holds 64 tokens")
+
+
+def test_zero_gathers_the_mlp_where_it_outweighs_the_embedding() -> None:
+    narrow = replace(BLOOM, vocab_size=1000)  # a 1000-token vocabulary: the 4h x h MLP wins
+    assert zero_largest_gather(narrow, "bf16") == 4 * BLOOM.hidden_size**2 * 2
+    assert zero_largest_gather(narrow, "fp32") == 4 * BLOOM.hidden_size**2 * 4
