@@ -36,6 +36,7 @@ from bloomperf.store.history import (
     detection_settings,
     find_outcome_shifts,
     find_shifts,
+    history_section,
     is_shifted,
     most_common,
     new_changes,
@@ -45,6 +46,7 @@ from bloomperf.store.history import (
 )
 from bloomperf.store.history.nights import Night
 from bloomperf.store.results import CellResult, Outcome
+from bloomperf.store.results.codec import save_run
 from tests.builders import night, night_run, ok_cell
 
 
@@ -199,7 +201,10 @@ def rendered_history() -> tuple[list[Night], list[Change], list[Change]]:
     nights = []
     for i, value in enumerate(values):
         run = night_run(night(i), [ok_cell(value)])
-        run = replace(run, environment={"packages": {"torch": "2.4.0" if i < 6 else "2.5.0"}})
+        packages = {"torch": "2.4.0", "deepspeed": "0.14.4"}
+        if i >= 6:
+            packages = {"torch": "2.5.0", "deepspeed": "0.15.0"}
+        run = replace(run, environment={"packages": packages})
         nights.append(Night(str(night(i)), Path(f"{night(i)}.json"), run))
     return nights, list(detect_changes(nights)), list(new_changes(nights))
 
@@ -211,7 +216,7 @@ def test_the_history_section_says_each_change_whole() -> None:
         "History: 15 nights (2026-10-01 … 2026-10-15), 2 change(s)\n"
         "  2026-10-07  ds-inference-fp16-bs1  ms_per_token [worse]\n"
         "      10.00 ms → 12.50 ms (+25.0 %), 6 nights since\n"
-        "      what changed: torch 2.4.0 → 2.5.0\n"
+        "      what changed: deepspeed 0.14.4 → 0.15.0; torch 2.4.0 → 2.5.0\n"
         "  2026-10-13  ds-inference-fp16-bs1  ms_per_token [new, better]\n"
         "      12.50 ms → 11.00 ms (-12.0 %), 3 nights since\n"
         "      what changed: nothing recorded\n"
@@ -221,7 +226,7 @@ def test_the_history_section_says_each_change_whole() -> None:
         "| Night | Cell | Metric | Change | Kind | What changed that night |\n"
         "|---|---|---|---|---|---|\n"
         "| 2026-10-07 | ds-inference-fp16-bs1 | ms_per_token | 10.00 ms → 12.50 ms (+25.0 %), "
-        "6 nights since | worse | torch 2.4.0 → 2.5.0 |\n"
+        "6 nights since | worse | deepspeed 0.14.4 → 0.15.0; torch 2.4.0 → 2.5.0 |\n"
         "| 2026-10-13 | ds-inference-fp16-bs1 | ms_per_token | 12.50 ms → 11.00 ms (-12.0 %), "
         "3 nights since | new, better | nothing recorded |\n"
     )
@@ -245,3 +250,29 @@ def test_the_detection_options_parse_to_the_tests_settings() -> None:
         assert f"[{action.default}]" in (action.help or ""), action.dest
     with pytest.raises(BloomperfError, match="--window: must be at least --confirm"):
         detection_settings(parser.parse_args(["--window", "2"]))
+
+
+def test_an_outcome_change_reads_without_a_relative_shift() -> None:
+    outcomes = [Outcome.OK] * 6 + [Outcome.OOM] * 4
+    nights = nights_of([10.0] * 10, outcomes)
+    [change] = [c for c in detect_changes(nights) if c.metric == METRIC_OUTCOME]
+    assert describe_change(change) == "ok → oom, 4 nights since"
+
+
+def test_the_window_reaches_the_outcome_test() -> None:
+    """Three OOM nights among OK ones: a change and its return with a three-night window, a
+    blip the ten-night window's majority never sees."""
+    outcomes = [Outcome.OK] * 6 + [Outcome.OOM] * 3 + [Outcome.OK] * 8
+    nights = nights_of([10.0] * len(outcomes), outcomes)
+    short = [c.night for c in detect_changes(nights, window=3, confirm=3)]
+    assert short == [6, 9]
+    assert [c.night for c in detect_changes(nights, window=10, confirm=3)] == []
+
+
+def test_the_history_section_uses_the_settings_it_is_given(tmp_path: Path) -> None:
+    ms = [10.0] * 6 + [15.0] * 4 + [10.0] * 8
+    for i, value in enumerate(ms):
+        save_run(night_run(night(i), [ok_cell(value)]), tmp_path / f"{night(i)}.json")
+    short, _ = history_section(tmp_path, "text", window=3, confirm=3)
+    long, _ = history_section(tmp_path, "text", window=10, confirm=3)
+    assert "2 change(s)" in short and "0 change(s)" in long
