@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bloomperf.core.errors import BloomperfError
-from bloomperf.store.baseline import EXPECT_OOM
+from bloomperf.store.baseline import EXPECT_OOM, Provenance
 from bloomperf.store.baseline.accept import (
     CPU_TOLERANCES,
     GPU_TOLERANCES,
@@ -216,3 +216,42 @@ def test_the_software_and_back() -> None:
     provenance = provenance_of_run(run, "r.json", None)
     # What a later run's fingerprint is compared with: the same facts, read back.
     assert describe_software(software_environment(provenance)) == provenance.software
+
+
+def test_accept_dates_keeps_and_describes_through_the_whole_command() -> None:
+    """accept_run itself: an undated run is dated ``now``; a re-accepted cell keeps the
+    tolerance set on it; a run without a fingerprint is described by its topology."""
+    undated = replace(bloom_run(measured()), started_at="", finished_at="")
+    first = accept_run(undated, None, source="r.json", now="2026-12-01T00:00:00Z")
+    assert [p.id for p in first.provenance] == ["run-2026-12-01T00:00:00Z"]
+    assert first.provenance[0].hardware == "8xA100-SXM4-80GB"
+    assert first.topology_description == "8xA100-SXM4-80GB"
+    tuned = replace(first, cells=(replace(first.cells[0], ms_per_token_tolerance=0.02),))
+    again = accept_run(undated, tuned, source="r.json", now="2026-12-02T00:00:00Z")
+    assert again.cells[0].ms_per_token_tolerance == 0.02
+
+
+def test_a_fingerprint_of_the_wrong_types_is_described_by_the_topology() -> None:
+    assert describe_hardware({"cpu_model": 5, "gpus": "A100"}, "cpu") == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("software", "git"),
+    [
+        ({"torch": "2.4.0"}, None),
+        ({"torch": "2.4.0", "bloomperf_commit": "abc"}, {"commit": "abc", "dirty": None}),
+        (
+            {"torch": "2.4.0", "bloomperf_commit": "abc", "bloomperf_dirty": "no"},
+            {"commit": "abc", "dirty": False},
+        ),
+    ],
+)
+def test_a_provenance_reads_back_as_the_fingerprint_it_came_from(
+    software: dict[str, str], git: dict[str, object] | None
+) -> None:
+    environment = software_environment(
+        Provenance("p", "s", "2026-11-30", "cpu", {**software, "python": "3.11.7"})
+    )
+    assert environment["packages"] == {"torch": "2.4.0"}
+    assert environment["python"] == "3.11.7"
+    assert environment.get("provenance") == (None if git is None else {"git": git})

@@ -111,10 +111,13 @@ def test_every_row_with_an_oom_is_checked_whatever_comes_before_it() -> None:
 def test_the_check_predicts_the_baselines_own_number_of_layers(layers: int | None) -> None:
     """A baseline of a truncated BLOOM (``model_layers``) is checked against a prediction for
     that many blocks: four blocks fit far larger batches than seventy."""
-    rows = {("accelerate", "bf16"): (1, 2)}
+    rows = {("accelerate", "bf16"): (512, 1024)}
     [check] = check_boundaries(replace(baseline(rows, layers)), BLOOM, A100, 8)
     scenario = Scenario(BLOOM, layers, "accelerate", "bf16", A100, 8)
-    assert check.predicted == predict_boundary(scenario, (1, 2))
+    batches = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+    assert check.predicted == predict_boundary(scenario, batches)
+    full = predict_boundary(Scenario(BLOOM, None, "accelerate", "bf16", A100, 8), batches)
+    assert (check.predicted == full) == (layers is None)
     full, truncated = (
         predict_boundary(Scenario(BLOOM, n, "accelerate", "bf16", A100, 1), BATCHES)
         for n in (None, 4)
