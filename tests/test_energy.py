@@ -133,3 +133,18 @@ def test_a_group_with_no_gpu_on_this_node_has_no_energy_figure_with_the_reason()
         assert "none of the group's GPUs is on this node" in reading.reason
         total = total_energy([reading, reading])
         assert total is not None and total.energy_j is None and total.reason == reading.reason
+
+
+@pytest.mark.parametrize(("start", "end"), [(99, 2), (100, 0), (50, 49), (0, 0)])
+def test_a_wrapped_rapl_counter_counts_every_microjoule(
+    tmp_path: Path, start: int, end: int
+) -> None:
+    """The counter runs 0 … max_energy_range_uj, then 0 again: from ``start`` up to the range,
+    one step to 0, and on to ``end``."""
+    zone = write_zone(tmp_path, "intel-rapl:0", start, 100)
+    meter = create_rapl_meter(tmp_path)
+    before = meter.snapshot()
+    (zone / "energy_uj").write_text(f"{end}\n")
+    reading = meter.between(before, Snapshot(before.at + 1.0, meter.read()), tokens=1)
+    counted = end - start if end >= start else (100 - start) + 1 + end
+    assert reading.energy_j is not None and round(reading.energy_j * 1e6) == counted
