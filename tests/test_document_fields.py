@@ -23,7 +23,15 @@ import pytest
 from bloomperf.core.errors import BloomperfError
 from bloomperf.store.baseline import EXPECT_OK, Baseline, BaselineCell, LoadTime, Provenance
 from bloomperf.store.baseline.codec import load_baseline, save_baseline
-from bloomperf.store.results import EnergyReading, MemoryReading, Outcome
+from bloomperf.store.results import (
+    MAX_BATCH_SIZE,
+    MAX_CYCLES,
+    MAX_NEW_TOKENS,
+    MAX_RUN_SAMPLES,
+    EnergyReading,
+    MemoryReading,
+    Outcome,
+)
 from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
 from bloomperf.store.telemetry import Telemetry
@@ -248,3 +256,112 @@ def test_the_full_documents_read_back_whole(tmp_path: Path) -> None:
     assert replace(load_baseline(write_baseline(tmp_path)), path="") == FULL_BASELINE
     assert read_results(write_results(tmp_path)) == FULL_RUN
     assert FULL_RUN.cells[0].outcome is Outcome.OK
+
+
+# Fields a results file may leave out, and what they read as then.
+OPTIONAL_RESULTS: dict[tuple[Any, ...], Callable[[Any], object]] = {
+    ("cells", 0, "message"): lambda r: r.cells[0].message == "",
+    ("cells", 0, "details"): lambda r: r.cells[0].details == {},
+    ("cells", 0, "energy", "reason"): lambda r: r.cells[0].energy.reason == "",
+    ("cells", 0, "load_memory", "reason"): lambda r: r.cells[0].load_memory.reason == "",
+    ("cells", 0, "load_memory", "per_device_bytes"): lambda r: (
+        r.cells[0].load_memory.per_device_bytes == ()
+    ),
+    ("cells", 0, "load_memory", "per_node_bytes"): lambda r: (
+        r.cells[0].load_memory.per_node_bytes == ()
+    ),
+    ("cells", 0, "samples_step_ms"): lambda r: r.cells[0].samples_step_ms == (),
+    ("cells", 0, "telemetry"): lambda r: r.cells[0].telemetry is None,
+    ("started_at",): lambda r: r.started_at == "",
+    ("synthetic",): lambda r: r.synthetic == "",
+    ("complete",): lambda r: r.complete is False,
+    ("environment",): lambda r: r.environment == {},
+}
+
+
+@pytest.mark.parametrize("where", sorted(OPTIONAL_RESULTS, key=str), ids=str)
+def test_an_optional_results_field_may_be_left_out(tmp_path: Path, where: tuple[Any, ...]) -> None:
+    document = copy.deepcopy(full_document("results"))
+    node, key = at(document, where)
+    del node[key]
+    assert OPTIONAL_RESULTS[where](read_results(write_results(tmp_path, document))), where
+
+
+MAX_STEPS = MAX_NEW_TOKENS + 1  # a prefill step and one per new token
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "says"),
+    [
+        (("cells", 0, "batch_size"), 0, None),
+        (("cells", 0, "batch_size"), MAX_BATCH_SIZE, ""),
+        (("cells", 0, "batch_size"), MAX_BATCH_SIZE + 1, None),
+        (("cells", 0, "samples_step_ms", 0, 1), 0.0, None),
+        (("cells", 0, "samples_step_ms", 0), [1.0] * MAX_STEPS, ""),
+        (
+            ("cells", 0, "samples_step_ms", 0),
+            [1.0] * (MAX_STEPS + 1),
+            f"cell 0 samples_step_ms: a cycle of {MAX_STEPS + 1} steps, over {MAX_STEPS}",
+        ),
+        (("cells", 0, "samples_ms_per_token"), [1.0] * MAX_CYCLES, ""),
+        (
+            ("cells", 0, "samples_ms_per_token"),
+            [1.0] * (MAX_CYCLES + 1),
+            f"cell 0: field 'samples_ms_per_token' has {MAX_CYCLES + 1} entries, over {MAX_CYCLES}",
+        ),
+        (
+            ("cells", 0, "outcome"),
+            "crashed",
+            "cell 0: unknown outcome 'crashed' (valid: ok, oom, error, timeout, skipped)",
+        ),
+        (
+            ("cells", 0, "load_memory", "per_node_bytes", 0),
+            ["n0"],
+            "cell 0: per_node_bytes must hold [node, bytes] pairs",
+        ),
+    ],
+    ids=str,
+)
+def test_results_limits_hold_at_the_limit(
+    tmp_path: Path, where: tuple[Any, ...], value: object, says: str | None
+) -> None:
+    """``says``: "" accepted; None refused naming the place; else refused with that line."""
+    document = copy.deepcopy(full_document("results"))
+    node, key = at(document, where)
+    node[key] = value
+    path = write_results(tmp_path, document)
+    if says == "":
+        read_results(path)
+        return
+    with pytest.raises(BloomperfError) as refused:
+        read_results(path)
+    if says is None:
+        assert_names_the_place(str(refused.value), path, where)
+    else:
+        assert str(refused.value) == f"{path} {says}"
+
+
+def test_a_run_of_too_many_samples_in_all_is_refused(tmp_path: Path) -> None:
+    cells = [
+        replace(
+            FULL_CELL, batch_size=b, samples_ms_per_token=(1.0,) * MAX_CYCLES, samples_step_ms=()
+        )
+        for b in range(1, MAX_RUN_SAMPLES // MAX_CYCLES + 1)
+    ]
+    path = tmp_path / "results.json"
+    save_run(replace(FULL_RUN, cells=tuple(cells)), path)
+    assert len(read_results(path).cells) == len(cells)  # exactly the limit: read
+    more = [
+        *cells,
+        replace(
+            FULL_CELL,
+            batch_size=len(cells) + 1,
+            samples_ms_per_token=(1.0,),
+            samples_step_ms=((1.0, 1.0),),
+        ),
+    ]
+    save_run(replace(FULL_RUN, cells=tuple(more)), path)
+    with pytest.raises(BloomperfError) as refused:
+        read_results(path)
+    total = MAX_RUN_SAMPLES + 2
+    assert str(refused.value) == (f"{path}: {total} timed samples in all, over {MAX_RUN_SAMPLES}")
