@@ -234,11 +234,25 @@ def test_a_required_baseline_field_left_out_is_refused_naming_it(
         (("cells", 0, "latency", "ttft_ms", "samples", 0), 0.0, False),
         (("cells", 0, "ms_per_token_tolerance"), 0.0, True),
         (("cells", 0, "ms_per_token_tolerance"), 0.999, True),
+        (("cells", 0, "ms_per_token"), 0.0, False),
+        (("cells", 0, "load_time_s"), 0.0, False),
+        (("load_times", 0, "seconds"), 0, False),
+        (("cells", 0, "batch_size"), 0, False),
+        (("cells", 0, "batch_size"), MAX_BATCH_SIZE, True),
+        (("cells", 0, "batch_size"), MAX_BATCH_SIZE + 1, False),
+        (("cells", 0, "ms_per_token_decimals"), 12, True),
+        (("cells", 0, "ms_per_token_decimals"), 13, False),
+        (("topology", "id"), "eight GPUs!", False),
+        (("topology", "aliases", 0), "eight GPUs!", False),
+        (("model", "name"), "BLOOM 176B!", False),
+        (("model", "aliases", 0), "BLOOM 176B!", False),
+        (("provenance", 0, "software", "deepspeed"), 7, False),
+        (("load_times", 0), 7, False),
     ],
     ids=str,
 )
 def test_baseline_limits_hold_at_the_limit(
-    tmp_path: Path, where: tuple[Any, ...], value: float, accepted: bool
+    tmp_path: Path, where: tuple[Any, ...], value: object, accepted: bool
 ) -> None:
     document = copy.deepcopy(full_document("baseline"))
     node, key = at(document, where)

@@ -177,14 +177,16 @@ def baseline_from_dict(data: dict[str, Any], where: str) -> Baseline:
     baseline = Baseline(
         topology=check_topology_id(get_str(topology, "id", where), where),
         topology_aliases=tuple(
-            check_topology_id(a, where)
-            for a in _strings(get_list(topology, "aliases", where, []), "aliases", where)
+            check_topology_id(a, f"{where} topology aliases[{i}]")
+            for i, a in enumerate(
+                _strings(get_list(topology, "aliases", where, []), "aliases", where)
+            )
         ),
         topology_description=get_str(topology, "description", where, default=""),
         model=check_model_name(get_str(model, "name", where), where),
         model_aliases=tuple(
-            check_model_name(a, where)
-            for a in _strings(get_list(model, "aliases", where, []), "aliases", where)
+            check_model_name(a, f"{where} model aliases[{i}]")
+            for i, a in enumerate(_strings(get_list(model, "aliases", where, []), "aliases", where))
         ),
         model_layers=get_int(model, "layers", where, optional=True),
         new_tokens=get_int(workload, "new_tokens", where, optional=True, minimum=1),
