@@ -247,6 +247,7 @@ def test_a_required_baseline_field_left_out_is_refused_naming_it(
         (("model", "name"), "BLOOM 176B!", False),
         (("model", "aliases", 0), "BLOOM 176B!", False),
         (("provenance", 0, "software", "deepspeed"), 7, False),
+        (("provenance", 0, "software"), ["deepspeed"], False),
         (("load_times", 0), 7, False),
     ],
     ids=str,
