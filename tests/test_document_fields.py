@@ -291,6 +291,11 @@ OPTIONAL_RESULTS: dict[tuple[Any, ...], Callable[[Any], object]] = {
     ("synthetic",): lambda r: r.synthetic == "",
     ("complete",): lambda r: r.complete is False,
     ("environment",): lambda r: r.environment == {},
+    ("finished_at",): lambda r: r.finished_at == "",
+    ("model", "path"): lambda r: r.model.path == "",
+    ("model", "layers"): lambda r: r.model.layers == 0,
+    ("model", "parameters"): lambda r: r.model.parameters == 0,
+    ("workload", "prompts"): lambda r: r.workload.prompts == (),
 }
 
 
@@ -324,6 +329,18 @@ MAX_STEPS = MAX_NEW_TOKENS + 1  # a prefill step and one per new token
             [1.0] * (MAX_CYCLES + 1),
             f"cell 0: field 'samples_ms_per_token' has {MAX_CYCLES + 1} entries, over {MAX_CYCLES}",
         ),
+        (("workload", "new_tokens"), 0, None),
+        (("workload", "new_tokens"), MAX_NEW_TOKENS, ""),
+        (("workload", "new_tokens"), MAX_NEW_TOKENS + 1, None),
+        (("workload", "cycles"), 0, None),
+        (("workload", "cycles"), MAX_CYCLES, ""),
+        (("workload", "cycles"), MAX_CYCLES + 1, None),
+        (("workload", "warmup"), MAX_CYCLES, ""),
+        (("workload", "warmup"), MAX_CYCLES + 1, None),
+        (("topology",), "eight GPUs!", None),
+        (("model", "name"), "BLOOM 176B!", None),
+        (("cells", 0, "details"), [1], None),
+        (("environment",), [1], None),
         (
             ("cells", 0, "outcome"),
             "crashed",
@@ -380,3 +397,12 @@ def test_a_run_of_too_many_samples_in_all_is_refused(tmp_path: Path) -> None:
         read_results(path)
     total = MAX_RUN_SAMPLES + 2
     assert str(refused.value) == (f"{path}: {total} timed samples in all, over {MAX_RUN_SAMPLES}")
+
+
+def test_a_cell_twice_in_one_results_file_is_refused(tmp_path: Path) -> None:
+    document = copy.deepcopy(full_document("results"))
+    document["cells"].append(document["cells"][0])
+    path = write_results(tmp_path, document)
+    with pytest.raises(BloomperfError) as refused:
+        read_results(path)
+    assert str(refused.value) == f"{path}: cell accelerate-fp32-bs1 appears twice"
