@@ -39,7 +39,6 @@ from bloomperf.harness.interleave import (
     PairLog,
     Settings,
     failure,
-    round_value,
 )
 from bloomperf.harness.matrix import Cell
 from bloomperf.store.results import CellResult, Outcome
@@ -339,10 +338,13 @@ def test_an_arms_figure_and_a_rounds_figure_are_medians(
         noisy.add_pair({"a": value, "b": value}, ("a", "b"))
     shown = noisy.comparison("max-pairs", 1.0, {}).median("a")
     assert shown is not None and min(a) <= shown <= max(a)
-    assert round_value(disturbed) == statistics.median(disturbed)
-    # A round of groups mode: each arm's cycles of the round, one of them disturbed.
+    # A round of groups mode: each arm's cell of the round, one of its cycles disturbed.
     rounds = PairLog(Cell("accelerate", "bf16", 1), SETTINGS)
-    rounds.add_round({"a": tuple(disturbed), "b": tuple(a)}, ("b", "a"))
+    cells = {
+        arm: CellResult("accelerate", "bf16", 1, Outcome.OK, tuple(values))
+        for arm, values in (("a", disturbed), ("b", a))
+    }
+    rounds.add_round(cells, ("b", "a"))
     assert rounds.ratios["a"] == [statistics.median(disturbed)]
     assert min(a) <= rounds.ratios["a"][0] <= max(a)
     assert rounds.ratios["b"] == [statistics.median(a)]

@@ -23,7 +23,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TextIO
 
@@ -128,10 +128,11 @@ class PairLog:
         for arm in ARMS:
             self.ratios[arm].append(values[arm])
 
-    def add_round(self, cycles: dict[str, tuple[float, ...]], order: tuple[str, ...]) -> None:
-        """One round of groups mode: each arm's timed cycles, paired by their medians."""
-        values = {arm: round_value(cycles[arm]) for arm in ARMS}
-        self.add_pair(values, order, cycles)
+    def add_round(self, arms: dict[str, CellResult], order: tuple[str, ...]) -> None:
+        """One round of groups mode: each arm's cell, paired by its figure (the median of its
+        timed cycles, ``CellResult.ms_per_token``), with every cycle behind it kept."""
+        values = {arm: float(arms[arm].ms_per_token or 0.0) for arm in ARMS}
+        self.add_pair(values, order, {arm: arms[arm].samples_ms_per_token for arm in ARMS})
 
     def decided(self) -> bool:
         """Look at the interval when the schedule says so; True once it supports a verdict."""
@@ -162,12 +163,6 @@ class PairLog:
 
 
 Progress = Callable[[PairLog, float], None]
-
-
-def round_value(cycles: Sequence[float]) -> float:
-    """One arm's figure for one round of groups mode: the median of its timed cycles, so that
-    one disturbed cycle does not move the pair it makes."""
-    return statistics.median(cycles)
 
 
 def arm_spec(spec: GroupSpec, arm: Arm) -> GroupSpec:
@@ -317,7 +312,7 @@ def compare_by_groups(
     stopped = "max-pairs"
     for _ in range(settings.max_pairs):
         order = tuple(rng.sample(ARMS, 2))
-        cycles: dict[int, dict[str, tuple[float, ...]]] = {b: {} for b in logs}
+        measured: dict[int, dict[str, CellResult]] = {b: {} for b in logs}
         for arm in order:
             runner = GroupRunner(
                 specs[arm], warmup=settings.warmup, cycles=settings.cycles_per_round
@@ -328,7 +323,7 @@ def compare_by_groups(
                     last.setdefault(batch_size, {})[arm] = result
                     if result.outcome is not Outcome.OK:
                         break
-                    cycles[batch_size][arm] = result.samples_ms_per_token
+                    measured[batch_size][arm] = result
             finally:
                 runner.stop()
         for batch_size, log in logs.items():
@@ -336,7 +331,7 @@ def compare_by_groups(
             if failed is not None:
                 yield failed
                 return
-            log.add_round(cycles[batch_size], order)
+            log.add_round(measured[batch_size], order)
         undecided = [log for log in logs.values() if log.verdict is None and not log.decided()]
         for log in logs.values():
             progress(log, time.monotonic() - started)

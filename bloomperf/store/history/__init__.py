@@ -303,7 +303,7 @@ def render_changes(
     """The changes as a text or markdown section; ``new`` ones are flagged."""
     new_keys = {(c.cell, c.metric, c.night) for c in new}
     span = f"{nights[0].label} … {nights[-1].label}" if nights else "no nights"
-    count = f"{len(nights)} night{'' if len(nights) == 1 else 's'}"
+    count = f"{len(nights)} night{'s' if len(nights) != 1 else ''}"
     title = f"History: {count} ({span}), {len(changes)} change(s)"
     rows = [
         [
