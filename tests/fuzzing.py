@@ -185,11 +185,41 @@ def retyped(
     path, kind = draw(st.sampled_from(choices))
     wrong = [v for v in WRONG_TYPES[kind] if not (kind is float and type(v) is int)]
     doc = copy.deepcopy(document)
-    node = doc
-    for step in path[:-1]:
-        node = node[step]
-    node[path[-1]] = draw(st.sampled_from(wrong))
+    node, key = parent_of(doc, path)
+    node[key] = draw(st.sampled_from(wrong))
     return doc
+
+
+def parent_of(document: Any, where: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The object or list that holds the place ``where``, and its key there."""
+    node = document
+    for step in where[:-1]:
+        node = node[step]
+    return node, where[-1]
+
+
+def retype(document: Any, where: tuple[Any, ...], kind: type) -> Any:
+    """A copy of ``document`` whose value at ``where`` (of type ``kind``) has another type."""
+    doc = copy.deepcopy(document)
+    node, key = parent_of(doc, where)
+    node[key] = WRONG_TYPES[kind][0]
+    return doc
+
+
+# How a reader names an entry of these lists in its messages ("cell 2", "load time 0").
+LIST_LABELS = {"cells": "cell", "load_times": "load time", "provenance": "provenance"}
+
+
+def assert_names_the_place(message: str, path: Any, where: tuple[Any, ...]) -> None:
+    """A reader's refusal of the value at ``where``: one line, starting with the file's path,
+    naming the place (its key, or a list entry by its label), and the list entry it is in."""
+    assert "\n" not in message and message.startswith(str(path)), message
+    key = next(k for k in reversed(where) if isinstance(k, str))
+    entry = len(where) > 1 and f"{LIST_LABELS.get(where[-2])} {where[-1]}" in message
+    assert key in message or entry, (where, message)
+    for section, label in LIST_LABELS.items():
+        if where[0] == section and len(where) > 2:
+            assert f"{label} {where[1]}" in message, (where, message)
 
 
 def objects_in(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

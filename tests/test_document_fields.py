@@ -36,7 +36,7 @@ from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
 from bloomperf.store.telemetry import Telemetry
 from tests.builders import ok_cell, tiny_run
-from tests.fuzzing import typed_places
+from tests.fuzzing import assert_names_the_place, parent_of, retype, typed_places
 
 PROVENANCE = (
     Provenance("blog", "the blog's tables", "2022-10-01", "8xA100", {"deepspeed": "0.7.2"}),
@@ -88,28 +88,26 @@ FULL_CELL = replace(
 FULL_RUN = replace(tiny_run(FULL_CELL), synthetic="slowdown 10 %")
 
 
-def write_baseline(folder: Path, document: dict[str, Any] | None = None) -> Path:
-    path = folder / "baseline.json"
-    save_baseline(FULL_BASELINE, path)
+def write(path: Path, save: Callable[[Any, Path], None], full: object, document: Any) -> Path:
+    """``full`` saved at ``path``, then replaced by ``document`` (its edited JSON) if given."""
+    save(full, path)
     if document is not None:
         path.write_text(json.dumps(document))
     return path
+
+
+def write_baseline(folder: Path, document: dict[str, Any] | None = None) -> Path:
+    return write(folder / "baseline.json", save_baseline, FULL_BASELINE, document)
 
 
 def write_results(folder: Path, document: dict[str, Any] | None = None) -> Path:
-    path = folder / "results.json"
-    save_run(FULL_RUN, path)
-    if document is not None:
-        path.write_text(json.dumps(document))
-    return path
+    return write(folder / "results.json", save_run, FULL_RUN, document)
 
 
 KINDS = {
     "baseline": (write_baseline, load_baseline),
     "results": (write_results, read_results),
 }
-# Free-form or derived values: any type is theirs to hold, or the reader never reads them.
-FREE = ("environment", "details", "software")
 
 
 def places(kind: str) -> list[tuple[tuple[Any, ...], type]]:
@@ -117,49 +115,24 @@ def places(kind: str) -> list[tuple[tuple[Any, ...], type]]:
     return [
         (where, type_)
         for where, type_ in typed_places(document)
-        if type_ is not type(None)
-        and not set(map(str, where)) & set(FREE)
-        and where[0] not in ("kind", "schema_version")
+        if type_ is not type(None) and where[0] not in ("kind", "schema_version")
     ]
 
 
 def full_document(kind: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
-        write, _ = KINDS[kind]
-        data: dict[str, Any] = json.loads(write(Path(folder)).read_text())
+        write_kind, _ = KINDS[kind]
+        data: dict[str, Any] = json.loads(write_kind(Path(folder)).read_text())
         return data
-
-
-def at(document: dict[str, Any], where: tuple[Any, ...]) -> tuple[Any, Any]:
-    node: Any = document
-    for key in where[:-1]:
-        node = node[key]
-    return node, where[-1]
-
-
-LABELS = {"cells": "cell", "load_times": "load time", "provenance": "provenance"}
-
-
-def assert_names_the_place(message: str, path: Path, where: tuple[Any, ...]) -> None:
-    assert "\n" not in message and message.startswith(str(path)), message
-    key = next(k for k in reversed(where) if isinstance(k, str))
-    entry = len(where) > 1 and f"{LABELS.get(where[-2])} {where[-1]}" in message
-    assert key in message or entry, (where, message)
-    for section, label in LABELS.items():
-        if where[0] == section and len(where) > 2:
-            assert f"{label} {where[1]}" in message, (where, message)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_field_of_the_wrong_type_is_refused_naming_its_place(
     tmp_path: Path, kind: str
 ) -> None:
-    write, read = KINDS[kind]
+    write_kind, read = KINDS[kind]
     for where, type_ in places(kind):
-        document = copy.deepcopy(full_document(kind))
-        node, key = at(document, where)
-        node[key] = "text" if type_ in (int, float, bool, list, dict) else 7
-        path = write(tmp_path, document)
+        path = write_kind(tmp_path, retype(full_document(kind), where, type_))
         with pytest.raises(BloomperfError) as refused:
             read(path)
         assert_names_the_place(str(refused.value), path, where)
@@ -200,7 +173,7 @@ REQUIRED_BASELINE = [
 @pytest.mark.parametrize("where", sorted(OPTIONAL_BASELINE, key=str))
 def test_an_optional_baseline_field_may_be_left_out(tmp_path: Path, where: tuple[Any, ...]) -> None:
     document = copy.deepcopy(full_document("baseline"))
-    node, key = at(document, where)
+    node, key = parent_of(document, where)
     del node[key]
     path = write_baseline(tmp_path, document)
     check = OPTIONAL_BASELINE[where]
@@ -216,7 +189,7 @@ def test_a_required_baseline_field_left_out_is_refused_naming_it(
     tmp_path: Path, where: tuple[Any, ...]
 ) -> None:
     document = copy.deepcopy(full_document("baseline"))
-    node, key = at(document, where)
+    node, key = parent_of(document, where)
     del node[key]
     path = write_baseline(tmp_path, document)
     with pytest.raises(BloomperfError) as refused:
@@ -256,7 +229,7 @@ def test_baseline_limits_hold_at_the_limit(
     tmp_path: Path, where: tuple[Any, ...], value: object, accepted: bool
 ) -> None:
     document = copy.deepcopy(full_document("baseline"))
-    node, key = at(document, where)
+    node, key = parent_of(document, where)
     node[key] = value
     path = write_baseline(tmp_path, document)
     if accepted:
@@ -302,7 +275,7 @@ OPTIONAL_RESULTS: dict[tuple[Any, ...], Callable[[Any], object]] = {
 @pytest.mark.parametrize("where", sorted(OPTIONAL_RESULTS, key=str), ids=str)
 def test_an_optional_results_field_may_be_left_out(tmp_path: Path, where: tuple[Any, ...]) -> None:
     document = copy.deepcopy(full_document("results"))
-    node, key = at(document, where)
+    node, key = parent_of(document, where)
     del node[key]
     assert OPTIONAL_RESULTS[where](read_results(write_results(tmp_path, document))), where
 
@@ -359,7 +332,7 @@ def test_results_limits_hold_at_the_limit(
 ) -> None:
     """``says``: "" accepted; None refused naming the place; else refused with that line."""
     document = copy.deepcopy(full_document("results"))
-    node, key = at(document, where)
+    node, key = parent_of(document, where)
     node[key] = value
     path = write_results(tmp_path, document)
     if says == "":
