@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bloomperf.core.lockdir import LOCK_DIR_ENV
+from bloomperf.core.storelock import store_lock
 from bloomperf.store.baseline.search import find_baseline
 from bloomperf.store.history.nights import load_history
 from bloomperf.store.results import CellResult, Outcome
@@ -131,6 +132,77 @@ def test_six_concurrent_merges_from_six_runners_lose_no_night(tmp_path: Path) ->
     assert sorted(n.run.started_at for n in nights) == sorted(
         f"{night(0)}T0{i}:00:00Z" for i in range(WRITERS)
     )
+
+
+# The writer, with its lock call observed: a marker file the moment it asks for the folder's lock
+# (the real flock_within still runs). A writer that never asks, or that is let in while another
+# holds the lock, is seen without any race between six processes.
+AT_THE_LOCK = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import bloomperf.core.storelock as storelock
+    from bloomperf.cli import main
+    real = storelock.flock_within
+    def observed(*args, **kwargs):
+        Path(sys.argv[1]).touch()
+        return real(*args, **kwargs)
+    storelock.flock_within = observed
+    sys.exit(main(sys.argv[2:]))
+    """
+)
+
+
+def store_writer(kind: str, tmp_path: Path) -> tuple[list[str], Path, Path]:
+    """One writer of each store: its argv, the folder it must lock, and the folder it writes."""
+    source = tmp_path / "runner"
+    source.mkdir()
+    results = source / f"{FIRST_NIGHT}.json"
+    run = night_run(FIRST_NIGHT, [ok_cell(40.0)])
+    save_run(run, results)
+    if kind == "accept":
+        folder = tmp_path / "baselines"
+        return ["baseline", "accept", str(results), "--baselines", str(folder)], folder, folder
+    if kind == "add":
+        folder = tmp_path / "history"
+        return ["history", "add", str(results), "--dir", str(folder)], folder, folder
+    dest = tmp_path / "root"
+    topology = dest / run.topology
+    return ["history", "merge", str(source), "--into", str(dest)], topology, topology
+
+
+@pytest.mark.parametrize("kind", ["accept", "add", "merge"])
+def test_a_store_writer_waits_while_another_holds_the_folder_lock(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deterministic where the six-writer tests are a race: this process holds the folder's
+    lock; the writer must ask for it, write nothing while it is held, then write once free."""
+    argv, locked, written = store_writer(kind, tmp_path)
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))
+    asked = tmp_path / "asked"
+    with store_lock(locked):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", AT_THE_LOCK, str(asked), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 300
+        while not asked.exists():
+            assert writer.poll() is None, (
+                "wrote without asking for the lock",
+                writer.communicate(),
+            )
+            assert time.monotonic() < deadline, "the writer never asked for the lock"
+            time.sleep(0.02)
+        held_until = time.monotonic() + 2.0  # the writer is at the lock: it must stay there
+        while time.monotonic() < held_until:
+            assert writer.poll() is None, ("went past a held lock", writer.communicate())
+            assert not any(written.glob("*.json")), "wrote while another held the lock"
+            time.sleep(0.05)
+    out, err = writer.communicate(timeout=300)
+    assert writer.returncode == 0, (out, err)
+    assert any(written.glob("*.json")), sorted(tmp_path.rglob("*"))
 
 
 def test_two_runs_writing_one_results_file_the_second_is_refused(tmp_path: Path) -> None:
