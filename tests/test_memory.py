@@ -17,14 +17,15 @@ from bloomperf.catalog.devices import VisibleDevice
 from bloomperf.core.errors import BloomperfError
 from bloomperf.measure.memory import create_sampler
 from bloomperf.measure.nvml_sampler import NvmlSampler
-from bloomperf.measure.rss_sampler import RssSampler
+from bloomperf.measure.rss_sampler import RssSampler, read_peak_rss
 from bloomperf.measure.sampler import process_tree_pids
 
 MB = 1_000_000
 GB = 1_000_000_000
 
 # A process that allocates on command. "spawn N" starts a grandchild that allocates N MB, frees
-# them and stays alive, so its peak is only in the kernel's high-water mark.
+# them and stays alive, so its peak is only in the kernel's high-water mark; "spawn N D" puts
+# that allocating process D generations below this one (each generation an allocator too).
 ALLOCATOR = r"""
 import subprocess, sys, time
 held, grandchild = [], None
@@ -37,13 +38,16 @@ for line in sys.stdin:
     elif cmd == "hold":
         time.sleep(float(arg))
     elif cmd == "spawn":
+        size, _, depth = arg.partition(" ")
         grandchild = subprocess.Popen(
-            [sys.executable, "-c", sys.argv[1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True)
-        for c in (f"alloc {arg}", "free"):
+            [sys.executable, "-c", sys.argv[1], sys.argv[1]], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+        deeper = int(depth or 1) - 1
+        commands = [f"spawn {size} {deeper}"] if deeper else [f"alloc {size}", "free"]
+        for c in commands:
             grandchild.stdin.write(c + "\n"); grandchild.stdin.flush()
-            grandchild.stdout.readline()
-        print(grandchild.pid, flush=True)
+            answer = grandchild.stdout.readline().strip()
+        print(answer if deeper else grandchild.pid, flush=True)
         continue
     print("ok", flush=True)
 """
@@ -122,6 +126,44 @@ def test_rss_includes_descendants(allocator: Allocator) -> None:
     sampler.stop()
 
 
+def test_rss_includes_descendants_of_every_generation(allocator: Allocator) -> None:
+    """A rank's own children (DeepSpeed's compilers, a launcher's ranks) count: the process
+    that allocates is three generations below the root here."""
+    sampler = RssSampler(allocator.pid)
+    sampler.start()
+    deepest = int(allocator.do("spawn 150 3"))
+    assert psutil.Process(deepest).parent().parent().parent().pid == allocator.pid
+    assert deepest in process_tree_pids(allocator.pid)
+    reading = sampler.mark()
+    assert reading.peak_bytes is not None and reading.peak_bytes >= 150 * MB
+    sampler.stop()
+
+
+def test_rss_peak_is_the_kernels_in_bytes() -> None:
+    """VmHWM's kB are KiB: the peak read for a process equals the peak the process itself
+    reads from getrusage (ru_maxrss, KiB on Linux), to a few pages."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import resource, sys\n"
+            "held = b'x' * 300_000_000\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, flush=True)\n"
+            "sys.stdin.readline()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        own = int(child.stdout.readline())
+        assert abs(read_peak_rss(child.pid) - own) < 2 * MB  # KB for KiB: 7 MB short
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_rss_polling_fallback_sees_a_held_peak(allocator: Allocator) -> None:
     sampler = RssSampler(allocator.pid, method="poll")
     sampler.start()
@@ -131,7 +173,9 @@ def test_rss_polling_fallback_sees_a_held_peak(allocator: Allocator) -> None:
     reading = sampler.mark()
     assert reading.peak_bytes is not None and reading.peak_bytes >= 200 * MB
     assert reading.reason == "RSS polled every 10 ms"
-    assert sampler.mark().peak_bytes is not None
+    after = sampler.mark().peak_bytes
+    # The previous phase's 200 MB must not leak into this one, polled or not.
+    assert after is not None and after < 100 * MB
     sampler.stop()
 
 
