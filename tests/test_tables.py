@@ -7,13 +7,31 @@ terminal or shift a text column.
 
 from __future__ import annotations
 
+import random
 import re
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bloomperf.analysis.boundaries import BoundaryCheck
+from bloomperf.analysis.compare import judge
 from bloomperf.cli.bisect import Step, render_steps
 from bloomperf.cli.predict import render_checks
-from bloomperf.core.formatting import Html, format_table, html_table, markdown_table
+from bloomperf.core.formatting import (
+    GIB,
+    Html,
+    format_table,
+    format_value,
+    html_table,
+    markdown_table,
+)
 from bloomperf.harness.interleave import Settings
+from bloomperf.render.comparison import render_comparison
+from bloomperf.render.table import render_run_table
+from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.results import MemoryReading, Outcome
+from tests.builders import ok_cell, tiny_run
 
 HOSTILE = "OOM | torch<2.4 & \x1b[31mred\x1b[0m\nnext"
 
@@ -80,3 +98,53 @@ def test_the_predicted_boundary_table_is_a_markdown_table_with_one_column_per_fi
         "|---|---|---|---|---|",
         "| accelerate | bf16 | 8 (16) | 4 | 1 step pessimistic |",
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.lists(
+        st.tuples(
+            st.sampled_from(["ok", "oom", "error"]),
+            st.one_of(st.none(), st.floats(0.5, 500.0)),
+            st.one_of(st.none(), st.integers(1, 80 * 2**30)),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    order=st.randoms(use_true_random=False),
+)
+def test_a_rows_load_is_its_first_cells_and_its_peak_the_largest_in_both_tables(
+    cells: list[tuple[str, float | None, int | None]], order: random.Random
+) -> None:
+    """A row loads once; a reload after an OOM or error is the restart's. The run's table shows
+    the load of the row's first cell that has one (the verdict table, the first judged one) and
+    the largest peak of any cell."""
+    built = tuple(
+        replace(
+            ok_cell(10.0, batch_size=2**i),
+            outcome=Outcome(outcome),
+            samples_ms_per_token=(10.0,) if outcome == "ok" else (),
+            load_time_s=load,
+            generate_memory=None if peak is None else MemoryReading("nvml", peak),
+            load_memory=None,
+        )
+        for i, (outcome, load, peak) in enumerate(cells)
+    )
+    run = tiny_run(*order.sample(built, len(built)))  # merged files list cells in any order
+    row = render_run_table(run).splitlines()[3]
+    loads = [c.load_time_s for c in built if c.load_time_s is not None]
+    peaks = [c.peak_memory_bytes for c in built if c.peak_memory_bytes is not None]
+    shown = [
+        f"{loads[0]:.2f}" if loads else "",
+        f"{max(peaks) / GIB:.2f}" if peaks else "",
+    ]
+    expected = [text for text in shown if text]  # an empty column leaves only spaces
+    fields = re.split(r"\s{2,}", row.strip())
+    if expected:
+        assert fields[-len(expected) :] == expected
+    # Against itself as the baseline, so that the verdict table shows its (judged) load: that
+    # of the first cell that ran (an OOM cell's figures are not judged).
+    verdicts = render_comparison(judge(run, accept_run(run, None, source="x", force=True)))
+    judged = [c.load_time_s for c in built if c.load_time_s is not None and c.outcome.value == "ok"]
+    if judged:
+        assert format_value("load_time", judged[0]) in verdicts

@@ -100,3 +100,22 @@ def test_ms_per_token_divides_by_every_token_of_the_batch() -> None:
     # The blog's metric: 8 rows x 100 new tokens in 2 s is 2.5 ms per token.
     assert ms_per_token(2.0, 8, 100) == pytest.approx(2.5)
     assert ms_per_token(2.0, 1, 100) == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8, 11, 20])
+def test_each_row_is_the_blogs_prompt_in_turn_left_padded(worker: Worker, batch: int) -> None:
+    """Row i holds prompt i mod 8 of the blog's scripts, its padding on the left: the last
+    position of every row is a real token, so generation continues each prompt itself."""
+    from bloomperf.catalog.workload import PROMPTS
+
+    worker.begin(batch)
+    ids, mask = worker.inputs["input_ids"], worker.inputs["attention_mask"]
+    rows = [
+        worker.tokenizer.decode(row[m.bool()], skip_special_tokens=True)
+        for row, m in zip(ids, mask, strict=True)
+    ]
+    assert rows == [PROMPTS[i % len(PROMPTS)] for i in range(batch)]
+    assert bool(mask[:, -1].all())
+    # Left padding: within a row, once a real token starts, no padding follows.
+    assert bool((mask[:, 1:] >= mask[:, :-1]).all())
+    assert bool(mask.all()) == (batch == 1)  # rows of unequal length: padding to place

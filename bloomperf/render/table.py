@@ -35,13 +35,15 @@ def render_run_table(run: RunResult) -> str:
     header = ["backend dtype", *(f"bs {b}" for b in batches), "load s", "peak GiB"]
     lines = []
     for (backend, dtype), cells in rows.items():
-        loads = [c.load_time_s for c in cells.values() if c.load_time_s is not None]
+        # The load that served the row's first cell: a reload after an OOM or error is the
+        # restart's, not the row's (the verdict table's load column shows the same one).
+        loads = [cells[b].load_time_s for b in sorted(cells) if cells[b].load_time_s is not None]
         peaks = [c.peak_memory_bytes for c in cells.values() if c.peak_memory_bytes is not None]
         lines.append(
             [
                 f"{backend} {dtype}",
                 *(cell_text(cells.get(b)) for b in batches),
-                f"{min(loads):.2f}" if loads else "",
+                f"{loads[0]:.2f}" if loads else "",
                 f"{max(peaks) / GIB:.2f}" if peaks else "",
             ]
         )
