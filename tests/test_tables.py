@@ -25,6 +25,7 @@ from bloomperf.core.formatting import (
     format_value,
     html_table,
     markdown_table,
+    ms_number,
 )
 from bloomperf.harness.interleave import Settings
 from bloomperf.render.comparison import render_comparison
@@ -123,7 +124,7 @@ def test_a_rows_load_is_its_first_cells_and_its_peak_the_largest_in_both_tables(
         replace(
             ok_cell(10.0, batch_size=2**i),
             outcome=Outcome(outcome),
-            samples_ms_per_token=(10.0,) if outcome == "ok" else (),
+            samples_ms_per_token=(10.0,),  # a failed cell's too (an edited or older file)
             load_time_s=load,
             generate_memory=None if peak is None else MemoryReading("nvml", peak),
             load_memory=None,
@@ -142,6 +143,9 @@ def test_a_rows_load_is_its_first_cells_and_its_peak_the_largest_in_both_tables(
     fields = re.split(r"\s{2,}", row.strip())
     if expected:
         assert fields[-len(expected) :] == expected
+    # A cell that did not run shows what happened to it, never a figure.
+    words = {"ok": ms_number(10.0), "oom": "OOM", "error": "error"}
+    assert fields[1 : 1 + len(built)] == [words[c.outcome.value] for c in built]
     # Against itself as the baseline, so that the verdict table shows its (judged) load: that
     # of the first cell that ran (an OOM cell's figures are not judged).
     verdicts = render_comparison(judge(run, accept_run(run, None, source="x", force=True)))
