@@ -5,8 +5,9 @@ script copies the tracked files to a temporary folder, replaces the original sni
 occur exactly once, else the canary is *stale*: the code moved and the canary must follow it),
 and runs each test the canary names on its own, with ``PYTHONPATH`` leading to the copy so that
 the test process and every worker or rank it starts import the mutant. The mutant must be
-*killed* by EACH named test: pytest exits 1 for every one of them (one run with ``-x`` would stop
-at the first and prove only that one). A mutant that any named test passes *survived*: that test
+*killed* by EACH named test: each of them fails (one run with ``-x`` would stop at the first and
+prove only that one; an error in a fixture, which pytest also exits 1 for, is no kill: the canary
+is *broken*). A mutant that any named test passes *survived*: that test
 claims more than it proves. Exit status: 0 every mutant killed; 1 a mutant survived, a canary is
 stale, or its tests could not run (the reason is printed); 2 bad usage.
 
@@ -57,9 +58,13 @@ def copy_tree(scratch: Path) -> None:
     """The files git tracks or would track, as they are in the working tree (edits included)."""
     for name in tracked_files():
         source = ROOT / name
+        target = scratch / name
+        if source.is_symlink():  # baselines -> bloomperf/baselines: a test reads through it
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(os.readlink(source))
+            continue
         if not source.is_file():
             continue  # deleted in the working tree
-        target = scratch / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     for name in LINKED:
@@ -133,6 +138,11 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
                     f"{test}: ran over {timeout:g} s",
                 )
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            if done.returncode == 1 and not failed_by_a_test(done.stdout):
+                # pytest exits 1 for an error in a fixture too: a test that never ran to its
+                # assertions killed nothing (a file missing from the copy looked like a kill).
+                detail = f"{test}: errored, no test failed:\n{tail}"
+                return Verdict(mutation.name, "broken", time.monotonic() - start, detail)
             if done.returncode == 1:
                 killers.append(last_line(done.stdout))
             elif done.returncode == 0:
@@ -144,6 +154,12 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
     if survivors:
         return Verdict(mutation.name, "survived", seconds, "\n".join(survivors))
     return Verdict(mutation.name, "killed", seconds, "; ".join(killers))
+
+
+def failed_by_a_test(stdout: str) -> bool:
+    """Whether pytest's summary counts a failed test and no error (``1 failed, 3 passed``)."""
+    summary = last_line(stdout)
+    return " failed" in f" {summary}" and " error" not in summary
 
 
 def last_line(text: str) -> str:
