@@ -7,6 +7,7 @@ Every process of a run is found afterwards by an environment marker it inherited
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from leftovers import marked_env, marked_processes
 from bloomperf.catalog.caches import BATON_NAME, extensions_dir
 from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.lock import hold_device_lock
-from bloomperf.harness.orphans import CONTROLLER_ENV, HELD_ENV
+from bloomperf.harness.orphans import CONTROLLER_ENV, HELD_ENV, controller_alive
 from bloomperf.store.results import Outcome
 from bloomperf.store.results.files import read_results
 
@@ -471,3 +472,120 @@ def test_a_child_started_with_the_parent_death_signal_dies_with_its_sigkilled_pa
     while psutil.pid_exists(child) and psutil.Process(child).status() != "zombie":
         assert time.monotonic() < deadline, "the child outlived its SIGKILLed parent"
         time.sleep(0.05)
+
+
+def stamp_of(process: psutil.Process) -> str:
+    """``CONTROLLER_ENV``'s stamp for ``process``, as ``controller_stamp`` writes its own."""
+    return f"{process.pid}:{process.create_time():.3f}:{os.getpgid(process.pid)}"
+
+
+def test_a_controller_is_alive_only_while_that_very_process_runs() -> None:
+    """A controller SIGKILLed under a parent that has not reaped it yet is a zombie: dead, its
+    groups must go. A PID reused by another process is not the controller."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stamp = stamp_of(psutil.Process(child.pid))
+        assert controller_alive(stamp)
+        pid, created, pgid = stamp.split(":")
+        assert not controller_alive(f"{pid}:{float(created) - 5:.3f}:{pgid}")  # reused PID
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:  # not reaped yet
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not controller_alive(stamp)
+    finally:
+        child.kill()
+        child.wait()
+    assert not controller_alive(stamp)  # reaped: gone
+    assert controller_alive("not a stamp")  # a stamp it cannot read is not its to judge
+
+
+# A worker whose controller is gone: it starts a child that leaves its process group (as a JIT
+# compiler may), prints the child's PID, then does what its controller watch does.
+ORPHANED_WORKER = """
+import subprocess, sys, time
+from bloomperf.harness.orphans import kill_own_group
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                         start_new_session=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+print(child.pid, flush=True)
+kill_own_group(sys.argv[1])
+"""
+
+# A shell: its own process group, with the worker started by hand inside it.
+SHELL = """
+import os, subprocess, sys
+stamp = f"{sys.argv[2]}:1.000:{os.getpgrp()}"  # the dead controller was this shell's group
+worker = subprocess.run([sys.executable, "-c", sys.argv[1], stamp], capture_output=True, text=True)
+print(worker.returncode, worker.stdout.strip(), flush=True)
+"""
+
+
+def dead_pid() -> int:
+    """The PID of a process that has exited and been reaped."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
+def wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_an_orphaned_worker_kills_what_left_its_group_but_never_the_shells_group() -> None:
+    """A worker started by hand from a shell shares the shell's group: when the controller it
+    names is gone it kills its children (those that left the group too) and itself, not the
+    shell. One started by a controller kills its whole group (the launcher's ranks)."""
+    shell = subprocess.run(
+        [sys.executable, "-c", SHELL, ORPHANED_WORKER, str(dead_pid())],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        start_new_session=True,
+    )
+    assert shell.returncode == 0, (shell.returncode, shell.stderr)  # the shell survived
+    code, child = shell.stdout.split()
+    assert code == "1"  # the worker ended itself
+    assert wait_gone(int(child), 10), "a child that left the worker's group outlived it"
+
+
+# A launcher: its own group (as bloomperf starts one), two ranks, then a worker in the group
+# that finds the controller gone.
+LAUNCHER = """
+import subprocess, sys, time
+ranks = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+         for _ in range(2)]
+print(" ".join(str(r.pid) for r in ranks), flush=True)
+watch = ("import sys\\nfrom bloomperf.harness.orphans import kill_own_group\\n"
+         "kill_own_group(sys.argv[1])")
+subprocess.run([sys.executable, "-c", watch, sys.argv[1]])
+time.sleep(120)
+"""
+
+
+def test_an_orphaned_worker_in_its_own_group_kills_the_group() -> None:
+    stamp = f"{dead_pid()}:1.000:{os.getpgrp()}"  # the controller's group is this one
+    group = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, stamp],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert group.stdout is not None
+        ranks = [int(pid) for pid in group.stdout.readline().split()]
+        assert group.wait(timeout=30) == -signal.SIGKILL  # the launcher went with its group
+        assert all(wait_gone(pid, 10) for pid in ranks)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group.pid, signal.SIGKILL)
+        group.wait()

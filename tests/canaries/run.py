@@ -157,9 +157,9 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
 
 
 def failed_by_a_test(stdout: str) -> bool:
-    """Whether pytest's summary counts a failed test and no error (``1 failed, 3 passed``)."""
-    summary = last_line(stdout)
-    return " failed" in f" {summary}" and " error" not in summary
+    """Whether pytest's summary counts a failed test (``1 failed, 3 passed``; a teardown's
+    error beside it is fine, an error alone is not)."""
+    return " failed" in f" {last_line(stdout)}"
 
 
 def last_line(text: str) -> str:
