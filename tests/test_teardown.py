@@ -1,0 +1,121 @@
+"""Tearing a worker group down (``bloomperf.harness.teardown``) on real processes and folders:
+the signal each step sends, who it reaches, and what of the group's folder stays."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bloomperf.harness.orphans import CONTROLLER_ENV, HELD_ENV, survivors
+from bloomperf.harness.teardown import kill_tree, remove_folder, terminate_group
+
+# A group leader that says which signal ended it, and a child that left its group.
+LEADER = """
+import signal, subprocess, sys, time
+def said(number, frame):
+    open(sys.argv[1], "w").write(signal.Signals(number).name)
+    sys.exit(0)
+for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+    signal.signal(getattr(signal, name), said)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                         start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def gone(pid: int, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def start_leader(said: Path) -> tuple[subprocess.Popen[bytes], int]:
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEADER, str(said)], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert leader.stdout is not None
+    return leader, int(leader.stdout.readline())
+
+
+def test_the_grace_step_sends_sigterm_and_waits_for_the_leader(tmp_path: Path) -> None:
+    said = tmp_path / "signal"
+    leader, child = start_leader(said)
+    try:
+        terminate_group(leader, grace_s=30)
+        assert leader.returncode == 0  # it handled the signal and exited within the grace
+        assert said.read_text() == "SIGTERM"
+    finally:
+        kill_tree(leader)
+        os.kill(child, signal.SIGKILL)
+
+
+def test_the_kill_reaches_the_group_and_what_left_it(tmp_path: Path) -> None:
+    leader, child = start_leader(tmp_path / "signal")
+    kill_tree(leader)
+    assert leader.returncode == -signal.SIGKILL
+    assert gone(child), "a child that left the group outlived the kill"
+    kill_tree(leader)  # twice is harmless
+
+
+@pytest.mark.parametrize("keep", [None, "worker.log", "outside"])
+def test_the_groups_folder_goes_but_a_kept_log(tmp_path: Path, keep: str | None) -> None:
+    folder = tmp_path / "group"
+    (folder / "sub" / "deeper").mkdir(parents=True)
+    for name in ("worker.log", "control.sock", "sub/deeper/x.bin"):
+        (folder / name).write_text(name)
+    outside = tmp_path / "results.json"
+    outside.write_text("{}")
+    (folder / "link").symlink_to(outside)  # links are removed as links, never followed
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "model.bin").write_text("weights")
+    (folder / "cache-link").symlink_to(tmp_path / "cache")
+    kept = None if keep is None else (outside if keep == "outside" else folder / keep)
+    remove_folder(folder, keep=kept)
+    if keep == "worker.log":
+        assert [p.name for p in folder.iterdir()] == ["worker.log"]
+        assert (folder / "worker.log").read_text() == "worker.log"
+    else:
+        assert not folder.exists()
+    assert outside.read_text() == "{}"
+    assert (tmp_path / "cache" / "model.bin").read_text() == "weights"
+
+
+def test_a_dead_controllers_zombie_is_no_survivor(tmp_path: Path) -> None:
+    """A process of a dead controller's group that has exited but not been reaped holds no
+    device: the next run must not wait for it or refuse to start."""
+    gone_controller = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone_controller.wait()
+    env = {
+        **os.environ,
+        CONTROLLER_ENV: f"{gone_controller.pid}:1.000:{os.getpgrp()}",
+        HELD_ENV: "cuda:7,cuda:8",
+    }
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while worker.pid not in survivors({"cuda:8"}):  # it runs: a survivor
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert worker.pid not in survivors({"cuda:9"})  # not on these devices
+        worker.kill()
+        while psutil.Process(worker.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert worker.pid not in survivors({"cuda:8"})
+    finally:
+        worker.kill()
+        worker.wait()
