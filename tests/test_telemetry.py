@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 import time
+from dataclasses import replace
 
+import pynvml
+from hypothesis import given
+from hypothesis import strategies as st
 from nvml_replay import NvmlReplay
 
 from bloomperf.analysis.compare import judge
@@ -14,7 +19,12 @@ from bloomperf.measure.telemetry import TelemetrySampler, create_sampler
 from bloomperf.render.comparison import render_comparison
 from bloomperf.store.results import CellResult, Outcome
 from bloomperf.store.results.codec import cell_from_dict, cell_to_dict
-from bloomperf.store.telemetry import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, summarize
+from bloomperf.store.telemetry import (
+    HW_THERMAL_SLOWDOWN,
+    SW_POWER_CAP,
+    TelemetrySample,
+    summarize,
+)
 from tests.builders import bloom_run
 
 STEADY = {"sm_mhz": 1410, "mem_mhz": 1593, "power_mw": 300_000, "temp_c": 60, "reasons": 0}
@@ -81,3 +91,81 @@ def test_diff_reports_a_flagged_cell_as_untrustworthy_not_regressed() -> None:
     stored = json.loads(json.dumps(cell_to_dict(flagged)))
     assert stored["flags"] == ["thermal-throttled"]
     assert cell_from_dict(stored, "r.json").telemetry == telemetry
+
+
+# NVML's own reason bits (pynvml), each with the flag it must raise; the rest (idle, sync
+# boost, application or user clocks, display) are no sign of heat or power trouble.
+FLAGGING = {
+    pynvml.nvmlClocksEventReasonSwThermalSlowdown: "thermal-throttled",
+    pynvml.nvmlClocksEventReasonHwThermalSlowdown: "thermal-throttled",
+    pynvml.nvmlClocksEventReasonSwPowerCap: "power-throttled",
+    pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown: "power-throttled",
+    pynvml.nvmlClocksEventReasonHwSlowdown: "hw-slowdown",
+}
+QUIET_BITS = (
+    pynvml.nvmlClocksEventReasonGpuIdle,
+    pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
+    pynvml.nvmlClocksEventReasonSyncBoost,
+    pynvml.nvmlClocksEventReasonDisplayClockSetting,
+)
+BITS = (*FLAGGING, *QUIET_BITS)
+
+samples = st.lists(
+    st.builds(
+        TelemetrySample,
+        sm_clock_mhz=st.integers(1000, 1410),
+        mem_clock_mhz=st.integers(1200, 1600),
+        power_w=st.floats(50.0, 700.0),
+        temperature_c=st.integers(30, 95),
+        reasons=st.lists(st.sampled_from(BITS), max_size=3).map(lambda bits: sum(set(bits))),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@given(samples=samples, order=st.randoms(use_true_random=False))
+def test_a_cells_telemetry_is_the_extremes_over_every_sample_in_any_order(
+    samples: list[TelemetrySample], order: random.Random
+) -> None:
+    telemetry = summarize(order.sample(samples, len(samples)))
+    assert telemetry.samples == len(samples)
+    sm = [s.sm_clock_mhz for s in samples]
+    mem = [s.mem_clock_mhz for s in samples]
+    assert telemetry.sm_clock_mhz == (min(sm), max(sm))
+    assert telemetry.mem_clock_mhz == (min(mem), max(mem))
+    assert telemetry.max_power_w == max(s.power_w for s in samples)
+    assert telemetry.max_temperature_c == max(s.temperature_c for s in samples)
+    # One sample's reason is the cell's: a flag raised once stays raised.
+    for bit, flag in FLAGGING.items():
+        assert (flag in telemetry.flags) == any(
+            s.reasons & b for s in samples for b, f in FLAGGING.items() if f == flag
+        ), (bit, flag)
+    assert all(s.reasons & telemetry.reasons == s.reasons for s in samples)
+
+
+@given(low=st.integers(100, 2000), spread=st.floats(0.0, 0.3))
+def test_sm_clocks_moved_when_they_spread_over_a_tenth_of_the_highest(
+    low: int, spread: float
+) -> None:
+    """The spread is (max - min) / max: 1410 and 1269 MHz (exactly 10 %) did not move."""
+    high = round(low / (1 - spread))
+    steady = TelemetrySample(high, 1593, 300.0, 60, 0)
+    moved = [f for f in summarize([steady, replace(steady, sm_clock_mhz=low)]).flags if "sm" in f]
+    if (high - low) / high > 0.10:
+        assert moved == [f"sm-clock-moved {low}-{high} MHz"]
+    else:
+        assert moved == []
+    at_the_limit = [replace(steady, sm_clock_mhz=mhz) for mhz in (1410, 1269, 1300)]
+    assert summarize(at_the_limit).flags == ()
+
+
+def test_a_cycle_shorter_than_the_interval_still_has_a_sample_of_every_gpu() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    nvml.script_telemetry({0: [STEADY], 1: [STEADY]})
+    sampler = create_sampler("cuda:1", [0, 1], nvml=nvml)  # a device with an index: a GPU
+    assert isinstance(sampler, TelemetrySampler), sampler
+    sampler.interval_s = 60.0
+    sampler.start()
+    sampler.stop()
+    assert len(sampler.samples) == 2
