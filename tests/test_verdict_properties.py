@@ -19,14 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bloomperf.analysis.compare import compare_cell, compare_metric, judge
 from bloomperf.analysis.stats import estimate_ratio
 from bloomperf.analysis.verdicts import METRICS
 from bloomperf.backends import BACKEND_NAMES, DTYPES
-from bloomperf.core.formatting import GIB, ms_number
+from bloomperf.core.formatting import GIB, ms_number, plain
+from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
 from bloomperf.store.baseline import BaselineCell
 from bloomperf.store.baseline.accept import accept_run, baseline_cell_of
@@ -410,3 +411,68 @@ def test_every_cycle_with_a_decode_step_has_its_latency_figures(cycles: list[lis
     )
     assert summarize_steps(cycles) is not None
     assert per_cycle([*cycles, [5.0]]) == {} and summarize_steps([*cycles, [5.0]]) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    metric=st.sampled_from(JUDGED),
+    worse=st.floats(1.25, 2.5),
+    which=st.sampled_from((8, 16)),
+    larger=st.floats(0.5, 2.0),
+)
+@example(metric="load_time", worse=2.0, which=8, larger=1.0)
+@example(metric="peak_memory", worse=1.5, which=8, larger=0.5)
+@example(metric="peak_memory", worse=1.5, which=16, larger=1.2)
+@example(metric="ms_per_token", worse=1.5, which=16, larger=1.0)
+def test_a_regression_is_said_in_the_table_where_its_metric_is_shown(
+    metric: str, worse: float, which: int, larger: float
+) -> None:
+    """Two cells of one row, one of them regressed in ``metric``: the failure lines say it, the
+    markdown table says it where the metric is shown (the cell for ms/token and memory, the
+    row's memory and load columns), and the row's memory figure is its largest peak."""
+    second = replace(cell_of({"peak_memory": larger}), batch_size=16)
+    reference = bloom_run(REFERENCE, replace(REFERENCE, batch_size=16))
+    baseline = accept_run(reference, None, source="reference", force=True)
+    baseline = replace(
+        baseline, cells=tuple(replace(expected(), batch_size=c.batch_size) for c in baseline.cells)
+    )
+    cells = {8: REFERENCE, 16: second}
+    cells[which] = replace(build(metric, worse, {}, 1.0), batch_size=which)
+    if metric == "peak_memory" and which == 16:
+        cells[16] = replace(cell_of({"peak_memory": max(worse, larger * worse)}), batch_size=16)
+    comparison = judge(bloom_run(*cells.values()), baseline)
+    moved = {c.batch_size for c in comparison.cells for m in c.metrics if m.status == "regressed"}
+    assert which in moved
+    text = render_comparison(comparison, "text", width=400)  # a terminal: colour marks it
+    for failure in comparison.failures():
+        assert plain(failure) in text
+    markdown = render_comparison(comparison, "markdown")  # a page: words say it
+    row = next(line for line in markdown.splitlines() if line.startswith("| Accelerate"))
+    peaks = [c.peak_memory_bytes or 0 for c in cells.values()]
+    figure = max(peaks) / GIB
+    assert (f"≤ {figure:.0f} GiB" if figure >= 10 else f"≤ {figure:.2g} GiB") in row
+    if metric == "peak_memory":
+        assert f"REGRESSED at {', '.join(f'bs{b}' for b in sorted(moved))}" in row
+        assert "memory" in row and row.count("REGRESSED") >= 2  # the cell and the column
+    elif metric == "ms_per_token" or (metric == "load_time" and which == 8):
+        assert "REGRESSED" in row  # the row's load column shows its first cell's load
+
+
+@settings(max_examples=30, deadline=None)
+@given(kept=st.sets(st.sampled_from((1, 8, 16, 32)), min_size=1))
+def test_every_format_names_the_baselines_cells_a_run_left_out(kept: set[int]) -> None:
+    """A run of a row that skipped some of the baseline's batch sizes: each format names them
+    (a left-out cell is neither a pass nor a failure, and must not go unsaid)."""
+    sizes = (1, 8, 16, 32)
+    baseline = accept_run(
+        bloom_run(*(replace(REFERENCE, batch_size=b) for b in sizes)), None, source="r", force=True
+    )
+    run = bloom_run(*(replace(REFERENCE, batch_size=b) for b in sorted(kept)))
+    comparison = judge(run, baseline)
+    left_out = [f"accelerate-bf16-bs{b}" for b in sizes if b not in kept]
+    assert list(comparison.missing) == left_out
+    for fmt in ("text", "markdown"):
+        shown = render_comparison(comparison, fmt, width=400)
+        said = [line for line in shown.splitlines() if "not in the results" in line]
+        assert bool(said) == bool(left_out), (fmt, shown)
+        assert all(cell in " ".join(said) for cell in left_out)
