@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -286,3 +287,65 @@ def test_bad_comparison_options_are_one_line_usage_errors(
         "bloomperf: error: --tolerance: must be between 0 and 1, found 2.0",
         "bloomperf: error: --max-pairs: must be a positive integer, got 0",
     ]
+
+
+def plant_generate_counter(folder: Path, log: Path, arm: str) -> Path:
+    """A sitecustomize that writes a line to ``log`` at each of the arm's generate calls (the
+    real one still runs): what the worker asked of its backend, seen from outside."""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(
+        "from bloomperf.backends.accelerate import AccelerateBackend\n"
+        "_generate = AccelerateBackend.generate\n"
+        "def generate(self, *args):\n"
+        f"    with open({str(log)!r}, 'a') as f:\n"
+        f"        f.write({arm!r} + '\\n')\n"
+        "    return _generate(self, *args)\n"
+        "AccelerateBackend.generate = generate\n"
+    )
+    return folder
+
+
+def test_each_arm_runs_its_warm_up_cycles_before_the_pairs(tiny: str, tmp_path: Path) -> None:
+    """Cycles mode: each arm's worker generates ``--warmup`` times more than the pairs it times
+    (the cell's other calls, such as its output check, the same whatever the warm-up)."""
+    untimed = {}
+    for warmup in (1, 3):
+        folder = tmp_path / f"warmup-{warmup}"
+        folder.mkdir()
+        log = folder / "generate.log"
+        envs = [
+            f"PYTHONPATH={plant_generate_counter(folder / arm, log, arm)}" for arm in ("a", "b")
+        ]
+        _, document = run_ab(
+            tiny,
+            folder,
+            *("--a-env", envs[0], "--b-env", envs[1], "--mode", "cycles", "--warmup", str(warmup)),
+            *("--min-pairs", "6", "--max-pairs", "6"),
+        )
+        (cell,) = document["cells"]
+        assert cell["pairs"] == 6, cell
+        calls = log.read_text().split()
+        untimed[warmup] = {arm: calls.count(arm) - cell["pairs"] for arm in ("a", "b")}
+        assert all(n >= warmup for n in untimed[warmup].values()), (warmup, calls)
+    assert {arm: untimed[3][arm] - untimed[1][arm] for arm in ("a", "b")} == {"a": 2, "b": 2}
+
+
+def test_a_cell_stops_at_its_time_budget(tiny: str, tmp_path: Path) -> None:
+    """Pairs that would take minutes stop at ``--max-time`` (loads included) with what they
+    have, said as the reason."""
+    started = time.monotonic()
+    _, document = run_ab(
+        tiny,
+        tmp_path,
+        "--mode",
+        "cycles",
+        "--max-time",
+        "3",
+        "--min-pairs",
+        "400",
+        "--max-pairs",
+        "400",
+    )
+    (cell,) = document["cells"]
+    assert cell["stopped"] == "max-time" and 0 < cell["pairs"] < 400, cell
+    assert time.monotonic() - started < 60
