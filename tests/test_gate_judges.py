@@ -22,9 +22,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bloomperf.catalog.names import MODEL_NAME, TOPOLOGY_ID
+from bloomperf.store.baseline import BaselineCell
+from bloomperf.store.baseline.codec import save_baseline
 from bloomperf.store.baseline.search import baseline_file_name
 from bloomperf.store.results import MAX_CYCLES
-from tests.builders import BASELINES, BLOG_BASELINE, BLOG_RESULTS, RESULTS
+from tests.builders import BASELINES, BLOG_BASELINE, BLOG_RESULTS, RESULTS, cpu_baseline
 
 PLUGIN_BENCHMARK = RESULTS / "cpu.tiny.plugin-benchmark.json"
 CPU_STEPS = RESULTS / "cpu.tiny.steps.results.json"
@@ -419,3 +421,48 @@ def test_a_baseline_that_judges_no_figure_judges_nothing(tmp_path: Path) -> None
     baseline["cells"][0]["ms_per_token_tolerance"] = 0.05
     write(named, baseline)
     assert diff_json(results, "--baseline", named)[0] == 0
+
+
+def test_the_plugin_skips_a_cell_beyond_the_baselines_oom_boundary(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """A cell the session does not run (here: beyond the OOM boundary the baseline records) is
+    a skipped test saying why, never a passed one."""
+    folder = tmp_path / "baselines"
+    folder.mkdir()
+    baseline = cpu_baseline(
+        BaselineCell("accelerate", "fp32", 1, "ok", ms_per_token=5.0),
+        BaselineCell("accelerate", "fp32", 2, "oom"),
+    )
+    save_baseline(baseline, folder / baseline_file_name("cpu", "tiny"))
+    pytester.makepyfile(test_matrix=PLUGIN_TEST)
+    argv = ["-m", "cpu", "--bloomperf-new-tokens=4", "--bloomperf-cycles=2", "-rs"]
+    argv += ["--bloomperf-dtypes=fp32", "--bloomperf-batch-sizes=1,4", "--bloomperf-no-lock"]
+    argv += [f"--bloomperf-baselines={folder}", f"--bloomperf-output={tmp_path / 'r.json'}"]
+    # The baseline gives no figure a tolerance: nothing is judged, which this test allows.
+    result = pytester.runpytest_subprocess(*argv, "--bloomperf-allow-no-baseline")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*beyond the baseline's OOM boundary (OOM at batch 2*"])
+    assert result.ret == pytest.ExitCode.OK
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_plugins_cell_test_fails_a_moved_boundary_only_under_strict(
+    pytester: pytest.Pytester, tmp_path: Path, strict: bool
+) -> None:
+    """The baseline ran out of memory at batch 2; the tiny model runs it now: its boundary
+    moved up, which fails that cell's test under --bloomperf-strict only (as run and diff)."""
+    folder = tmp_path / "baselines"
+    folder.mkdir()
+    baseline = cpu_baseline(
+        BaselineCell("accelerate", "fp32", 1, "ok", ms_per_token=5.0),
+        BaselineCell("accelerate", "fp32", 2, "oom"),
+    )
+    save_baseline(baseline, folder / baseline_file_name("cpu", "tiny"))
+    pytester.makepyfile(test_matrix=PLUGIN_TEST)
+    argv = ["-m", "cpu", "--bloomperf-new-tokens=4", "--bloomperf-cycles=2"]
+    argv += ["--bloomperf-dtypes=fp32", "--bloomperf-batch-sizes=1,2", "--bloomperf-no-lock"]
+    argv += [f"--bloomperf-baselines={folder}", f"--bloomperf-output={tmp_path / 'r.json'}"]
+    argv += ["--bloomperf-allow-no-baseline"] + (["--bloomperf-strict"] if strict else [])
+    result = pytester.runpytest_subprocess(*argv)
+    result.assert_outcomes(passed=1 if strict else 2, failed=1 if strict else 0)
