@@ -26,6 +26,7 @@ from bloomperf.store.baseline import BaselineCell
 from bloomperf.store.baseline.codec import save_baseline
 from bloomperf.store.baseline.search import baseline_file_name
 from bloomperf.store.results import MAX_CYCLES
+from bloomperf.store.results.files import read_results
 from tests.builders import BASELINES, BLOG_BASELINE, BLOG_RESULTS, RESULTS, cpu_baseline
 
 PLUGIN_BENCHMARK = RESULTS / "cpu.tiny.plugin-benchmark.json"
@@ -466,3 +467,21 @@ def test_the_plugins_cell_test_fails_a_moved_boundary_only_under_strict(
     argv += ["--bloomperf-allow-no-baseline"] + (["--bloomperf-strict"] if strict else [])
     result = pytester.runpytest_subprocess(*argv)
     result.assert_outcomes(passed=1 if strict else 2, failed=1 if strict else 0)
+
+
+def test_the_plugin_loads_each_group_once_for_all_its_cells(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """Three batch sizes of one (backend, dtype) are three tests served by one load: the group
+    stops after its last cell only."""
+    pytester.makepyfile(test_matrix=PLUGIN_TEST)
+    out = tmp_path / "r.json"
+    argv = ["-m", "cpu", "--bloomperf-new-tokens=4", "--bloomperf-cycles=2"]
+    argv += ["--bloomperf-dtypes=fp32", "--bloomperf-batch-sizes=1,2,3", "--bloomperf-no-lock"]
+    argv += [f"--bloomperf-output={out}", "--bloomperf-allow-no-baseline"]
+    result = pytester.runpytest_subprocess(*argv)
+    result.assert_outcomes(passed=3)
+    assert sum("loading accelerate fp32" in line for line in result.outlines) == 1
+    cells = read_results(out).cells
+    assert [c.details["load_count"] for c in cells] == [1, 1, 1]
+    assert len({c.load_time_s for c in cells}) == 1
