@@ -35,6 +35,16 @@ def alive(pids: set[int]) -> set[int]:
     return running
 
 
+def wait_gone(pid: int, seconds: float = 10.0) -> bool:
+    """Whether ``pid`` has exited (or is a zombie) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while pid in alive({pid}):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def marked_processes(mark: Path | str, wait_s: float = 10.0, env: str = MARK_ENV) -> set[int]:
     """Processes still running whose ``env`` is ``mark``, after up to ``wait_s`` for any that
     are already on their way out."""

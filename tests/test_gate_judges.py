@@ -424,11 +424,11 @@ def test_a_baseline_that_judges_no_figure_judges_nothing(tmp_path: Path) -> None
     assert diff_json(results, "--baseline", named)[0] == 0
 
 
-def test_the_plugin_skips_a_cell_beyond_the_baselines_oom_boundary(
-    pytester: pytest.Pytester, tmp_path: Path
-) -> None:
-    """A cell the session does not run (here: beyond the OOM boundary the baseline records) is
-    a skipped test saying why, never a passed one."""
+def run_against_an_oom_at_batch_2(
+    pytester: pytest.Pytester, tmp_path: Path, batch_sizes: str, *extra: str
+) -> pytest.RunResult:
+    """The plugin on the tiny model against a baseline that ran out of memory at batch 2 and
+    gives no figure a tolerance (so nothing is judged, which these sessions allow)."""
     folder = tmp_path / "baselines"
     folder.mkdir()
     baseline = cpu_baseline(
@@ -438,10 +438,18 @@ def test_the_plugin_skips_a_cell_beyond_the_baselines_oom_boundary(
     save_baseline(baseline, folder / baseline_file_name("cpu", "tiny"))
     pytester.makepyfile(test_matrix=PLUGIN_TEST)
     argv = ["-m", "cpu", "--bloomperf-new-tokens=4", "--bloomperf-cycles=2", "-rs"]
-    argv += ["--bloomperf-dtypes=fp32", "--bloomperf-batch-sizes=1,4", "--bloomperf-no-lock"]
-    argv += [f"--bloomperf-baselines={folder}", f"--bloomperf-output={tmp_path / 'r.json'}"]
-    # The baseline gives no figure a tolerance: nothing is judged, which this test allows.
-    result = pytester.runpytest_subprocess(*argv, "--bloomperf-allow-no-baseline")
+    argv += ["--bloomperf-dtypes=fp32", f"--bloomperf-batch-sizes={batch_sizes}"]
+    argv += ["--bloomperf-no-lock", f"--bloomperf-baselines={folder}"]
+    argv += [f"--bloomperf-output={tmp_path / 'r.json'}", "--bloomperf-allow-no-baseline"]
+    return pytester.runpytest_subprocess(*argv, *extra)
+
+
+def test_the_plugin_skips_a_cell_beyond_the_baselines_oom_boundary(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """A cell the session does not run (here: beyond the OOM boundary the baseline records) is
+    a skipped test saying why, never a passed one."""
+    result = run_against_an_oom_at_batch_2(pytester, tmp_path, "1,4")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*beyond the baseline's OOM boundary (OOM at batch 2*"])
     assert result.ret == pytest.ExitCode.OK
@@ -453,19 +461,9 @@ def test_the_plugins_cell_test_fails_a_moved_boundary_only_under_strict(
 ) -> None:
     """The baseline ran out of memory at batch 2; the tiny model runs it now: its boundary
     moved up, which fails that cell's test under --bloomperf-strict only (as run and diff)."""
-    folder = tmp_path / "baselines"
-    folder.mkdir()
-    baseline = cpu_baseline(
-        BaselineCell("accelerate", "fp32", 1, "ok", ms_per_token=5.0),
-        BaselineCell("accelerate", "fp32", 2, "oom"),
+    result = run_against_an_oom_at_batch_2(
+        pytester, tmp_path, "1,2", *(["--bloomperf-strict"] if strict else [])
     )
-    save_baseline(baseline, folder / baseline_file_name("cpu", "tiny"))
-    pytester.makepyfile(test_matrix=PLUGIN_TEST)
-    argv = ["-m", "cpu", "--bloomperf-new-tokens=4", "--bloomperf-cycles=2"]
-    argv += ["--bloomperf-dtypes=fp32", "--bloomperf-batch-sizes=1,2", "--bloomperf-no-lock"]
-    argv += [f"--bloomperf-baselines={folder}", f"--bloomperf-output={tmp_path / 'r.json'}"]
-    argv += ["--bloomperf-allow-no-baseline"] + (["--bloomperf-strict"] if strict else [])
-    result = pytester.runpytest_subprocess(*argv)
     result.assert_outcomes(passed=1 if strict else 2, failed=1 if strict else 0)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from leftovers import marked_env, marked_processes
+from leftovers import marked_env, marked_processes, wait_gone
 
 from bloomperf.catalog.caches import BATON_NAME, extensions_dir
 from bloomperf.core.errors import BloomperfError
@@ -527,18 +527,6 @@ def dead_pid() -> int:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     return gone.pid
-
-
-def wait_gone(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_an_orphaned_worker_kills_what_left_its_group_but_never_the_shells_group() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from leftovers import wait_gone
 
 from bloomperf.harness.orphans import CONTROLLER_ENV, HELD_ENV, survivors
 from bloomperf.harness.teardown import kill_tree, remove_folder, terminate_group
@@ -29,18 +30,6 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
 print(child.pid, flush=True)
 time.sleep(120)
 """
-
-
-def gone(pid: int, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def start_leader(said: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -67,7 +56,7 @@ def test_the_kill_reaches_the_group_and_what_left_it(tmp_path: Path) -> None:
     leader, child = start_leader(tmp_path / "signal")
     kill_tree(leader)
     assert leader.returncode == -signal.SIGKILL
-    assert gone(child), "a child that left the group outlived the kill"
+    assert wait_gone(child), "a child that left the group outlived the kill"
     kill_tree(leader)  # twice is harmless
 
 
