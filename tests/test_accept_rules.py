@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bloomperf.core.errors import BloomperfError
-from bloomperf.store.baseline import EXPECT_OOM, Provenance
+from bloomperf.core.metrics import BUILT_INS
+from bloomperf.store.baseline import EXPECT_OOM, OWN_FIELDS, Provenance
 from bloomperf.store.baseline.accept import (
-    CPU_TOLERANCES,
-    GPU_TOLERANCES,
     accept_run,
     baseline_cell_of,
     describe_hardware,
@@ -23,12 +22,15 @@ from bloomperf.store.baseline.accept import (
     provenance_of_run,
     software_environment,
 )
-from bloomperf.store.latency import JUDGED_LATENCY, per_cycle
+from bloomperf.store.latency import per_cycle
 from bloomperf.store.results import CellResult, Outcome
 from tests.builders import GiB, bloom_run, ok_cell, tiny_run
 
 STEPS = ((50.0, 10.0, 11.0, 30.0),) * 3
 tolerances = st.none() | st.sampled_from((0.02, 0.07, 0.3))
+GPU_TOLERANCES = {m.name: m.tolerance_for(cpu=False) for m in BUILT_INS}
+CPU_TOLERANCES = {m.name: m.tolerance_for(cpu=True) for m in BUILT_INS}
+LATENCY = tuple(m.name for m in BUILT_INS if m.name not in OWN_FIELDS)
 
 
 def measured(batch_size: int = 1) -> CellResult:
@@ -41,7 +43,7 @@ def measured(batch_size: int = 1) -> CellResult:
     ms=tolerances,
     memory=tolerances,
     load=tolerances,
-    latency=st.dictionaries(st.sampled_from(sorted(JUDGED_LATENCY)), tolerances),
+    latency=st.dictionaries(st.sampled_from(LATENCY), tolerances),
 )
 def test_a_reaccepted_cell_keeps_the_tolerances_it_had(
     topology: str,
@@ -57,14 +59,14 @@ def test_a_reaccepted_cell_keeps_the_tolerances_it_had(
     assert first.ms_per_token_tolerance == defaults["ms_per_token"]
     assert first.peak_memory_tolerance == defaults["peak_memory"]
     assert first.load_time_tolerance == defaults["load_time"]
-    latency_default = {m: None if topology == "cpu" else t for m, t in JUDGED_LATENCY.items()}
-    assert first.latency_tolerances == latency_default
+    latency_default = {m: defaults[m] for m in LATENCY}
+    assert first.figure_tolerances == latency_default
     tuned = replace(
         first,
         ms_per_token_tolerance=ms,
         peak_memory_tolerance=memory,
         load_time_tolerance=load,
-        latency_tolerances=latency,
+        figure_tolerances=latency,
     )
     again = baseline_cell_of(measured(), tuned, topology, "p2")
     assert again.ms_per_token_tolerance == (ms if ms is not None else defaults["ms_per_token"])
@@ -73,7 +75,7 @@ def test_a_reaccepted_cell_keeps_the_tolerances_it_had(
     )
     assert again.load_time_tolerance == (load if load is not None else defaults["load_time"])
     kept = {m: t for m, t in latency.items() if t is not None}
-    assert again.latency_tolerances == latency_default | kept
+    assert again.figure_tolerances == latency_default | kept
     assert again.provenance == "p2"
 
 
@@ -88,12 +90,12 @@ def test_an_oom_cell_records_the_boundary_and_no_figure(topology: str) -> None:
         (),
     )
     assert (cell.peak_memory_bytes, cell.peak_memory_tolerance) == (None, None)
-    assert cell.latency_samples == {}
+    assert cell.figure_samples == {}
     # The load happened before the OOM: its time is a figure like any other.
     assert cell.load_time_s == oom.load_time_s
     ok = baseline_cell_of(measured(), None, topology, "p")
     assert ok.ms_per_token_samples == measured().samples_ms_per_token
-    assert ok.latency_samples == per_cycle(STEPS)
+    assert ok.figure_samples == per_cycle(STEPS)
     assert ok.peak_memory_bytes == measured().peak_memory_bytes
 
 

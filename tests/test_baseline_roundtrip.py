@@ -34,7 +34,6 @@ from bloomperf.store.baseline import (
     Provenance,
 )
 from bloomperf.store.baseline.codec import load_baseline, save_baseline
-from bloomperf.store.latency import JUDGED_LATENCY
 from tests.fuzzing import assert_names_the_place, retype, typed_places
 
 SETTINGS = settings(
@@ -55,7 +54,9 @@ PROVENANCE = (
 def baseline_cells(draw: st.DrawFn, batch_size: int) -> BaselineCell:
     outcome = draw(st.sampled_from((EXPECT_OK, EXPECT_OOM, EXPECT_NOT_RUN)))
     ok = outcome == EXPECT_OK
-    metrics = draw(st.lists(st.sampled_from(sorted(JUDGED_LATENCY)), unique=True, max_size=3))
+    metrics = draw(
+        st.lists(st.sampled_from(("ttft_ms", "tpot_ms", "tpot_p99_ms")), unique=True, max_size=3)
+    )
     return BaselineCell(
         backend=draw(st.sampled_from(BACKEND_NAMES)),
         dtype=draw(st.sampled_from(DTYPES)),
@@ -70,8 +71,8 @@ def baseline_cells(draw: st.DrawFn, batch_size: int) -> BaselineCell:
         load_time_s=draw(st.none() | positive),
         load_time_tolerance=draw(tolerance),
         provenance=draw(st.sampled_from([p.id for p in PROVENANCE])),
-        latency_samples={m: tuple(draw(st.lists(positive, max_size=3))) for m in metrics},
-        latency_tolerances={m: draw(tolerance) for m in metrics},
+        figure_samples={m: tuple(draw(st.lists(positive, max_size=3))) for m in metrics},
+        figure_tolerances={m: draw(tolerance) for m in metrics},
     )
 
 
@@ -171,11 +172,12 @@ def one_cell(tmp_path: Path, cell: dict[str, Any], **top: Any) -> Path:
         ({"outcome": "crashed"}, "unknown outcome 'crashed' (valid: ok, oom, not-run)"),
         ({"provenance": "elsewhere"}, "accelerate-fp32-bs1 names unknown provenance 'elsewhere'"),
         (
-            {"latency": {"ttft_ms": {"samples": [1.0], "tolerance": 2.0}}},
+            {"figures": {"ttft_ms": {"samples": [1.0], "tolerance": 2.0}}},
             "field 'tolerance' must be a fraction below 1 (0.05 = 5%), found 2.0",
         ),
-        ({"latency": {"tpot_p50": {"samples": [1.0]}}}, "unknown latency metric 'tpot_p50'"),
-        ({"latency": {"ttft_ms": {"tolerance": 0.1}}}, "ttft_ms has no samples"),
+        ({"figures": {"tpot_p50": {"samples": [1.0]}}}, "unknown metric 'tpot_p50'"),
+        ({"figures": {"ms_per_token": {"samples": [1.0]}}}, "unknown metric 'ms_per_token'"),
+        ({"figures": {"ttft_ms": {"tolerance": 0.1}}}, "ttft_ms has no samples"),
     ],
 )
 def test_each_rule_of_a_baseline_cell_is_refused_with_its_reason(
@@ -184,7 +186,7 @@ def test_each_rule_of_a_baseline_cell_is_refused_with_its_reason(
     path = one_cell(tmp_path, cell)
     with pytest.raises(BloomperfError) as refused:
         load_baseline(path)
-    where = f"{path} cell 0" + (" latency" if "latency" in cell else "")
+    where = f"{path} cell 0" + (" figures" if "figures" in cell else "")
     if "provenance" in cell:
         where = str(path)
     assert str(refused.value) == f"{where}: {says}"

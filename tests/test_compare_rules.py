@@ -118,7 +118,7 @@ def test_a_figure_one_side_has_is_listed_and_one_neither_has_is_not(
 
 
 def test_a_latency_figure_the_baseline_holds_no_cycles_of_is_not_judged() -> None:
-    expected = replace(expectation(), latency_samples={"ttft_ms": ()}, latency_tolerances={})
+    expected = replace(expectation(), figure_samples={"ttft_ms": ()}, figure_tolerances={})
     cell = cpu_cell(samples_step_ms=((50.0, 10.0, 10.0),) * 3)
     ttft = next(m for m in compare_metrics(cell, expected) if m.metric == "ttft_ms")
     assert ttft.status == "no-baseline" and ttft.expected is None and ttft.measured == 50.0

@@ -150,7 +150,7 @@ OPTIONAL_BASELINE: dict[tuple[Any, ...], Callable[[Baseline], object]] = {
     ("cells",): lambda b: b.cells == (),  # an empty baseline: it judges nothing
     ("load_times",): lambda b: b.load_times == (),
     ("cells", 0, "ms_per_token_samples"): lambda b: b.cells[0].ms_per_token_samples == (),
-    ("cells", 0, "latency"): lambda b: b.cells[0].latency_samples == {},
+    ("cells", 0, "figures"): lambda b: b.cells[0].figure_samples == {},
     ("cells", 0, "provenance"): None,  # then it names no provenance: refused (see below)
     ("load_times", 0, "variant"): lambda b: b.load_times[0].variant == "",
     ("provenance", 0, "software"): lambda b: b.provenance[0].software == {},
@@ -204,7 +204,7 @@ def test_a_required_baseline_field_left_out_is_refused_naming_it(
         (("workload", "new_tokens"), 0, False),
         (("cells", 0, "ms_per_token_samples", 0), 0.0, False),
         (("cells", 0, "ms_per_token_samples", 0), -1.0, False),
-        (("cells", 0, "latency", "ttft_ms", "samples", 0), 0.0, False),
+        (("cells", 0, "figures", "ttft_ms", "samples", 0), 0.0, False),
         (("cells", 0, "ms_per_token_tolerance"), 0.0, True),
         (("cells", 0, "ms_per_token_tolerance"), 0.999, True),
         (("cells", 0, "ms_per_token"), 0.0, False),

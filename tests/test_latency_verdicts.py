@@ -45,11 +45,11 @@ def test_a_tail_that_grows_past_its_wider_tolerance_regresses_and_a_median_past_
 def test_latency_tolerances_travel_in_the_baseline_file_and_blog_cells_have_none() -> None:
     baseline = baseline_of_run(run_of(cycles(40.0, 20.0, 60.0)), "before.json", None)
     cell = baseline.cells[0]
-    assert cell.latency_tolerances == {"ttft_ms": 0.10, "tpot_ms": 0.05, "tpot_p99_ms": 0.15}
+    assert cell.figure_tolerances == {"ttft_ms": 0.10, "tpot_ms": 0.05, "tpot_p99_ms": 0.15}
     assert cell_from_dict(cell_to_dict(cell), "b.json") == cell
     blog = cell_from_dict(
         {"backend": "ds-inference", "dtype": "fp16", "batch_size": 1, "outcome": "ok",
          "ms_per_token": 44.0, "ms_per_token_tolerance": 0.05},
         "blog.json",
     )  # fmt: skip
-    assert blog.latency_samples == {}
+    assert blog.figure_samples == {}

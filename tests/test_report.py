@@ -193,7 +193,7 @@ def test_a_memory_regression_is_named_in_its_cell() -> None:
     ms = compare_metric("ms_per_token", [10.0, 10.01, 9.99], 10.0, 0.05)
     memory = compare_metric("peak_memory", [60.0 * GiB], 50.0 * GiB, 0.1)
     cell = CellVerdict("accelerate", "bf16", 8, "regressed", "ok", "ok", (ms, memory), 10.0)
-    assert cell_text(cell) == "10.00 ms; memory 60.00 GiB (+20.0%) REGRESSED"
+    assert cell_text(cell) == "10.00 ms; peak memory 60.00 GiB (+20.0%) REGRESSED"
 
 
 def test_a_cpu_row_says_not_judged_once_and_its_memory_below_one_gib() -> None:

@@ -4,12 +4,14 @@ line naming it (exit 2), and every writer stamps the current version."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bloomperf import cli
+from bloomperf.analysis.compare import judge
 from bloomperf.core.errors import BloomperfError
 from bloomperf.store.baseline import codec as baseline_json
 from bloomperf.store.baseline.codec import load_baseline, save_baseline
@@ -92,16 +94,16 @@ def test_a_kind_must_list_a_step_for_every_version_after_the_first() -> None:
 def test_a_newer_baseline_or_results_file_exits_2_naming_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    newer = json.loads(BASELINE_FILE.read_text()) | {"schema_version": 2}
+    newer = json.loads(BASELINE_FILE.read_text()) | {"schema_version": 3}
     path = write(tmp_path / "newer.json", newer)
     assert cli.main(["baseline", "show", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{path}: schema_version 2 is not supported" in err
-    newer = json.loads(RESULTS_FILE.read_text()) | {"schema_version": 2}
+    assert err.count("\n") == 1 and f"{path}: schema_version 3 is not supported" in err
+    newer = json.loads(RESULTS_FILE.read_text()) | {"schema_version": 3}
     path = write(tmp_path / "newer-results.json", newer)
     assert cli.main(["diff", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{path}: schema_version 2 is not supported" in err
+    assert err.count("\n") == 1 and f"{path}: schema_version 3 is not supported" in err
 
 
 def rename_workload(data: dict[str, Any]) -> dict[str, Any]:
@@ -137,3 +139,43 @@ def test_the_real_readers_upgrade_and_the_writers_write_the_current_version(
     save_run(run, tmp_path / "r2.json")
     written = json.loads((tmp_path / "r2.json").read_text())
     assert (written["kind"], written["schema_version"]) == ("bloomperf-results", 2)
+
+
+OLD_BASELINES = sorted((REPO / "baselines").glob("*.json"))
+OLD_RESULTS = sorted((REPO / "tests" / "data" / "results").glob("*.results.json"))
+
+
+@pytest.mark.parametrize("path", OLD_BASELINES, ids=lambda p: p.name)
+def test_a_version_1_baseline_reads_the_same_after_its_migration(
+    path: Path, tmp_path: Path
+) -> None:
+    """Today's baselines (version 1, TTFT/TPOT under ``latency``) read as version 2: the cycles
+    land in ``figures`` unchanged, and writing them back (version 2) reads back equal."""
+    raw = json.loads(path.read_text())
+    assert raw["schema_version"] == 1
+    baseline = load_baseline(path)
+    for cell, stored in zip(baseline.cells, raw["cells"], strict=True):
+        latency = stored.get("latency", {})
+        assert cell.figure_samples == {k: tuple(v["samples"]) for k, v in latency.items()}
+        assert cell.figure_tolerances == {k: v.get("tolerance") for k, v in latency.items()}
+    save_baseline(baseline, tmp_path / "v2.json")
+    written = json.loads((tmp_path / "v2.json").read_text())
+    assert written["schema_version"] == 2 and all("latency" not in c for c in written["cells"])
+    again = load_baseline(tmp_path / "v2.json")
+    assert replace(again, path="") == replace(baseline, path="")
+
+
+@pytest.mark.parametrize("path", OLD_RESULTS, ids=lambda p: p.name)
+def test_a_version_1_results_file_reads_the_same_after_its_migration(
+    path: Path, tmp_path: Path
+) -> None:
+    """Today's results (version 1) read with no per-cycle figures, and their verdicts against
+    the repository's baseline do not change when written back as version 2."""
+    assert json.loads(path.read_text())["schema_version"] == 1
+    run = read_results(path)
+    assert all(c.figures == {} for c in run.cells)
+    save_run(run, tmp_path / "v2.json")
+    again = read_results(tmp_path / "v2.json")
+    assert again == run
+    baseline = load_baseline(BASELINE_FILE)
+    assert judge(again, baseline) == judge(run, baseline)

@@ -22,11 +22,11 @@ from bloomperf.core.formatting import (
     GIB,
     Html,
     format_table,
-    format_value,
     html_table,
     markdown_table,
     ms_number,
 )
+from bloomperf.core.metrics import format_value
 from bloomperf.harness.interleave import Settings
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from bloomperf.analysis.compare import compare_cell, compare_metric, judge
 from bloomperf.analysis.stats import estimate_ratio
-from bloomperf.analysis.verdicts import METRICS
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.core.formatting import GIB, ms_number, plain
+from bloomperf.core.metrics import BUILT_INS, label_of
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
 from bloomperf.store.baseline import BaselineCell
@@ -37,7 +37,9 @@ from bloomperf.store.results import CellResult, MemoryReading, Outcome, table_or
 from bloomperf.store.results.codec import save_run
 from tests.builders import BLOG_TOPOLOGY, bloom_run, nvml
 
-JUDGED = tuple(METRICS)  # ms_per_token, peak_memory, load_time, ttft_ms, tpot_ms, tpot_p99_ms
+JUDGED = tuple(
+    m.name for m in BUILT_INS
+)  # ms_per_token, peak_memory, load_time, ttft_ms, tpot_ms, tpot_p99_ms
 TOLERANCES = {
     "ms_per_token": 0.05,
     "peak_memory": 0.05,
@@ -88,7 +90,7 @@ def expected() -> BaselineCell:
         ms_per_token_tolerance=TOLERANCES["ms_per_token"],
         peak_memory_tolerance=TOLERANCES["peak_memory"],
         load_time_tolerance=TOLERANCES["load_time"],
-        latency_tolerances={m: TOLERANCES[m] for m in per_cycle(REFERENCE.samples_step_ms)},
+        figure_tolerances={m: TOLERANCES[m] for m in per_cycle(REFERENCE.samples_step_ms)},
     )
 
 
@@ -131,7 +133,7 @@ def test_regressing_any_one_metric_fails_the_cell_whatever_the_others_do(
     assert verdict.metric(metric) is not None
     assert verdict.metric(metric).status == "regressed"  # type: ignore[union-attr]
     failure = verdict.fails()
-    assert failure is not None and f"{METRICS[metric]} regressed" in failure
+    assert failure is not None and f"{label_of(metric)} regressed" in failure
     # The whole run fails with it, through the gate's own rule.
     # No baseline: nothing judged fails the gate, unless a first run opts in.
     assert judge(bloom_run(cell), None).unjudged
@@ -302,7 +304,7 @@ def test_each_metric_is_judged_against_the_baselines_own_cycles(metric: str, fac
     if metric == "ms_per_token":
         mine, theirs = cell.samples_ms_per_token, base.ms_per_token_samples
     elif metric in LATENCY:
-        mine, theirs = per_cycle(cell.samples_step_ms)[metric], base.latency_samples[metric]
+        mine, theirs = per_cycle(cell.samples_step_ms)[metric], base.figure_samples[metric]
     else:
         return
     assert judged.estimate == estimate_ratio(mine, theirs)

@@ -1,9 +1,9 @@
 """Verdicts: the ONE pass/fail rule, shared by the pytest plugin, `bloomperf run` and `diff`.
 
-Each measured cell is judged against its baseline cell, per metric and per OOM boundary. Every
-metric is lower-is-better (ms/token, peak memory, load time). A metric check is a small frozen
-object whose ``fails()`` returns a message or None; a cell's verdict combines its outcome with its
-metric checks:
+Each measured cell is judged against its baseline cell, per metric of the registry
+(``bloomperf.core.metrics``, each with its direction) and per OOM boundary. A metric check is
+a small frozen object whose ``fails()`` returns a message or None; a cell's verdict combines its
+outcome with its metric checks:
 
 * ``same`` / ``regressed`` / ``improved``: ran, as the baseline expected; the worst metric decides.
 * ``expected-oom``: ran out of memory where the baseline did (passes).
@@ -59,28 +59,38 @@ from bloomperf.analysis.verdicts import (
     MetricVerdict,
 )
 from bloomperf.backends.ds_checkpoint import HOST_RAM_SKIP
-from bloomperf.store.baseline import EXPECT_OK, Baseline, BaselineCell, expected_cell
-from bloomperf.store.latency import per_cycle
+from bloomperf.core.metrics import LOWER, Metric, metrics
+from bloomperf.core.metrics import metric as find
+from bloomperf.store.baseline import (
+    EXPECT_OK,
+    Baseline,
+    BaselineCell,
+    expected_cell,
+    expected_figure,
+)
 from bloomperf.store.results import CellResult, Outcome, RunResult, latency_to_dict, table_order
 
 # ---- comparing ------------------------------------------------------------------------------
 
 
 def compare_metric(
-    metric: str,
+    metric: Metric | str,
     measured: Sequence[float],
     expected: float | None,
     tolerance: float | None,
     expected_samples: Sequence[float] = (),
 ) -> MetricVerdict:
-    """One metric of one cell: the median of ``measured`` against the baseline figure."""
+    """One metric (a record, or a registered name) of one cell: the median of ``measured``
+    against the baseline figure."""
+    metric = find(metric) if isinstance(metric, str) else metric
     # A zero or negative reading is a broken measurement, not a figure to divide by.
     samples = [float(v) for v in measured if v > 0]
     point = statistics.median(samples) if samples else None
+    name = metric.name
     if expected is None or expected <= 0:
-        return MetricVerdict(metric, NO_BASELINE, point, None, tolerance)
+        return MetricVerdict(name, NO_BASELINE, point, None, tolerance)
     if not samples:
-        return MetricVerdict(metric, NOT_MEASURED, None, expected, tolerance)
+        return MetricVerdict(name, NOT_MEASURED, None, expected, tolerance)
     reference: float | Sequence[float] = expected_samples if expected_samples else expected
     estimate = estimate_ratio(samples, reference)
     if tolerance is None:
@@ -88,45 +98,20 @@ def compare_metric(
     elif not all(math.isfinite(x) for x in (estimate.ratio, estimate.low, estimate.high)):
         # Positive finite figures give a non-finite ratio only by overflow: a reading
         # astronomically above its baseline (one far below underflows to 0, a finite ratio).
-        status = REGRESSED
+        status = REGRESSED if metric.direction == LOWER else IMPROVED
     else:
-        status = classify_ratio(estimate, tolerance)
-    return MetricVerdict(metric, status, point, expected, tolerance, estimate)
+        status = classify_ratio(estimate, tolerance, direction=metric.direction)
+    return MetricVerdict(name, status, point, expected, tolerance, estimate)
 
 
 def compare_metrics(cell: CellResult, expected: BaselineCell) -> tuple[MetricVerdict, ...]:
-    memory = cell.peak_memory_bytes
-    verdicts = [
-        compare_metric(
-            "ms_per_token",
-            cell.samples_ms_per_token,
-            expected.ms_per_token,
-            expected.ms_per_token_tolerance,
-            expected.ms_per_token_samples,
-        ),
-        compare_metric(
-            "peak_memory",
-            [float(memory)] if memory is not None else [],
-            float(expected.peak_memory_bytes) if expected.peak_memory_bytes is not None else None,
-            expected.peak_memory_tolerance,
-        ),
-        compare_metric(
-            "load_time",
-            [cell.load_time_s] if cell.load_time_s is not None else [],
-            expected.load_time_s,
-            expected.load_time_tolerance,
-        ),
-    ]
-    # Latency only against baselines recorded from runs (the reference tables have none).
-    measured_latency = per_cycle(cell.samples_step_ms)
-    for metric, samples in expected.latency_samples.items():
+    """Every registered metric of the cell against what the baseline cell expects of it."""
+    verdicts = []
+    for metric in metrics():
+        figure = expected_figure(expected, metric.name)
         verdicts.append(
             compare_metric(
-                metric,
-                measured_latency.get(metric, ()),
-                statistics.median(samples) if samples else None,
-                expected.latency_tolerances.get(metric),
-                samples,
+                metric, metric.samples(cell), figure.value, figure.tolerance, figure.samples
             )
         )
     # A figure neither side has is noise in a report; one side having it is worth saying.

@@ -1,7 +1,8 @@
 """Verdict statistics: a confidence interval on measured / baseline, and the noise floor.
 
-Every metric bloomperf compares is "lower is better" (ms/token, bytes, seconds), so a ratio
-``measured / baseline`` above 1 is a slowdown. A verdict uses every timed cycle, not one mean:
+A ratio ``measured / baseline`` above 1 is worse for a lower-is-better metric (ms/token, bytes,
+seconds) and better for a higher-is-better one (a throughput): ``classify_ratio`` takes the
+metric's direction (``bloomperf.core.metrics``). A verdict uses every timed cycle, not one mean:
 the ratio of medians gets a percentile-bootstrap confidence interval (medians, because one
 disturbed cycle must not move the verdict), and ``classify_ratio`` turns the estimate into
 "regressed", "improved" or "same".
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.metrics import LOWER
 
 REGRESSED = "regressed"
 IMPROVED = "improved"
@@ -89,8 +91,12 @@ def estimate_ratio(
     return RatioEstimate(ratio=point, low=min(float(low), point), high=max(float(high), point))
 
 
-def classify_ratio(estimate: RatioEstimate, tolerance: float, min_effect: float = 0.0) -> str:
-    """Say "regressed", "improved" or "same" for a lower-is-better metric.
+def classify_ratio(
+    estimate: RatioEstimate, tolerance: float, min_effect: float = 0.0, direction: str = LOWER
+) -> str:
+    """Say "regressed", "improved" or "same"; as written here for a lower-is-better metric,
+    and with the two words swapped for a higher-is-better ``direction`` (a throughput that
+    fell beyond the tolerance regressed).
 
     A change is "regressed" only when both hold:
 
@@ -112,10 +118,11 @@ def classify_ratio(estimate: RatioEstimate, tolerance: float, min_effect: float 
         raise BloomperfError(f"tolerance: must be in [0, 1), found {tolerance}")
     if not (math.isfinite(min_effect) and 0.0 <= min_effect < 1.0):
         raise BloomperfError(f"min effect: must be in [0, 1), found {min_effect}")
+    worse, better = (REGRESSED, IMPROVED) if direction == LOWER else (IMPROVED, REGRESSED)
     if estimate.low > 1.0 + min_effect and estimate.ratio > 1.0 + tolerance:
-        return REGRESSED
+        return worse
     if estimate.high < 1.0 - min_effect and estimate.ratio < 1.0 - tolerance:
-        return IMPROVED
+        return better
     return SAME
 
 

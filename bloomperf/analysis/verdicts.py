@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from bloomperf.analysis.stats import IMPROVED, REGRESSED, SAME, RatioEstimate
-from bloomperf.core.formatting import format_value
+from bloomperf.core.metrics import format_value, label_of
 from bloomperf.store.results import Outcome, cell_id
 
 EXPECTED_OOM = "expected-oom"
@@ -58,19 +58,10 @@ CELL_STATUSES = (
 # Statuses that compared nothing: a run whose cells all have one was not judged at all.
 UNJUDGED = (NO_BASELINE, INCOMPARABLE, SKIPPED)
 
-METRICS = {
-    "ms_per_token": "ms/token",
-    "peak_memory": "peak memory",
-    "load_time": "load time",
-    "ttft_ms": "TTFT",
-    "tpot_ms": "TPOT p50",
-    "tpot_p99_ms": "TPOT p99",
-}
-
 
 @dataclass(frozen=True)
 class MetricVerdict:
-    metric: str  # a key of METRICS
+    metric: str  # a registered metric's name (bloomperf.core.metrics)
     status: str  # same | regressed | improved | no-baseline | not-measured | not-judged
     measured: float | None
     expected: float | None
@@ -80,7 +71,7 @@ class MetricVerdict:
     def fails(self) -> str | None:
         if self.status != REGRESSED:
             return None
-        return f"{METRICS[self.metric]} regressed: {self.describe()}"
+        return f"{label_of(self.metric)} regressed: {self.describe()}"
 
     def describe(self) -> str:
         """Measured vs expected vs tolerance, and the ratio with its confidence interval."""
@@ -133,7 +124,7 @@ class CellVerdict:
             return f"{self.id}: {self.status}{self._detail()}"
         if self.status == NOT_MEASURED:
             missing = [m for m in self.metrics if m.status == NOT_MEASURED and m.tolerance]
-            named = "; ".join(f"{METRICS[m.metric]} {m.describe()}" for m in missing)
+            named = "; ".join(f"{label_of(m.metric)} {m.describe()}" for m in missing)
             return f"{self.id}: ran, but the figures its baseline judges are missing: {named}"
         return None
 
@@ -141,7 +132,7 @@ class CellVerdict:
         """One line for every status, failing or not."""
         measured = format_value("ms_per_token", self.measured_ms_per_token)
         if self.status in (SAME, REGRESSED, IMPROVED):
-            parts = [f"{METRICS[m.metric]} {m.status}: {m.describe()}" for m in self.metrics]
+            parts = [f"{label_of(m.metric)} {m.status}: {m.describe()}" for m in self.metrics]
             return "; ".join(parts) if parts else self.status
         if self.status == BOUNDARY_MOVED_UP:
             beyond = " (beyond its OOM boundary)" if self.expected_outcome == "not-run" else ""
@@ -154,7 +145,7 @@ class CellVerdict:
         if self.status == INCOMPARABLE:
             return f"incomparable: {self.message}"
         if self.status == UNTRUSTWORTHY:
-            parts = [f"{METRICS[m.metric]} {m.status}: {m.describe()}" for m in self.metrics]
+            parts = [f"{label_of(m.metric)} {m.status}: {m.describe()}" for m in self.metrics]
             return f"untrustworthy ({self.message}); " + "; ".join(parts)
         return (self.fails() or self.status).removeprefix(f"{self.id}: ")
 

@@ -56,19 +56,6 @@ def format_seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 1000 else f"{value:.0f} s"
 
 
-def format_value(metric: str, value: float | str | None) -> str:
-    """A figure of ``metric`` (ms_per_token, peak_memory, load_time) with its unit."""
-    if value is None:
-        return "nothing"
-    if isinstance(value, str):
-        return value
-    if metric == "ms_per_token" or metric.endswith("_ms"):  # also TTFT and TPOT
-        return format_ms(value)
-    if metric == "peak_memory":
-        return format_gib(value)
-    return format_seconds(value)
-
-
 def row_label(backend: str, dtype: str) -> str:
     return f"{DISPLAY_NAMES.get(backend, backend)} {dtype}"
 

@@ -26,58 +26,85 @@ from bloomperf.catalog.hardware import known_topology
 from bloomperf.core.formatting import (
     GIB,
     format_ms,
-    format_value,
     markdown_table,
     markdown_text,
     plain,
     row_label,
     table_layout,
 )
+from bloomperf.core.metrics import HEADLINE, Metric, metrics
 from bloomperf.render.terminal import DEFAULT_WIDTH, fit_table, paint, wrap
 from bloomperf.store.results import Outcome
 
-# The metrics a table cell names beside ms/token when they moved (load time has its own column:
-# one load serves the whole row).
-SIDE_METRICS = (("peak_memory", "memory"),)
 METRIC_LABELS = {REGRESSED: " REGRESSED", IMPROVED: " improved"}
+STATUS_STYLES = {REGRESSED: "regressed", IMPROVED: "improved", NOT_JUDGED: "dim"}
 
 
-def change_text(m: MetricVerdict | None) -> str:
+def side_metrics() -> tuple[Metric, ...]:
+    """The metrics a batch cell names after its headline figure when they moved (a per-row
+    one, the load, has its own column)."""
+    return tuple(m for m in metrics() if m.name != HEADLINE and not m.per_row)
+
+
+def row_metrics() -> tuple[Metric, ...]:
+    """The metrics one figure of a row serves (one load serves every batch size)."""
+    return tuple(m for m in metrics() if m.per_row)
+
+
+def change_text(m: MetricVerdict | None, short: bool = False) -> str:
     """The change in percent when it is judged or shows at the displayed precision; nothing for
-    noise: "(+0.0%)" on every cell hides the one that moved."""
+    noise: "(+0.0%)" on every cell hides the one that moved. ``short``, as a terminal shows it:
+    whole percent from 10 % on, no parentheses."""
     if m is None or m.estimate is None:
         return ""
     percent = (m.estimate.ratio - 1) * 100
     if m.status not in (REGRESSED, IMPROVED) and f"{abs(percent):.1f}" == "0.0":
         return ""
+    if short:
+        return f" {percent:+.0f}%" if abs(percent) >= 10 else f" {percent:+.1f}%"
     note = ", not judged" if m.status == NOT_JUDGED else ""
     return f" ({percent:+.1f}%{note})"
 
 
-def metrics_text(v: CellVerdict) -> str:
-    """ms/token with its change and verdict, then peak memory where it moved."""
-    ms = v.metric("ms_per_token")
-    text = format_ms(v.measured_ms_per_token) if v.measured_ms_per_token else v.measured_outcome
-    text += change_text(ms) + (METRIC_LABELS.get(ms.status, "") if ms is not None else "")
-    for metric, name in SIDE_METRICS:
-        m = v.metric(metric)
-        if m is not None and m.status in METRIC_LABELS:
-            figure = format_value(metric, m.measured)
-            text += f"; {name} {figure}{change_text(m)}{METRIC_LABELS[m.status]}"
-    return text
-
-
-def cell_text(v: CellVerdict | None) -> str:
-    """A table cell: the measured figure, its change and the verdict when it is not 'same'."""
+def cell_text(v: CellVerdict | None, short: bool = False) -> str:
+    """A batch cell: the headline figure, its change and verdict, then every other metric that
+    moved; an OOM or a cell that did not run says its status. ``short``: a terminal's."""
     if v is None:
         return "–"
     if v.measured_outcome == Outcome.OOM.value:
         return OOM_LABELS.get(v.status, "OOM" + CELL_LABELS.get(v.status, f" ({v.status})"))
     if v.status in NOT_RUN:
         return v.status.upper() if v.status != SKIPPED else "skipped"
-    if v.status in (SAME, REGRESSED, IMPROVED):
-        return metrics_text(v)
-    return metrics_text(v) + CELL_LABELS.get(v.status, f" ({v.status})")
+    ms = v.metric(HEADLINE)
+    text = format_ms(v.measured_ms_per_token) if v.measured_ms_per_token else v.measured_outcome
+    text += change_text(ms, short) + (METRIC_LABELS.get(ms.status, "") if ms is not None else "")
+    for metric in side_metrics():
+        m = v.metric(metric.name)
+        if m is None or m.status not in METRIC_LABELS or m.measured is None:
+            continue
+        if short:
+            text += f" ({metric.abbrev}{change_text(m, short)})"
+        else:
+            figure = metric.format(m.measured)
+            text += f"; {metric.label} {figure}{change_text(m)}{METRIC_LABELS[m.status]}"
+    if v.status not in (SAME, REGRESSED, IMPROVED):
+        text += CELL_LABELS.get(v.status, f" ({v.status})")
+    return text
+
+
+def cell_style(v: CellVerdict | None) -> str | None:
+    """A batch cell's style on a terminal: red when it fails, green when it improved, dim."""
+    if v is None:
+        return None
+    failing = "regressed" if v.fails() else None
+    if v.measured_outcome == Outcome.OOM.value or v.status in NOT_RUN:
+        return failing
+    ms = v.metric(HEADLINE)
+    return (
+        failing
+        or STATUS_STYLES.get(v.status)
+        or (STATUS_STYLES.get(ms.status) if ms is not None else None)
+    )
 
 
 def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
@@ -86,7 +113,7 @@ def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     header = [
         "Solution (dtype)",
         *(f"Batch {s}" for s in sizes),
-        "Load time",
+        *(m.label.capitalize() for m in row_metrics()),
         # Summed over the GPUs of a GPU topology; on a CPU the process's, over no GPU at all.
         "Peak memory (all GPUs)" if known_topology(comparison.topology) else "Peak memory",
     ]
@@ -97,7 +124,7 @@ def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
             [
                 row_label(*row),
                 *(cell_text(by_key.get((*row, s))) for s in sizes),
-                load_text(verdicts),
+                *(row_text(verdicts, m) for m in row_metrics()),
                 memory_text(verdicts),
             ]
         )
@@ -113,15 +140,22 @@ STATUS_WORDS = {
 }
 
 
-def load_text(verdicts: list[CellVerdict]) -> str:
+def row_verdict(verdicts: list[CellVerdict], metric: Metric) -> MetricVerdict | None:
+    """The row's figure of a per-row metric: the first cell's that has one."""
+    return next((m for v in verdicts if (m := v.metric(metric.name)) and m.measured), None)
+
+
+def row_text(verdicts: list[CellVerdict], metric: Metric, short: bool = False) -> str:
     """One load serves every batch size of a row: its figure and verdict, once per row."""
-    m = next((m for v in verdicts if (m := v.metric("load_time")) and m.measured), None)
-    if m is None:
+    m = row_verdict(verdicts, metric)
+    if m is None or m.measured is None:
         return "–"
-    change = change_text(m)
+    change = change_text(m, short)
+    if short:
+        return f"{metric.format(m.measured)}{change}"
     # A change shown says "not judged" itself; "(+49.5%, not judged) (not judged)" would stutter.
     word = "" if m.status == NOT_JUDGED and change else verdict_word(m.status)
-    return f"{format_value('load_time', m.measured)}{change}{word}"
+    return f"{metric.format(m.measured)}{change}{word}"
 
 
 def verdict_word(status: str) -> str:
@@ -238,9 +272,8 @@ def render_text(comparison: Comparison, notes: list[str], colour: bool, width: i
 def timing_headline(comparison: Comparison) -> str:
     """One line when no timing was judged at all (a CPU baseline carries no tolerance for it):
     the figures' changes are shown, and this says why none of them decides."""
-    timing = [
-        m for v in comparison.cells for m in v.metrics if m.metric in ("ms_per_token", "load_time")
-    ]
+    timed = {m.name for m in metrics() if m.unit in ("ms", "s")}
+    timing = [m for v in comparison.cells for m in v.metrics if m.metric in timed]
     if not timing or any(m.status != NOT_JUDGED for m in timing):
         return ""
     why = (
@@ -249,43 +282,6 @@ def timing_headline(comparison: Comparison) -> str:
         else "the baseline holds no tolerance for it"
     )
     return f"timing recorded, not judged ({why})"
-
-
-STATUS_STYLES = {REGRESSED: "regressed", IMPROVED: "improved", NOT_JUDGED: "dim"}
-
-
-def percent_text(m: MetricVerdict | None) -> str:
-    """A change as a terminal shows it: whole percent from 10 % on, one decimal below."""
-    if m is None or m.estimate is None:
-        return ""
-    percent = (m.estimate.ratio - 1) * 100
-    if m.status not in (REGRESSED, IMPROVED) and f"{abs(percent):.1f}" == "0.0":
-        return ""
-    return f" {percent:+.0f}%" if abs(percent) >= 10 else f" {percent:+.1f}%"
-
-
-def short_cell(v: CellVerdict | None) -> tuple[str, str | None]:
-    """A batch cell for the terminal: the figure, its change, a verdict word only when it
-    decides; memory that moved in brackets. Its style: red when it fails, green, or dim."""
-    if v is None:
-        return "–", None
-    failing = "regressed" if v.fails() else None
-    if v.measured_outcome == Outcome.OOM.value or v.status in NOT_RUN:
-        return cell_text(v), failing
-    ms = v.metric("ms_per_token")
-    text = format_ms(v.measured_ms_per_token) if v.measured_ms_per_token else v.measured_outcome
-    text += percent_text(ms) + (METRIC_LABELS.get(ms.status, "") if ms is not None else "")
-    memory = v.metric("peak_memory")
-    if memory is not None and memory.status in METRIC_LABELS:
-        text += f" (mem{percent_text(memory)})"
-    if v.status not in (SAME, REGRESSED, IMPROVED):
-        text += CELL_LABELS.get(v.status, f" ({v.status})")
-    style = (
-        failing
-        or STATUS_STYLES.get(v.status)
-        or (STATUS_STYLES.get(ms.status) if ms is not None else None)
-    )
-    return text, style
 
 
 def text_rows(
@@ -298,16 +294,25 @@ def text_rows(
     body, styles = [], []
     for row in rows:
         verdicts = [v for v in comparison.cells if (v.backend, v.dtype) == row]
-        cells = [short_cell(by_key.get((*row, s))) for s in sizes]
-        load = next((m for v in verdicts if (m := v.metric("load_time")) and m.measured), None)
+        cells = [by_key.get((*row, s)) for s in sizes]
+        loads = [(m, row_verdict(verdicts, m)) for m in row_metrics()]
         memory = memory_text(verdicts)
-        load_style = STATUS_STYLES.get(load.status) if load is not None else None
-        memory_style = "regressed" if "REGRESSED" in memory else None
-        load_cell = (
-            f"{format_value('load_time', load.measured)}{percent_text(load)}" if load else "–"
+        body.append(
+            [
+                row_label(*row),
+                *(cell_text(v, short=True) for v in cells),
+                *(row_text(verdicts, m, short=True) for m, _ in loads),
+                memory,
+            ]
         )
-        body.append([row_label(*row), *(t for t, _ in cells), load_cell, memory])
-        styles.append([None, *(s for _, s in cells), load_style, memory_style])
+        styles.append(
+            [
+                None,
+                *(cell_style(v) for v in cells),
+                *(STATUS_STYLES.get(load.status) if load else None for _, load in loads),
+                "regressed" if "REGRESSED" in memory else None,
+            ]
+        )
     return header, body, styles
 
 

@@ -47,11 +47,6 @@ def summarize_steps(cycles: Sequence[Sequence[float]]) -> StepSummary | None:
     )
 
 
-# The latency metrics judged against recorded baselines, and their default tolerances on GPUs:
-# a tail is noisier than a median, so the p99 gets a wider one. On CPU they are recorded only.
-JUDGED_LATENCY: dict[str, float] = {"ttft_ms": 0.10, "tpot_ms": 0.05, "tpot_p99_ms": 0.15}
-
-
 def per_cycle(cycles: Sequence[Sequence[float]]) -> dict[str, tuple[float, ...]]:
     """One figure per cycle for each judged metric: the statistics compare cycles, as they do
     for ms/token. Empty when the cycles have no decode step."""

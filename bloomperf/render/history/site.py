@@ -26,8 +26,9 @@ from typing import Any
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.verdicts import Comparison
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import Html, format_value, html_table, utc_now
+from bloomperf.core.formatting import Html, html_table, utc_now
 from bloomperf.core.jsonfile import write_text_atomic
+from bloomperf.core.metrics import format_value
 from bloomperf.core.progress import emit, format_duration, heartbeat_s, time_left
 from bloomperf.render.comparison import cell_text
 from bloomperf.render.history.trend import Topology, cell_changes, plot_cell, shown_panels

@@ -12,12 +12,12 @@ from typing import Any
 from bloomperf.analysis.stats import IMPROVED, REGRESSED, SAME
 from bloomperf.analysis.verdicts import (
     ERROR,
-    METRICS,
     TIMEOUT,
     UNEXPECTED_OOM,
     CellVerdict,
     Comparison,
 )
+from bloomperf.core.metrics import label_of, metric_names
 from bloomperf.render.report.figure import new_figure
 
 COLOURS = {
@@ -51,7 +51,8 @@ def ratio_heatmap(comparison: Comparison) -> Any:
 
     cells = comparison.cells
     # The metrics some cell was compared on (a baseline without TTFT adds no empty column).
-    metrics = [m for m in METRICS if any(c.metric(m) for c in cells)] or list(METRICS)
+    names = metric_names()
+    metrics = [m for m in names if any(c.metric(m) for c in cells)] or list(names)
     fig = new_figure(8.0, 1.6 + 0.3 * len(cells))
     ax = fig.add_subplot()
     for row, cell in enumerate(cells):
@@ -73,7 +74,7 @@ def ratio_heatmap(comparison: Comparison) -> Any:
             )
     ax.set_xlim(0, len(metrics))
     ax.set_ylim(len(cells), 0)
-    ax.set_xticks([i + 0.5 for i in range(len(metrics))], [METRICS[m] for m in metrics])
+    ax.set_xticks([i + 0.5 for i in range(len(metrics))], [label_of(m) for m in metrics])
     ax.xaxis.tick_top()
     ax.set_yticks([i + 0.5 for i in range(len(cells))], [c.id for c in cells], fontsize=8)
     ax.tick_params(length=0)

@@ -80,9 +80,9 @@ def expected(baseline: Baseline | None, row: tuple[str, str], name: str) -> list
         return []
     cells = sorted(baseline.cells, key=lambda b: b.batch_size)
     return [
-        (b.batch_size, statistics.median(b.latency_samples[name]))
+        (b.batch_size, statistics.median(b.figure_samples[name]))
         for b in cells
-        if (b.backend, b.dtype) == row and b.outcome == EXPECT_OK and b.latency_samples.get(name)
+        if (b.backend, b.dtype) == row and b.outcome == EXPECT_OK and b.figure_samples.get(name)
     ]
 
 

@@ -2,15 +2,16 @@
 
 One schema-versioned JSON file per topology and model (``baseline_json`` reads and writes it,
 ``baseline_search`` finds it). A cell holds the expected outcome (``ok``, ``oom``, or ``not-run``
-for cells beyond an OOM, as the blog's "–"), and ms/token, peak memory and load time where known,
-each with its own relative tolerance (a tolerance of ``null`` keeps the figure for reading but
-never judges it). Load times the reference gives per backend and checkpoint kind rather than per
-cell live in ``load_times``. Every figure points at a provenance entry: where it came from, when,
-on what hardware and software.
+for cells beyond an OOM, as the blog's "–"), and a figure per registered metric where known
+(``expected_figure``), each with its own relative tolerance (a tolerance of ``null`` keeps the
+figure for reading but never judges it). Load times the reference gives per backend and
+checkpoint kind rather than per cell live in ``load_times``. Every figure points at a provenance
+entry: where it came from, when, on what hardware and software.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field, replace
 
 from bloomperf.store.results import CellResult, cell_id
@@ -47,14 +48,60 @@ class BaselineCell:
     load_time_s: float | None = None
     load_time_tolerance: float | None = None
     provenance: str = ""
-    # Per-cycle TTFT / TPOT / TPOT p99 of a recorded run (bloomperf.store.latency.per_cycle) and
-    # their tolerances: only baselines accepted from real runs have them.
-    latency_samples: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    latency_tolerances: dict[str, float | None] = field(default_factory=dict)
+    # Every other registered metric (TTFT, TPOT, an outside package's): the per-cycle samples
+    # of a recorded run and their tolerances. Only baselines accepted from real runs have them.
+    figure_samples: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    figure_tolerances: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
         return cell_id(self.backend, self.dtype, self.batch_size)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a baseline cell expects of one metric: a figure, its tolerance (None: kept, never
+    judged) and the cycles behind it when bloomperf measured it."""
+
+    value: float | None
+    tolerance: float | None
+    samples: tuple[float, ...] = ()
+
+
+# The metrics the blog's tables give, kept in fields of their own (a figure, not cycles).
+OWN_FIELDS = ("ms_per_token", "peak_memory", "load_time")
+
+
+def expected_figure(cell: BaselineCell, name: str) -> Expected:
+    """What ``cell`` expects of metric ``name``; the one place that knows where it is kept."""
+    if name == "ms_per_token":
+        return Expected(cell.ms_per_token, cell.ms_per_token_tolerance, cell.ms_per_token_samples)
+    if name == "peak_memory":
+        memory = cell.peak_memory_bytes
+        return Expected(None if memory is None else float(memory), cell.peak_memory_tolerance)
+    if name == "load_time":
+        return Expected(cell.load_time_s, cell.load_time_tolerance)
+    samples = cell.figure_samples.get(name, ())
+    value = statistics.median(samples) if samples else None
+    return Expected(value, cell.figure_tolerances.get(name), samples)
+
+
+def with_figures(cell: BaselineCell, figures: dict[str, Expected]) -> BaselineCell:
+    """``cell`` expecting ``figures`` (metric name -> expectation) and nothing else."""
+    ms, memory, load = (figures.get(name) for name in OWN_FIELDS)
+    others = {k: v for k, v in figures.items() if k not in OWN_FIELDS}
+    return replace(
+        cell,
+        ms_per_token=ms.value if ms else None,
+        ms_per_token_tolerance=ms.tolerance if ms else None,
+        ms_per_token_samples=ms.samples if ms else (),
+        peak_memory_bytes=int(memory.value) if memory and memory.value else None,
+        peak_memory_tolerance=memory.tolerance if memory else None,
+        load_time_s=load.value if load else None,
+        load_time_tolerance=load.tolerance if load else None,
+        figure_samples={k: v.samples for k, v in others.items()},
+        figure_tolerances={k: v.tolerance for k, v in others.items()},
+    )
 
 
 @dataclass(frozen=True)

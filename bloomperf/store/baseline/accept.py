@@ -6,27 +6,25 @@ run becomes a provenance entry of its own (when, on what hardware and software).
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import replace
 from typing import Any
 
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import GIB, utc_now
-from bloomperf.store.baseline import EXPECT_OK, EXPECT_OOM, Baseline, BaselineCell, Provenance
-from bloomperf.store.latency import JUDGED_LATENCY, per_cycle
+from bloomperf.core.metrics import metrics
+from bloomperf.store.baseline import (
+    EXPECT_OK,
+    EXPECT_OOM,
+    Baseline,
+    BaselineCell,
+    Expected,
+    Provenance,
+    expected_figure,
+    with_figures,
+)
 from bloomperf.store.results import CellResult, Outcome, RunResult, table_order
-
-# Tolerances `baseline accept` gives new cells (an existing cell keeps its own). On GPUs a
-# 100-token greedy generation repeats within a few percent and NVML memory within a few; load
-# time depends on the file system and its cache. On a shared CPU runner a tiny model's timing
-# measures the neighbours more than the code, so ms/token and load time are kept but not judged;
-# RSS is stable enough to catch a doubling.
-GPU_TOLERANCES = {"ms_per_token": 0.05, "peak_memory": 0.10, "load_time": 0.25}
-CPU_TOLERANCES: dict[str, float | None] = {
-    "ms_per_token": None,
-    "peak_memory": 0.5,
-    "load_time": None,
-}
 
 # The fingerprint keys a baseline's provenance keeps beside the package versions.
 SOFTWARE_SYSTEM_KEYS = ("python", "driver", "cuda_driver", "cuda_torch", "nccl")
@@ -86,52 +84,32 @@ def new_baseline(run: RunResult) -> Baseline:
     )
 
 
-def default_tolerances(topology: str) -> dict[str, float | None]:
-    return dict(CPU_TOLERANCES) if topology.lower().startswith("cpu") else dict(GPU_TOLERANCES)
-
-
 def baseline_cell_of(
     cell: CellResult, old: BaselineCell | None, topology: str, provenance: str
 ) -> BaselineCell:
-    """A measured cell as a baseline cell; the tolerances an existing cell had are kept."""
-    tol = default_tolerances(topology)
-    if old is not None:
-        kept = {
-            "ms_per_token": old.ms_per_token_tolerance,
-            "peak_memory": old.peak_memory_tolerance,
-            "load_time": old.load_time_tolerance,
-        }
-        # An OOM cell has no tolerances of its own: only figures that were judged keep theirs.
-        tol |= {metric: value for metric, value in kept.items() if value is not None}
+    """A measured cell as a baseline cell: every registered metric it measured, with the
+    registry's tolerance for the topology or the one an existing cell gave it."""
     ok = cell.outcome == Outcome.OK
-    ms = cell.ms_per_token if ok else None
-    memory = cell.peak_memory_bytes if ok else None
-    load = cell.load_time_s
-    return BaselineCell(
-        backend=cell.backend,
-        dtype=cell.dtype,
-        batch_size=cell.batch_size,
-        outcome=EXPECT_OK if ok else EXPECT_OOM,
-        ms_per_token=ms,
-        ms_per_token_tolerance=tol["ms_per_token"] if ms is not None else None,
-        ms_per_token_samples=cell.samples_ms_per_token if ms is not None else (),
-        peak_memory_bytes=memory,
-        peak_memory_tolerance=tol["peak_memory"] if memory is not None else None,
-        load_time_s=load,
-        load_time_tolerance=tol["load_time"] if load is not None else None,
-        provenance=provenance,
-        latency_samples=per_cycle(cell.samples_step_ms) if ok else {},
-        latency_tolerances=latency_tolerances(topology, old),
-    )
-
-
-def latency_tolerances(topology: str, old: BaselineCell | None) -> dict[str, float | None]:
-    """Per-metric defaults (None on CPU: recorded, not judged); an existing cell's are kept."""
     cpu = topology.lower().startswith("cpu")
-    tol: dict[str, float | None] = {m: None if cpu else t for m, t in JUDGED_LATENCY.items()}
-    if old is not None:
-        tol |= {m: t for m, t in old.latency_tolerances.items() if t is not None}
-    return tol
+    figures: dict[str, Expected] = {}
+    for metric in metrics():
+        samples = metric.samples(cell)
+        # An OOM cell expects no figure of its own, only its row's load.
+        if not samples or not (ok or metric.per_row):
+            continue
+        kept = expected_figure(old, metric.name).tolerance if old is not None else None
+        tolerance = kept if kept is not None else metric.tolerance_for(cpu)
+        figures[metric.name] = Expected(statistics.median(samples), tolerance, samples)
+    return with_figures(
+        BaselineCell(
+            backend=cell.backend,
+            dtype=cell.dtype,
+            batch_size=cell.batch_size,
+            outcome=EXPECT_OK if ok else EXPECT_OOM,
+            provenance=provenance,
+        ),
+        figures,
+    )
 
 
 def provenance_of_run(run: RunResult, source: str, now: str | None) -> Provenance:

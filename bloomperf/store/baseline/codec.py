@@ -16,20 +16,37 @@ from bloomperf.core.jsonfile import (
     get_str,
     json_fields,
 )
+from bloomperf.core.metrics import metric_names
 from bloomperf.store.baseline import (
     EXPECT_OK,
     EXPECTED_OUTCOMES,
+    OWN_FIELDS,
     Baseline,
     BaselineCell,
     LoadTime,
     Provenance,
 )
-from bloomperf.store.latency import JUDGED_LATENCY
 from bloomperf.store.results import MAX_BATCH_SIZE, MAX_CELLS, MAX_CYCLES, read_backend_and_dtype
 from bloomperf.store.results.codec import bounded_list
 from bloomperf.store.schema import DocumentKind, read_versioned, write_versioned
 
-BASELINE = DocumentKind("bloomperf-baseline", 1)
+
+def update_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 keeps every registered metric's cycles in a cell's ``figures`` map: version
+    1's ``latency`` map (TTFT and TPOT, the only ones then) is that map under another name."""
+    cells = data.get("cells")
+    if not isinstance(cells, list):
+        return data  # the reader names what is wrong with it
+    renamed = [
+        {("figures" if k == "latency" else k): v for k, v in c.items()}
+        if isinstance(c, dict)
+        else c
+        for c in cells
+    ]
+    return {**data, "cells": renamed}
+
+
+BASELINE = DocumentKind("bloomperf-baseline", 2, {2: update_to_2})
 
 
 def _tolerance(data: dict[str, Any], key: str, where: str) -> float | None:
@@ -82,21 +99,21 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
         load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
         load_time_tolerance=_tolerance(data, "load_time_tolerance", where),
         provenance=get_str(data, "provenance", where, default=""),
-        **latency_from_dict(get_dict(data, "latency", where, default={}), f"{where} latency"),
+        **figures_from_dict(get_dict(data, "figures", where, default={}), f"{where} figures"),
     )
 
 
-def latency_from_dict(data: dict[str, Any], where: str) -> dict[str, Any]:
+def figures_from_dict(data: dict[str, Any], where: str) -> dict[str, Any]:
     samples, tolerances = {}, {}
     for metric, entry in data.items():
-        if metric not in JUDGED_LATENCY or not isinstance(entry, dict):
-            raise BloomperfError(f"{where}: unknown latency metric {metric!r}")
+        if metric not in metric_names() or metric in OWN_FIELDS or not isinstance(entry, dict):
+            raise BloomperfError(f"{where}: unknown metric {metric!r}")
         if "samples" not in entry:
             raise BloomperfError(f"{where}: {metric} has no samples")
         values = bounded_list(entry, "samples", where, MAX_CYCLES)
         samples[metric] = _floats(values, f"{metric} samples", where)
         tolerances[metric] = _tolerance(entry, "tolerance", where)
-    return {"latency_samples": samples, "latency_tolerances": tolerances}
+    return {"figure_samples": samples, "figure_tolerances": tolerances}
 
 
 def cell_to_dict(c: BaselineCell) -> dict[str, Any]:
@@ -117,10 +134,10 @@ def cell_to_dict(c: BaselineCell) -> dict[str, Any]:
         "load_time_tolerance": c.load_time_tolerance,
     }
     data.update({k: v for k, v in optional.items() if v is not None})
-    if c.latency_samples:
-        data["latency"] = {
-            metric: {"samples": list(values), "tolerance": c.latency_tolerances.get(metric)}
-            for metric, values in c.latency_samples.items()
+    if c.figure_samples:
+        data["figures"] = {
+            metric: {"samples": list(values), "tolerance": c.figure_tolerances.get(metric)}
+            for metric, values in c.figure_samples.items()
         }
     data["provenance"] = c.provenance
     return data

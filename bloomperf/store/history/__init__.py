@@ -51,7 +51,8 @@ from typing import Any
 
 from bloomperf.catalog.provenance import what_changed
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import format_value, markdown_table, plain
+from bloomperf.core.formatting import markdown_table, plain
+from bloomperf.core.metrics import format_value
 from bloomperf.store.history.nights import (
     METRIC_MEMORY,
     METRIC_MS,

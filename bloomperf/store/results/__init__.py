@@ -14,7 +14,7 @@ from typing import Any
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import get_str
-from bloomperf.store.latency import StepSummary, summarize_steps, tokens_per_s
+from bloomperf.store.latency import StepSummary, per_cycle, summarize_steps, tokens_per_s
 from bloomperf.store.telemetry import Telemetry
 
 # What a run may hold, and so what every reader accepts: the statistics resample each cell's
@@ -124,6 +124,9 @@ class CellResult:
     samples_step_ms: tuple[tuple[float, ...], ...] = ()
     energy: EnergyReading | None = None
     telemetry: Telemetry | None = None  # GPU clocks/power/temperature; flags if not steady
+    # Per timed cycle, what each metric with a measurement of its own (a ``measure`` hook in
+    # ``bloomperf.core.metrics``) measured, by metric name.
+    figures: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -139,6 +142,11 @@ class CellResult:
     @property
     def steps(self) -> StepSummary | None:
         return summarize_steps(self.samples_step_ms)
+
+    @property
+    def latency_cycles(self) -> dict[str, tuple[float, ...]]:
+        """TTFT, TPOT and TPOT p99 per cycle: what their verdicts compare."""
+        return per_cycle(self.samples_step_ms)
 
     @property
     def tokens_per_s(self) -> float | None:

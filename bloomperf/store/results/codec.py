@@ -39,7 +39,17 @@ from bloomperf.store.results import (
 from bloomperf.store.schema import DocumentKind, write_versioned
 from bloomperf.store.telemetry import telemetry_from_dict, telemetry_to_dict
 
-RESULTS = DocumentKind("bloomperf-results", 1)
+
+def update_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 adds a cell's ``figures`` (metric name -> per-cycle samples, from metrics
+    that measure something of their own); a version 1 cell measured none."""
+    cells = data.get("cells")
+    if not isinstance(cells, list):
+        return data  # the reader names what is wrong with it
+    return {**data, "cells": [{"figures": {}, **c} if isinstance(c, dict) else c for c in cells]}
+
+
+RESULTS = DocumentKind("bloomperf-results", 2, {2: update_to_2})
 
 
 def energy_from_dict(data: Any, where: str) -> EnergyReading | None:
@@ -67,6 +77,7 @@ def cell_to_dict(c: CellResult) -> dict[str, Any]:
         "samples_ms_per_token": list(c.samples_ms_per_token),
         **latency_to_dict(c),
         "samples_step_ms": [list(steps) for steps in c.samples_step_ms],
+        "figures": {name: list(values) for name, values in c.figures.items()},
         "energy_j": c.energy.energy_j if c.energy else None,
         "j_per_token": c.energy.j_per_token if c.energy else None,
         "avg_power_w": c.energy.avg_power_w if c.energy else None,
@@ -176,7 +187,20 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         samples_step_ms=steps_from_list(
             bounded_list(data, "samples_step_ms", where, MAX_CYCLES), where
         ),
+        figures=figures_from_dict(get_dict(data, "figures", where, default={}), where),
     )
+
+
+def figures_from_dict(data: dict[str, Any], where: str) -> dict[str, tuple[float, ...]]:
+    """Per-cycle figures by metric name; a name no installed metric has is kept (the package
+    that measured it may be missing here), never judged."""
+    return {
+        str(name): tuple(
+            float(get_float(entry, key, f"{where} figures", positive=True) or 0.0)
+            for entry, key in entries(bounded_list(data, name, where, MAX_CYCLES), str(name))
+        )
+        for name in data
+    }
 
 
 # Figures written beside a cell for other readers and recomputed from its samples when read:
