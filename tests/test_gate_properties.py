@@ -26,9 +26,10 @@ from hypothesis import strategies as st
 
 from bloomperf import cli
 from bloomperf.analysis.compare import judge, judge_cell
-from bloomperf.analysis.verdicts import METRICS, CellVerdict
+from bloomperf.analysis.verdicts import CellVerdict
 from bloomperf.cli.run import print_verdicts
 from bloomperf.config.run import RunConfig
+from bloomperf.core.metrics import label_of
 from bloomperf.render.report import write_report
 from bloomperf.store.baseline import Baseline, BaselineCell, LoadTime
 from bloomperf.store.baseline import expected_cell as store_expected_cell
@@ -114,7 +115,7 @@ def check_explanation(verdict: CellVerdict) -> None:
     """The one line each status explains itself with."""
     text = verdict.explain()
     if verdict.status in ("same", "regressed", "improved"):
-        parts = [f"{METRICS[m.metric]} {m.status}: {m.describe()}" for m in verdict.metrics]
+        parts = [f"{label_of(m.metric)} {m.status}: {m.describe()}" for m in verdict.metrics]
         assert text == ("; ".join(parts) if parts else verdict.status)
     elif verdict.status == "boundary-moved-up":
         assert text.startswith("boundary moved up: ran at ")

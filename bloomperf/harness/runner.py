@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from bloomperf.catalog.workload import ms_per_token
 from bloomperf.core.progress import heartbeat, last_line
@@ -51,6 +52,7 @@ class GroupRunner:
         # The step times of every cycle the worker ran for the current cell, warm-up included:
         # the timed cycles are the last ones (``measure`` returns only theirs).
         self._cycle_steps: list[tuple[float, ...]] = []
+        self._cycle_figures: list[dict[str, Any]] = []
         self._cycle_energy: list[EnergyReading] = []
         self._batch_size = 0
         self.energy_meter = energy_meter  # created on the first cell (NVML or RAPL)
@@ -95,6 +97,7 @@ class GroupRunner:
                 base, details={**base.details, "backend_loads": ready.get("backend_loads")}
             )
             self._cycle_steps, self._cycle_energy, self._cycle_telemetry = [], [], []
+            self._cycle_figures = []
             self._batch_size = batch_size
             seconds = measure(lambda: self._cycle(group), self.warmup, self.cycles)
             peaks = group.request({"op": "end"}, "ended")
@@ -123,6 +126,7 @@ class GroupRunner:
             energy=total_energy(self._cycle_energy[len(self._cycle_energy) - timed :]),
             telemetry=self._telemetry_of(timed),
             generate_memory=memory,
+            figures=timed_figures(self._cycle_figures[len(self._cycle_figures) - timed :]),
         )
 
     def _cycle(self, group: WorkerGroup) -> float:
@@ -144,6 +148,7 @@ class GroupRunner:
         tokens = self._batch_size * self.spec.new_tokens
         self._cycle_energy.append(meter.between(before, after, tokens))
         self._cycle_steps.append(tuple(float(ms) for ms in reply.get("step_ms", [])))
+        self._cycle_figures.append(reply.get("figures") or {})
         return float(reply["seconds"])
 
     def _sampler(self) -> TelemetrySampler | str:
@@ -203,3 +208,12 @@ def with_log(failure: WorkerFailure, group: WorkerGroup) -> WorkerFailure:
         if tail:
             message += "\nlog tail:\n" + "\n".join(tail)
     return WorkerFailure(failure.outcome, message)
+
+
+def timed_figures(cycles: list[dict[str, Any]]) -> dict[str, tuple[float, ...]]:
+    """The timed cycles' figures of the metrics that measure their own, by metric; a cycle a
+    meter could not read (None) is left out."""
+    names = sorted({name for cycle in cycles for name in cycle})
+    return {
+        name: tuple(float(c[name]) for c in cycles if c.get(name) is not None) for name in names
+    }

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from bloomperf.catalog.failures import failure_report, write_rank_report
 from bloomperf.catalog.workload import generate_kwargs
+from bloomperf.core.metrics import Cycle, Meter, metrics
 from bloomperf.harness.orphans import watch_controller
 from bloomperf.harness.protocol import (
     OP_BEGIN,
@@ -78,6 +79,8 @@ class Worker:
         self.loads = 0
         self.load_ranks: list[dict[str, Any]] = []
         self.tokens_checked = False
+        self.batch_size = 0
+        self.meters: list[tuple[str, Meter]] = []
 
     # -- load ------------------------------------------------------------------------------
 
@@ -128,6 +131,9 @@ class Worker:
             self.backend.next_token_logits(self.inputs["input_ids"], self.inputs["attention_mask"])
         )
         self.tokens_checked = False
+        self.batch_size = batch_size
+        # One meter per metric that measures something of its own (core.metrics), per cell.
+        self.meters = [(m.name, m.measure()) for m in metrics() if m.measure is not None]
         # The cell's phase starts here, as the controller's sampler marks it once begin returns:
         # neither the previous cell nor the check above counts in the peaks ranks report.
         reset_own_peak()
@@ -143,6 +149,8 @@ class Worker:
         from bloomperf.measure.steptimer import StepTimer
 
         timer = StepTimer(self.backend.synchronize)
+        for _, meter in self.meters:  # before the timer starts: its cost is not timed
+            meter.start()
         start = timer.start()
         output = self.backend.generate(
             self.inputs["input_ids"],
@@ -159,7 +167,10 @@ class Worker:
 
             check_new_tokens(output[:, -self.new_tokens :])
             self.tokens_checked = True
-        return {"seconds": seconds, "step_ms": timer.step_ms()}
+        step_ms = timer.step_ms()
+        cycle = Cycle(self.batch_size, self.new_tokens, seconds, tuple(step_ms))
+        figures = {name: meter.stop(cycle) for name, meter in self.meters}
+        return {"seconds": seconds, "step_ms": step_ms, "figures": figures}
 
     def torch_peaks(self) -> dict[str, int | None]:
         """torch's peaks since ``begin``, summed over the rank's devices (each device's own
