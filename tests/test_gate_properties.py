@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bloomperf import cli
+from bloomperf.analysis.changes import new_changes
 from bloomperf.analysis.compare import judge, judge_cell
 from bloomperf.analysis.verdicts import CellVerdict
 from bloomperf.cli.run import print_verdicts
@@ -34,7 +35,6 @@ from bloomperf.render.report import write_report
 from bloomperf.store.baseline import Baseline, BaselineCell, LoadTime
 from bloomperf.store.baseline import expected_cell as store_expected_cell
 from bloomperf.store.baseline.codec import save_baseline
-from bloomperf.store.history import new_changes
 from bloomperf.store.history.nights import load_history
 from bloomperf.store.results import CellResult, Outcome, RunResult
 from bloomperf.store.results.codec import save_run

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from bloomperf.analysis.changes import detect_changes, new_changes
 from bloomperf.cli import main
 from bloomperf.core.errors import BloomperfError
-from bloomperf.store.history import detect_changes, history_section, new_changes
+from bloomperf.render.history.changes import history_section
 from bloomperf.store.history.nights import (
     METRIC_MEMORY,
     METRIC_MS,

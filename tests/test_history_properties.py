@@ -18,17 +18,15 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bloomperf.render.report.changes import previous_night, what_changed_since
-from bloomperf.store.history import (
+from bloomperf.analysis.changes import (
     DEFAULT_CONFIRM,
     DEFAULT_WINDOW,
-    changed_at,
     detect_changes,
     find_shifts,
-    history_section,
     new_changes,
-    render_changes,
 )
+from bloomperf.render.history.changes import changed_at, history_section, render_changes
+from bloomperf.render.report.changes import previous_night, what_changed_since
 from bloomperf.store.history.nights import Night
 from bloomperf.store.results import RunResult
 from tests.builders import add_night, night, night_run, ok_cell

@@ -24,27 +24,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bloomperf.core.errors import BloomperfError
-from bloomperf.store.history import (
-    METRIC_OUTCOME,
+from bloomperf.analysis.changes import (
     NOISE_FACTOR,
     Change,
-    add_detection_options,
     check_test_settings,
-    describe_change,
     detect_changes,
-    detection_settings,
     find_outcome_shifts,
     find_shifts,
-    history_section,
     is_shifted,
     most_common,
     new_changes,
     noise_sigma,
-    render_changes,
     shift_threshold,
 )
-from bloomperf.store.history.nights import Night
+from bloomperf.cli.arguments import add_detection_options, detection_settings
+from bloomperf.core.errors import BloomperfError
+from bloomperf.render.history.changes import describe_change, history_section, render_changes
+from bloomperf.store.history.nights import METRIC_OUTCOME, Night
 from bloomperf.store.results import CellResult, Outcome
 from bloomperf.store.results.codec import save_run
 from tests.builders import night, night_run, ok_cell

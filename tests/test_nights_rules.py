@@ -6,6 +6,7 @@ are named and ordered, and the line each refusal prints.
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -15,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.metrics import metric_names
 from bloomperf.store.history.nights import (
-    METRICS,
     Night,
     add_to_history,
     history_folders,
@@ -33,6 +34,7 @@ from bloomperf.store.results.codec import save_run
 from tests.builders import bloom_run, night, night_run, nvml, ok_cell
 
 STEPS = ((50.0, 10.0, 12.0), (52.0, 11.0, 13.0), (51.0, 10.0, 12.0))
+METRICS = metric_names()
 CELL = replace(ok_cell(2.0), samples_step_ms=STEPS, load_memory=nvml(30.0))
 
 
@@ -44,7 +46,9 @@ def test_each_metric_reads_the_cells_own_figure() -> None:
         "peak_memory": float(CELL.peak_memory_bytes or 0),
         "load_time": CELL.load_time_s,
         "ttft_ms": steps.ttft_ms,
-        "tpot_ms": steps.tpot_ms,
+        # The registry's per-cycle figure: the median over cycles of each cycle's median step.
+        "tpot_ms": statistics.median(statistics.median(s[1:]) for s in STEPS),
+        "tpot_p99_ms": statistics.median(CELL.latency_cycles["tpot_p99_ms"]),
     }
     assert set(expected) == set(METRICS)
     assert {m: metric_value(CELL, m) for m in METRICS} == expected
@@ -66,7 +70,7 @@ def test_an_unknown_metric_is_refused() -> None:
         metric_value(CELL, "tokens_per_s")
     assert str(refused.value) == (
         "metric: unknown 'tokens_per_s' (valid: ms_per_token, peak_memory, load_time, ttft_ms, "
-        "tpot_ms)"
+        "tpot_ms, tpot_p99_ms)"
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import re
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import markdown_table
 from bloomperf.core.jsonfile import json_fields, write_json_atomic
+from bloomperf.core.metrics import metrics
 from bloomperf.harness.interleave import (
     CYCLES,
     GROUPS,
@@ -336,6 +338,12 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
             "median_ms_per_token": comparison.median(name),
             "load_time_s": result.load_time_s,
             "peak_memory_bytes": result.peak_memory_bytes,
+            # Every registered metric the arm measured (its median), the outside ones too.
+            "figures": {
+                m.name: statistics.median(samples)
+                for m in metrics()
+                if (samples := m.samples(result))
+            },
             "message": result.message[-2000:],
         }
     return {

@@ -14,6 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bloomperf.analysis.changes import (
+    DEFAULT_CONFIRM,
+    DEFAULT_TOLERANCE,
+    DEFAULT_WINDOW,
+    check_test_settings,
+)
 from bloomperf.harness.options import OPTIONS, Option
 
 T = TypeVar("T")
@@ -114,3 +120,35 @@ def add_allow_arguments(parser: Any, incomplete: str, synthetic: str) -> None:
     """The two ways a results file is refused unless asked for: how the help words each."""
     add_run_option(parser, "allow_incomplete", help=incomplete)
     parser.add_argument("--allow-synthetic", action="store_true", help=synthetic)
+
+
+def add_detection_options(parser: argparse.ArgumentParser) -> None:
+    """The test's settings, shared with ``bloomperf diff --history`` and ``bloomperf report``."""
+    parser.add_argument(
+        "--change-tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="smallest relative shift reported [0.05]",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help="nights compared on each side [6]",
+    )
+    parser.add_argument(
+        "--confirm",
+        type=int,
+        default=DEFAULT_CONFIRM,
+        help="nights a new level must hold before it is reported [3]",
+    )
+
+
+def detection_settings(args: argparse.Namespace) -> dict[str, Any]:
+    settings = {
+        "tolerance": args.change_tolerance,
+        "window": args.window,
+        "confirm": args.confirm,
+    }
+    check_test_settings(**settings)
+    return settings

@@ -27,9 +27,11 @@ from bloomperf.catalog.provenance import NOTHING_CHANGED, what_changed
 from bloomperf.cli.arguments import (
     TOLERANCE_HELP,
     add_allow_arguments,
+    add_detection_options,
     add_format_argument,
     add_history_argument,
     add_run_option,
+    detection_settings,
 )
 from bloomperf.cli.inputs import add_input_arguments, baseline_for
 from bloomperf.core.errors import EXIT_REGRESSION, BloomperfError
@@ -37,10 +39,10 @@ from bloomperf.core.formatting import markdown_text, plain
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.github import job_outputs, render_github, write_job_outputs
+from bloomperf.render.history.changes import history_section
 from bloomperf.render.terminal import terminal_width, wants_colour
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.accept import accept_run
-from bloomperf.store.history import add_detection_options, detection_settings, history_section
 from bloomperf.store.history.nights import topology_history
 from bloomperf.store.results import Outcome, RunResult
 from bloomperf.store.results.files import read_many, read_results, refuse_synthetic
@@ -157,7 +159,7 @@ def add_command(subparsers: Any) -> None:
         help=f"{TOLERANCE_HELP} [the baseline's own; between two results: 0.05 on GPUs, none "
         "on CPU]",
     )
-    # ---- history (bloomperf.store.history owns the test; this only wires it in) ----
+    # ---- history (bloomperf.analysis.changes owns the test; this only wires it in) ----
     add_history_argument(
         parser,
         "history folder: also list persistent changes over the nights, and fail when the "

@@ -3,7 +3,7 @@
 * ``add RESULT [--history DIR]`` validates a results file and copies it in atomically; a run already
   in the folder is not added twice (``bloomperf.store.history.nights``).
 * ``changes [--history DIR]`` lists the persistent changes and what changed on their night
-  (``bloomperf.store.history``).
+  (``bloomperf.analysis.changes``).
 * ``merge SRC… --history DEST`` unions the nights of several runners, one folder per topology
   (``bloomperf.store.history.merge``).
 * ``publish --history DIR --out-dir SITE`` writes the history as a static site
@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.cli.arguments import (
+    add_detection_options,
     add_format_argument,
     add_history_argument,
     add_out_argument,
     add_run_option,
+    detection_settings,
 )
 from bloomperf.core.errors import BloomperfError
+from bloomperf.render.history.changes import history_section
 from bloomperf.render.history.site import publish_site
-from bloomperf.store.history import add_detection_options, detection_settings, history_section
 from bloomperf.store.history.merge import merge_histories
 from bloomperf.store.history.nights import add_to_history, history_folders, parse_date
 

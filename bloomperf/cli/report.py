@@ -9,11 +9,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from bloomperf.cli.arguments import add_history_argument, add_out_argument
+from bloomperf.cli.arguments import (
+    add_detection_options,
+    add_history_argument,
+    add_out_argument,
+    detection_settings,
+)
 from bloomperf.cli.inputs import add_input_arguments, baseline_for
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.render.report import REPORT_FILES, write_report
-from bloomperf.store.history import add_detection_options, detection_settings
 from bloomperf.store.results.files import read_many
 
 

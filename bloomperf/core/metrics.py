@@ -48,11 +48,6 @@ class Meter(Protocol):
     def stop(self, cycle: Cycle) -> float | None: ...
 
 
-def extra_samples(name: str) -> Callable[[Any], Sequence[float]]:
-    """How a metric with a meter reads its samples: the cell's generic per-cycle figures."""
-    return lambda cell: tuple(cell.figures.get(name, ()))
-
-
 @dataclass(frozen=True)
 class Metric:
     name: str  # as stored in files: "ms_per_token", "peak_memory", ...
@@ -82,8 +77,8 @@ class Metric:
 
     def samples(self, cell: Any) -> tuple[float, ...]:
         """The cell's positive finite samples of this metric (none when not measured)."""
-        read = self.read or extra_samples(self.name)
-        values = (float(v) for v in read(cell) if v is not None)
+        read = self.read(cell) if self.read else cell.figures.get(self.name, ())
+        values = (float(v) for v in read if v is not None)
         return tuple(v for v in values if math.isfinite(v) and v > 0)
 
     def format(self, value: float) -> str:

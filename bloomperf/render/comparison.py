@@ -108,6 +108,15 @@ def cell_style(v: CellVerdict | None) -> str | None:
 
 
 def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    header, body, _ = styled_rows(comparison)
+    return header, body
+
+
+def styled_rows(
+    comparison: Comparison, short: bool = False
+) -> tuple[list[str], list[list[str]], list[list[str | None]]]:
+    """The verdict table: a row per backend and dtype, a cell per batch size, then the per-row
+    figures; ``short`` cells for a terminal, and a style per cell."""
     rows, sizes = table_layout(comparison.cells)
     by_key = {(v.backend, v.dtype, v.batch_size): v for v in comparison.cells}
     header = [
@@ -117,18 +126,29 @@ def table_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         # Summed over the GPUs of a GPU topology; on a CPU the process's, over no GPU at all.
         "Peak memory (all GPUs)" if known_topology(comparison.topology) else "Peak memory",
     ]
-    body = []
+    body, styles = [], []
     for row in rows:
         verdicts = [v for v in comparison.cells if (v.backend, v.dtype) == row]
+        cells = [by_key.get((*row, s)) for s in sizes]
+        loads = [(m, row_verdict(verdicts, m)) for m in row_metrics()]
+        memory = memory_text(verdicts)
         body.append(
             [
                 row_label(*row),
-                *(cell_text(by_key.get((*row, s))) for s in sizes),
-                *(row_text(verdicts, m) for m in row_metrics()),
-                memory_text(verdicts),
+                *(cell_text(v, short) for v in cells),
+                *(row_text(verdicts, m, short) for m, _ in loads),
+                memory,
             ]
         )
-    return header, body
+        styles.append(
+            [
+                None,
+                *(cell_style(v) for v in cells),
+                *(STATUS_STYLES.get(load.status) if load else None for _, load in loads),
+                "regressed" if "REGRESSED" in memory else None,
+            ]
+        )
+    return header, body, styles
 
 
 STATUS_WORDS = {
@@ -254,7 +274,7 @@ def render_text(comparison: Comparison, notes: list[str], colour: bool, width: i
     headline = timing_headline(comparison)
     if headline:
         parts += [paint(line, "dim", colour) for line in wrap(headline, width)]
-    header, body, styles = text_rows(comparison)
+    header, body, styles = styled_rows(comparison, short=True)
     parts += ["", fit_table(header, body, width, styles, colour) if body else "(no cells)"]
     latency_header, latency_body = latency_rows(comparison)
     if latency_body:
@@ -282,38 +302,6 @@ def timing_headline(comparison: Comparison) -> str:
         else "the baseline holds no tolerance for it"
     )
     return f"timing recorded, not judged ({why})"
-
-
-def text_rows(
-    comparison: Comparison,
-) -> tuple[list[str], list[list[str]], list[list[str | None]]]:
-    """The verdict table for a terminal: short cells, and a style per cell."""
-    header, _ = table_rows(comparison)
-    rows, sizes = table_layout(comparison.cells)
-    by_key = {(v.backend, v.dtype, v.batch_size): v for v in comparison.cells}
-    body, styles = [], []
-    for row in rows:
-        verdicts = [v for v in comparison.cells if (v.backend, v.dtype) == row]
-        cells = [by_key.get((*row, s)) for s in sizes]
-        loads = [(m, row_verdict(verdicts, m)) for m in row_metrics()]
-        memory = memory_text(verdicts)
-        body.append(
-            [
-                row_label(*row),
-                *(cell_text(v, short=True) for v in cells),
-                *(row_text(verdicts, m, short=True) for m, _ in loads),
-                memory,
-            ]
-        )
-        styles.append(
-            [
-                None,
-                *(cell_style(v) for v in cells),
-                *(STATUS_STYLES.get(load.status) if load else None for _, load in loads),
-                "regressed" if "REGRESSED" in memory else None,
-            ]
-        )
-    return header, body, styles
 
 
 def metric_to_dict(m: MetricVerdict) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from any static host (GitHub Pages, an artifact, a folder), with relative links 
 
 HISTORY is a history root (one folder of nights per topology, as ``history merge`` writes it) or
 one history folder. The verdicts come from ``bloomperf.analysis.compare`` against the topology's
-baseline, the persistent changes and what changed on their night from ``bloomperf.store.history``
+baseline, the persistent changes and what changed on their night from ``bloomperf.analysis.changes``
 (the same as ``history changes`` lists): the site draws, it does not judge. Every file is written
 atomically.
 """
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bloomperf.analysis.changes import Change, detect_changes
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.verdicts import Comparison
 from bloomperf.core.errors import BloomperfError
@@ -31,12 +32,12 @@ from bloomperf.core.jsonfile import write_text_atomic
 from bloomperf.core.metrics import format_value
 from bloomperf.core.progress import emit, format_duration, heartbeat_s, time_left
 from bloomperf.render.comparison import cell_text
+from bloomperf.render.history.changes import changed_at, describe_change
 from bloomperf.render.history.trend import Topology, cell_changes, plot_cell, shown_panels
 from bloomperf.render.report import write_report
 from bloomperf.render.report.page import STYLE
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.search import find_baseline
-from bloomperf.store.history import Change, changed_at, describe_change, detect_changes
 from bloomperf.store.history.nights import (
     Night,
     find_cell,

@@ -1,10 +1,10 @@
 """The trend of each cell over one topology's nights: what is known of it, and its plot.
 
 A ``Topology`` is one history folder read and judged: its nights, the persistent changes
-``bloomperf.store.history`` finds in them (the same as ``history changes`` lists) and each night's
-verdicts against the baseline. ``plot_cell`` draws one cell's figures over the nights, one panel
-per metric the cell has: nights regressed against the baseline ringed, each persistent change a
-dashed line (red worse, green better), nights the cell did not finish crossed.
+``bloomperf.analysis.changes`` finds in them (the same as ``history changes`` lists) and each
+night's verdicts against the baseline. ``plot_cell`` draws one cell's figures over the nights,
+one panel per metric the cell has: nights regressed against the baseline ringed, each persistent
+change a dashed line (red worse, green better), nights the cell did not finish crossed.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bloomperf.analysis.changes import Change
 from bloomperf.analysis.stats import REGRESSED
 from bloomperf.analysis.verdicts import CellVerdict, Comparison
 from bloomperf.core.formatting import GIB
 from bloomperf.render.report.figure import new_figure, save_figure
 from bloomperf.render.report.trend import mark_change
 from bloomperf.store.baseline import Baseline
-from bloomperf.store.history import Change
 from bloomperf.store.history.nights import (
     METRIC_LOAD,
     METRIC_MEMORY,

@@ -15,7 +15,7 @@ summary, next to the PNG files it links) and the PNGs themselves:
 * ``ttft.png``, ``tpot.png``, ``tpot_percentiles.png``, ``energy_per_token.png``: latency and
   energy, where the cells have them.
 * ``trend.png`` (with ``--history``): ms/token of every cell over the nights, the nights where a
-  persistent change started marked (``bloomperf.store.history`` finds them).
+  persistent change started marked (``bloomperf.analysis.changes`` finds them).
 
 The page opens with the verdicts and what changed in the software since the previous night (or
 the baseline; ``bloomperf.render.report.changes``). The verdicts come from
@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bloomperf.analysis.changes import DEFAULT_TOLERANCE, Change, detect_changes
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.stats import REGRESSED
 from bloomperf.core.errors import BloomperfError
@@ -45,13 +46,7 @@ from bloomperf.render.report.page import write_pages
 from bloomperf.render.report.timing import plot_load_times, plot_ms_per_token
 from bloomperf.render.report.trend import plot_trend
 from bloomperf.store.baseline import Baseline
-from bloomperf.store.history import (
-    DEFAULT_TOLERANCE,
-    Change,
-    Night,
-    detect_changes,
-    load_history,
-)
+from bloomperf.store.history.nights import Night, load_history
 from bloomperf.store.results import RunResult
 
 # Every file a report writes into its --out-dir folder.

@@ -11,14 +11,16 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
+from bloomperf.analysis.changes import Change
 from bloomperf.analysis.verdicts import Comparison
 from bloomperf.core.formatting import html_table, markdown_table, markdown_text, plain
 from bloomperf.core.jsonfile import write_text_atomic
 from bloomperf.render.comparison import table_rows
+from bloomperf.render.history.changes import describe_change, render_changes
 from bloomperf.render.report.changes import WhatChanged, html_lines, markdown_lines
 from bloomperf.render.report.environment import environment_rows, plots_note, shown_baseline
 from bloomperf.render.report.latency import LATENCY_HEADINGS, flag_lines
-from bloomperf.store.history import Change, Night, describe_change, render_changes
+from bloomperf.store.history.nights import Night
 from bloomperf.store.results import RunResult
 
 # The plots in page order: the ratio heatmap first, where a regression shows at a glance.

@@ -1,5 +1,5 @@
 """The report's trend plot: ms/token of every cell over the nights of a history, the nights where a
-persistent change started (``bloomperf.store.history`` finds them) marked in red.
+persistent change started (``bloomperf.analysis.changes`` finds them) marked in red.
 
 Each panel is one cell relative to its own median, all on one y scale: ±3 % of noise must look
 small next to a 15 % step, which autoscaled axes would both blow up to full height.
@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bloomperf.analysis.changes import Change
 from bloomperf.render.report.figure import COLOURS, OOM_COLOUR, new_figure, save_figure
-from bloomperf.store.history import METRIC_MS, Change, Night, series
+from bloomperf.store.history.nights import METRIC_MS, Night, series
 from bloomperf.store.results import CellResult
 
 

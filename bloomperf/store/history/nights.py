@@ -3,30 +3,32 @@
 The convention is ``<dir>/<YYYY-MM-DD>.json`` for the night's run, ``<YYYY-MM-DD>-2.json``,
 ``-3`` … for further runs on the same date; the date is the run's own ``started_at``. A run is
 added through the results schema (validated, written atomically) and never twice. What the nights
-say (the level shifts) is ``bloomperf.store.history``'s business.
+say (the level shifts) is ``bloomperf.analysis.changes``'s business.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.metrics import find_metric, metric_names
 from bloomperf.core.storelock import store_lock
 from bloomperf.store.results import CellResult, Outcome, RunResult
 from bloomperf.store.results.codec import run_to_dict, save_run
 from bloomperf.store.results.files import read_results
 
+# Names of registered metrics (bloomperf.core.metrics) the history's pages chart by name.
 METRIC_MS = "ms_per_token"
 METRIC_MEMORY = "peak_memory"
 METRIC_LOAD = "load_time"
 METRIC_TTFT = "ttft_ms"
 METRIC_TPOT = "tpot_ms"
 METRIC_OUTCOME = "outcome"
-METRICS = (METRIC_MS, METRIC_MEMORY, METRIC_LOAD, METRIC_TTFT, METRIC_TPOT)
 
 NIGHT_NAME = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<n>[2-9]|[1-9]\d+))?\.json$")
 
@@ -145,22 +147,14 @@ def topology_history(root: Path, topology: str) -> Path:
 # ---- series -----------------------------------------------------------------------------------
 
 
-def metric_value(cell: CellResult, metric: str) -> float | None:
-    """A cell's figure for ``metric``; None where the cell did not run to completion."""
-    if cell.outcome != Outcome.OK:
-        return None
-    if metric == METRIC_MS:
-        return cell.ms_per_token
-    if metric == METRIC_MEMORY:
-        peak = cell.peak_memory_bytes
-        return float(peak) if peak is not None else None
-    if metric == METRIC_LOAD:
-        return cell.load_time_s
-    if metric in (METRIC_TTFT, METRIC_TPOT):
-        # Step times were recorded only by newer runs; an older night has no figure.
-        steps = cell.steps
-        return None if steps is None else getattr(steps, metric)
-    raise BloomperfError(f"metric: unknown {metric!r} (valid: {', '.join(METRICS)})")
+def metric_value(cell: CellResult, name: str) -> float | None:
+    """A cell's figure for a registered metric: the median of its samples (of its cycles, for
+    a per-cycle one); None where the cell did not run to completion or lacks the figure."""
+    found = find_metric(name)
+    if found is None:
+        raise BloomperfError(f"metric: unknown {name!r} (valid: {', '.join(metric_names())})")
+    samples = found.samples(cell) if cell.outcome == Outcome.OK else ()
+    return statistics.median(samples) if samples else None
 
 
 def cell_ids(nights: Sequence[Night]) -> list[str]:
