@@ -606,7 +606,7 @@ def hostile(kind: str) -> str:
         "truncated": text[: len(text) // 2],
         "empty": "",
         "binary": "\x00\xff\xfe garbage",
-        "wrong version": text.replace('"schema_version": 1', '"schema_version": 7'),
+        "wrong version": re.sub(r'"schema_version": \d+', '"schema_version": 7', text),
         "unknown outcome": text.replace('"outcome": "ok"', '"outcome": "rm -rf"'),
     }
     return cases[kind]
