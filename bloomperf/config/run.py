@@ -62,6 +62,8 @@ class RunConfig(LaunchOptions):
     nvme_path: Path | None = None
     ds_config: dict[str, Any] | None = None
     baselines: Path | None = None
+    history: Path | None = None  # the history folder a finished run is added to
+    github_output: bool = False
     probe: bool = False
     strict: bool = False
     allow_incomplete: bool = False

@@ -249,6 +249,19 @@ OPTIONS: tuple[Option, ...] = (
         "HOST",
     ),
     Option("baselines", parse_path, "baselines folder [./baselines, user folder, shipped]", "DIR"),
+    Option(
+        "history",
+        parse_path,
+        "add the finished run to this history folder, as history add does [none]",
+        "DIR",
+    ),
+    Option(
+        "github_output",
+        parse_flag,
+        "write the verdict and counts to $GITHUB_OUTPUT as the step's outputs, as diff "
+        "--format github does",
+        flag=True,
+    ),
     Option("probe", parse_flag, "run cells beyond a known OOM boundary too", flag=True),
     Option("strict", parse_flag, "fail when a cell runs where an OOM was expected", flag=True),
     Option(
