@@ -1,0 +1,1 @@
+"""bloomperf extensions that live outside bloomperf/: one module per extension point."""
