@@ -59,7 +59,7 @@ DEFAULTS: Mapping[str, Any] = {f.name: f.default for f in fields(RunConfig)}
 class Option:
     name: str  # a RunConfig field: batch_sizes
     parse: Callable[[str], Any]
-    text: str  # the help; "{default}" stands for RunConfig's default
+    text: str  # the help; RunConfig's default is added to it
     metavar: str = "VALUE"
 
     @property
@@ -73,8 +73,11 @@ class Option:
 
     @property
     def help(self) -> str:
+        """The text, then " [default]" (a None default is the device's, said in the text)."""
+        if self.default is None or self.flag:
+            return self.text
         shown = f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
-        return self.text.replace("{default}", shown)
+        return f"{self.text} [{shown}]"
 
     @property
     def cli_flag(self) -> str:
@@ -121,22 +124,10 @@ OPTIONS: tuple[Option, ...] = (
         "batch sizes, comma-separated [gpu: the blog's 1 … 512, cpu: 1,8,32]",
         "LIST",
     ),
-    Option(
-        "new_tokens",
-        parse_bounded(MAX_NEW_TOKENS),
-        "new tokens per sequence, forced [{default}]",
-        "N",
-    ),
-    Option("cycles", parse_bounded(MAX_CYCLES), "timed generate cycles per cell [{default}]", "N"),
-    Option(
-        "warmup", parse_bounded(MAX_CYCLES), "warm-up generate cycles per cell [{default}]", "N"
-    ),
-    Option(
-        "device",
-        parse_choice(("auto", "cpu", "cuda")),
-        "device: auto, cpu or cuda [{default}]",
-        "DEV",
-    ),
+    Option("new_tokens", parse_bounded(MAX_NEW_TOKENS), "new tokens per sequence, forced", "N"),
+    Option("cycles", parse_bounded(MAX_CYCLES), "timed generate cycles per cell", "N"),
+    Option("warmup", parse_bounded(MAX_CYCLES), "warm-up generate cycles per cell", "N"),
+    Option("device", parse_choice(("auto", "cpu", "cuda")), "device: auto, cpu or cuda", "DEV"),
     Option(
         "output",
         parse_path,
@@ -153,31 +144,24 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "threads",
         parse_positive_int,
-        "CPU threads per worker rank [{default}: on a small shared "
-        "CPU, spinning thread pools make figures erratic]",
+        "CPU threads per worker rank (on a small shared CPU, "
+        "spinning thread pools make figures erratic)",
         "N",
     ),
-    Option(
-        "load_timeout", parse_positive_float, "seconds allowed for loading a model [{default}]", "S"
-    ),
-    Option(
-        "cell_timeout",
-        parse_positive_float,
-        "seconds allowed for one generate step [{default}]",
-        "S",
-    ),
+    Option("load_timeout", parse_positive_float, "seconds allowed for loading a model", "S"),
+    Option("cell_timeout", parse_positive_float, "seconds allowed for one generate step", "S"),
     Option(
         "max_memory",
         parse_max_memory,
         "accelerate: the weights each GPU may take: blog (GPU 0 free, 51 GiB or 26 GiB int8 on "
         "the others), even, a map like 0:0GiB,1:51GiB, or auto (blog for all of bloom-176b on "
-        "8 x 80 GB, else even) [{default}]",
+        "8 x 80 GB, else even)",
         "MAP",
     ),
     Option(
         "offload",
         parse_choice(("none", "cpu", "disk")),
-        "accelerate offload: none, cpu or disk [{default}]",
+        "accelerate offload: none, cpu or disk",
         "WHERE",
     ),
     Option(
@@ -200,10 +184,7 @@ OPTIONS: tuple[Option, ...] = (
         "N",
     ),
     Option(
-        "zero_offload",
-        parse_choice(("none", "cpu", "nvme")),
-        "ds-zero parameter offload [{default}]",
-        "WHERE",
+        "zero_offload", parse_choice(("none", "cpu", "nvme")), "ds-zero parameter offload", "WHERE"
     ),
     Option(
         "sharded",
@@ -250,7 +231,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "launcher",
         parse_choice(LAUNCHERS),
-        "DeepSpeed's multi-node runner: pdsh, openmpi, mvapich or slurm [{default}]",
+        "DeepSpeed's multi-node runner: pdsh, openmpi, mvapich or slurm",
         "NAME",
     ),
     Option("launcher_args", parse_text, "extra arguments for the multi-node runner [none]", "ARGS"),
