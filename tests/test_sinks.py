@@ -22,6 +22,7 @@ from bloomperf.store.results import CellResult, Outcome, RunResult
 from bloomperf.store.results.files import read_results
 from tests.builders import ok_cell, tiny_run
 from tests.outside_install import outside_env, outside_package
+from tests.schemas import schema_errors
 
 __all__ = ["outside_package"]  # the fixture, used by name
 
@@ -76,6 +77,9 @@ def test_run_tells_every_sink_each_cell_and_the_finish(
     assert "verdict=pass\ncells=2\nfailed=0\n" in github.read_text()
     (night,) = history.iterdir()
     assert read_results(night) == run
+    # What a real run writes meets the published schemas (tests/test_schemas.py has the rest).
+    assert schema_errors("results", json.loads(results.read_text())) == []
+    assert schema_errors("history-night", json.loads(night.read_text())) == []
 
 
 def test_a_failing_sink_loses_nothing_and_fails_a_passing_run_with_3(
