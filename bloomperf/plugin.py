@@ -182,10 +182,10 @@ class BloomperfController:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        cli = {o.name: config.getoption("bloomperf_" + o.name) for o in OPTIONS}
-        ini = {o.name: (config.getini(o.ini_key) or None) for o in OPTIONS}
+        self.cli = {o.name: config.getoption("bloomperf_" + o.name) for o in OPTIONS}
+        self.ini = {o.name: (config.getini(o.ini_key) or None) for o in OPTIONS}
         try:
-            self.options = resolve_options(cli, ini, flag_style="pytest")
+            self.options = resolve_options(self.cli, self.ini, flag_style="pytest")
         except BloomperfError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.sessions: dict[str, Session] = {}
@@ -224,9 +224,8 @@ class BloomperfController:
             stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
             output = options.output or Path("results") / f"pytest-{device}-{stamp}.json"
             options = replace(options, output=output)
-            cli = {o.name: self.config.getoption("bloomperf_" + o.name) for o in OPTIONS}
-            ini = {o.name: (self.config.getini(o.ini_key) or None) for o in OPTIONS}
-            refuse_overwriting_inputs([output], input_files(cli, ini), "--bloomperf-output")
+            inputs = input_files(self.cli, self.ini)
+            refuse_overwriting_inputs([output], inputs, "--bloomperf-output")
             claim = hold_output_lock(output)  # --no-lock too: one writer per file
             claim.__enter__()
             self._locks.append(claim)

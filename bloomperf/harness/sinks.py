@@ -1,15 +1,8 @@
 """Where a run's results go: sinks told "a cell was recorded" and "the run finished".
 
-A sink is any object with the two methods of ``Sink``. The results file is one, and the source
-of truth: it is told first, and its failure stops the run (exit 2, as an unwritable file always
-has). Every other sink is guarded: its exception is kept as one line, the run goes on, and the
-command reports it after the verdict; a run whose gate passed then exits 3, a failed gate stays 1
-(a dashboard that is down never hides a regression, nor passes for a clean run).
-
-Sinks come from the options (``--github-output``, ``--history DIR``), from installed packages
-(entry-point group ``bloomperf.sinks``: a class or callable that takes no argument and returns a
-sink), and, under pytest, from a conftest's ``pytest_bloomperf_cell_recorded`` and
-``pytest_bloomperf_run_finished`` hooks (``bloomperf.plugin``). docs/extending.md has a recipe.
+The results file is the first sink and the source of truth: only its failure stops a run. Every
+other sink (the options' built-ins, entry points of ``bloomperf.sinks``, a conftest's hooks) is
+guarded: its failure becomes one line, reported after the verdict (docs/extending.md, A sink).
 """
 
 from __future__ import annotations
@@ -64,25 +57,26 @@ class ResultsFile:
         self.save(run)
 
 
-class GitHubOutput:
-    """The verdict and the counts as the step's outputs (``$GITHUB_OUTPUT``), as ``diff
-    --format github`` writes them; nothing outside Actions."""
+class AtFinish:
+    """A sink with nothing to do per cell."""
 
     def cell_recorded(self, cell: CellResult, run: RunResult) -> None:
         pass
+
+
+class GitHubOutput(AtFinish):
+    """The verdict and the counts as the step's outputs (``$GITHUB_OUTPUT``), as ``diff
+    --format github`` writes them; nothing outside Actions."""
 
     def run_finished(self, run: RunResult, verdicts: Comparison, context: RunContext) -> None:
         write_job_outputs(job_outputs(verdicts, verdicts.failed))
 
 
 @dataclass(frozen=True)
-class History:
+class History(AtFinish):
     """The finished run's results file, added to a history folder as ``history add`` does."""
 
     folder: Path
-
-    def cell_recorded(self, cell: CellResult, run: RunResult) -> None:
-        pass
 
     def run_finished(self, run: RunResult, verdicts: Comparison, context: RunContext) -> None:
         if context.output is None:
