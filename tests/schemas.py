@@ -1,4 +1,4 @@
-"""The published JSON Schemas (``bloomperf/schemas``), as the package ships them, with a
+"""The published JSON Schemas (``bloomperf/store/schemas``), as the package ships them, with a
 validator per document kind (jsonschema is a test-only dependency)."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ KINDS = ("results", "baseline", "history-night")
 
 
 def schema(kind: str) -> dict[str, Any]:
-    text = (files("bloomperf") / "schemas" / f"{kind}.schema.json").read_text(encoding="utf-8")
+    text = (files("bloomperf") / "store" / "schemas" / f"{kind}.schema.json").read_text(
+        encoding="utf-8"
+    )
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 

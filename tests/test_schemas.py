@@ -1,4 +1,4 @@
-"""The JSON Schemas bloomperf ships (``bloomperf/schemas``): valid schemas, met by real files
+"""The JSON Schemas bloomperf ships (``bloomperf/store/schemas``): valid schemas, met by real files
 (the fixtures, the shipped baselines; a real run's results and history night are checked in
 ``test_sinks.py``), stating the same bounds, names and versions as the code, and refusing the
 wrongly typed values the readers refuse."""
