@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bloomperf.analysis.compare import judge, judge_cell
+from bloomperf.analysis.compare import judge_cell
 from bloomperf.analysis.verdicts import Comparison
 from bloomperf.catalog.fingerprint import environment_fingerprint
 from bloomperf.catalog.topology import Topology, detect_topology
@@ -27,12 +27,13 @@ from bloomperf.core.formatting import plain, utc_now
 from bloomperf.core.interrupt import sigterm_as_interrupt
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.core.progress import emit, set_sink
+from bloomperf.harness.finish import Finished, finish_run, judge_run
 from bloomperf.harness.matrix import Cell, plan_groups
 from bloomperf.harness.options import OPTIONS, add_pytest_options, input_files, resolve_options
 from bloomperf.harness.session import DEFAULT_MODEL, Session, lock_key
+from bloomperf.harness.sinks import RunContext, open_sinks
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
-from bloomperf.store.baseline.folders import describe_search
 from bloomperf.store.baseline.search import refuse_output_among_baselines
 from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
 from bloomperf.store.results.codec import cell_to_dict, run_to_dict, save_run
@@ -44,6 +45,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_pytest_options(
         parser.getgroup("bloomperf", "bloomperf: BLOOM inference benchmarks"), parser
     )
+
+
+class SinkHooks:
+    """A conftest's sink: it implements either hook (``bloomperf.harness.sinks.Sink``)."""
+
+    @pytest.hookspec
+    def pytest_bloomperf_cell_recorded(self, cell: CellResult, run: RunResult) -> None:
+        """A cell was measured (or skipped); ``run`` holds every cell so far."""
+
+    @pytest.hookspec
+    def pytest_bloomperf_run_finished(
+        self, run: RunResult, verdicts: Comparison, context: RunContext
+    ) -> None:
+        """The run finished (not interrupted), judged against its baseline."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(SinkHooks)
+
+
+class ConftestSink:
+    """The session's sink that calls the conftest hooks above."""
+
+    name = "conftest"
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+
+    def cell_recorded(self, cell: CellResult, run: RunResult) -> None:
+        self.hook.pytest_bloomperf_cell_recorded(cell=cell, run=run)
+
+    def run_finished(self, run: RunResult, verdicts: Comparison, context: RunContext) -> None:
+        self.hook.pytest_bloomperf_run_finished(run=run, verdicts=verdicts, context=context)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -148,10 +182,10 @@ class BloomperfController:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        cli = {o.name: config.getoption("bloomperf_" + o.name) for o in OPTIONS}
-        ini = {o.name: (config.getini(o.ini_key) or None) for o in OPTIONS}
+        self.cli = {o.name: config.getoption("bloomperf_" + o.name) for o in OPTIONS}
+        self.ini = {o.name: (config.getini(o.ini_key) or None) for o in OPTIONS}
         try:
-            self.options = resolve_options(cli, ini, flag_style="pytest")
+            self.options = resolve_options(self.cli, self.ini, flag_style="pytest")
         except BloomperfError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.sessions: dict[str, Session] = {}
@@ -161,6 +195,7 @@ class BloomperfController:
         self._total = 0
         self._devices: set[str] = set()  # the devices of the matrix items collected
         self.empty_output: Path | None = None
+        self.finished: dict[str, Finished] = {}
         # The run context stored in each benchmark's extra_info, marked complete at the end.
         self._contexts: dict[str, list[dict[str, Any]]] = {}
 
@@ -189,13 +224,13 @@ class BloomperfController:
             stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
             output = options.output or Path("results") / f"pytest-{device}-{stamp}.json"
             options = replace(options, output=output)
-            cli = {o.name: self.config.getoption("bloomperf_" + o.name) for o in OPTIONS}
-            ini = {o.name: (self.config.getini(o.ini_key) or None) for o in OPTIONS}
-            refuse_overwriting_inputs([output], input_files(cli, ini), "--bloomperf-output")
+            inputs = input_files(self.cli, self.ini)
+            refuse_overwriting_inputs([output], inputs, "--bloomperf-output")
             claim = hold_output_lock(output)  # --no-lock too: one writer per file
             claim.__enter__()
             self._locks.append(claim)
-            self.sessions[device] = Session.prepare(options, topology)
+            sinks = [*open_sinks(options), ConftestSink(self.config.hook)]
+            self.sessions[device] = Session.prepare(options, topology, sinks=sinks)
         return self.sessions[device]
 
     def check(self, cell: Cell, benchmark: Any, device: str) -> CellResult:
@@ -247,17 +282,12 @@ class BloomperfController:
             if device in self.sessions:
                 self.sessions[device].stop()
 
-    def verdict(self, session: Session) -> Comparison:
+    def verdict(self, device: str) -> Comparison:
         """The same whole-run verdict as `bloomperf run` and `bloomperf diff` give."""
-        return judge(
-            session.run,
-            session.baseline,
-            strict=self.options.strict,
-            allow_incomplete=self.options.allow_incomplete,
-            allow_no_baseline=self.options.allow_no_baseline,
-            no_baseline=f"no baseline for {session.run.topology} / {session.run.model.name}; "
-            + describe_search(self.options.baselines),
-        )
+        if device in self.finished:
+            return self.finished[device].verdicts
+        session = self.sessions[device]  # interrupted: judged as it stands
+        return judge_run(session.run, session.baseline, session.options)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(
@@ -270,7 +300,8 @@ class BloomperfController:
             if interrupted:
                 measuring.abort()  # the results file keeps "complete": false
                 continue
-            finished = run_context(measuring.finish())
+            self.finished[device] = finish_run(measuring, "pytest")
+            finished = run_context(self.finished[device].run)
             for context in self._contexts.get(device, []):
                 context.update(finished)  # before pytest-benchmark writes it out
         for lock in reversed(self._locks):
@@ -281,10 +312,15 @@ class BloomperfController:
         elif not interrupted:
             self.write_empty_run()
         # Cells fail their own tests; a run that measured or judged nothing fails the session.
-        verdicts = [self.verdict(s) for s in self.sessions.values()]
+        verdicts = [self.verdict(device) for device in self.sessions]
         nothing = any(v.incomplete or v.unjudged for v in verdicts)
         if nothing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        # A sink that failed (a dashboard down) fails a passing session as an internal error;
+        # a failed one stays failed: the verdict is never masked.
+        failed_sinks = any(f.sink_failures for f in self.finished.values())
+        if failed_sinks and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         return (yield)
 
     def write_empty_run(self) -> None:
@@ -323,7 +359,7 @@ class BloomperfController:
                 continue
             terminalreporter.section(f"bloomperf ({device})")
             terminalreporter.write_line(render_run_table(session.run))
-            comparison = self.verdict(session)
+            comparison = self.verdict(device)
             if session.baseline is not None:
                 terminalreporter.write_line("")
                 terminalreporter.write_line("verdicts:")  # the baseline is named below
@@ -334,6 +370,10 @@ class BloomperfController:
                         terminalreporter.write_line(f"bloomperf: FAILED: {line}")
             if session.output is not None:
                 terminalreporter.write_line(f"results: {session.output}")
+            for line in self.finished[device].sink_failures if device in self.finished else ():
+                terminalreporter.write_line(
+                    f"bloomperf: {plain(line)}; results safe in {session.output}"
+                )
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import io
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -31,6 +32,7 @@ from bloomperf.analysis.verdicts import CellVerdict
 from bloomperf.cli.run import print_verdicts
 from bloomperf.config.run import RunConfig
 from bloomperf.core.metrics import label_of
+from bloomperf.harness.finish import Finished, judge_run
 from bloomperf.render.report import write_report
 from bloomperf.store.baseline import Baseline, BaselineCell, LoadTime
 from bloomperf.store.baseline import expected_cell as store_expected_cell
@@ -44,6 +46,13 @@ BATCHES = (1, 2, 4, 8)
 MEASURED = {"same": 1.0, "slower": 1.6, "faster": 0.6}
 RUN_OUTCOMES = ("same", "slower", "faster", "oom", "error", "timeout", "skipped")
 EXPECTED = ("ok", "oom", "absent")
+
+
+def run_verdict(run: RunResult, baseline: Baseline | None, options: RunConfig, out: TextIO) -> int:
+    """What `bloomperf run` prints, and its exit status, for a finished run (no sink failing)."""
+    comparison = judge_run(run, baseline, options)
+    print_verdicts(comparison, baseline, out)
+    return Finished(run, comparison, ()).exit_code
 
 
 def measured_cell(batch: int, what: str) -> CellResult:
@@ -207,7 +216,7 @@ def test_judge_and_the_plugins_per_cell_judgement_follow_the_rule(
     assert plugin_failed == comparison.failed
     out = io.StringIO()
     options = RunConfig(strict=strict)
-    assert print_verdicts(run, baseline, options, out) == int(comparison.failed)
+    assert run_verdict(run, baseline, options, out) == int(comparison.failed)
     # The same failures, each named by what it is about (a cell id, "incomplete run", "nothing
     # judged"); run words the details its own way (where it searched for a baseline).
     printed = " ".join(out.getvalue().split())  # long lines are wrapped to the terminal
@@ -281,7 +290,7 @@ def test_the_report_says_what_the_gate_says(
     report = write_report(run, baseline, tmp_path / "report")
     page = report.html.read_text()
     assert ("verdict failed" in page) == failed and ("verdict passed" in page) == (not failed)
-    assert print_verdicts(run, baseline, RunConfig(), io.StringIO()) == int(failed)
+    assert run_verdict(run, baseline, RunConfig(), io.StringIO()) == int(failed)
 
 
 @settings(

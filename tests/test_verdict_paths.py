@@ -13,16 +13,18 @@ import io
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 
 from bloomperf import cli
 from bloomperf.cli.run import print_verdicts
 from bloomperf.config.run import RunConfig
-from bloomperf.store.baseline import BaselineCell
+from bloomperf.harness.finish import Finished, judge_run
+from bloomperf.store.baseline import Baseline, BaselineCell
 from bloomperf.store.baseline.codec import save_baseline
 from bloomperf.store.baseline.search import find_baseline
+from bloomperf.store.results import RunResult
 from bloomperf.store.results.files import read_results
 from tests.builders import cpu_baseline
 
@@ -84,6 +86,13 @@ def failing(comparison: dict[str, Any]) -> set[str]:
     return {c["id"] for c in comparison["cells"] if c["fails"]}
 
 
+def run_verdict(run: RunResult, baseline: Baseline | None, options: RunConfig, out: TextIO) -> int:
+    """What `bloomperf run` prints, and its exit status, for a finished run (no sink failing)."""
+    comparison = judge_run(run, baseline, options)
+    print_verdicts(comparison, baseline, out)
+    return Finished(run, comparison, ()).exit_code
+
+
 def check_three_ways(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], baselines: Path
 ) -> tuple[int, dict[str, Any]]:
@@ -98,7 +107,7 @@ def check_three_ways(
 
     run = read_results(results)
     out = io.StringIO()
-    run_code = print_verdicts(run, find_baseline("cpu", "tiny", baselines), RunConfig(), out)
+    run_code = run_verdict(run, find_baseline("cpu", "tiny", baselines), RunConfig(), out)
 
     assert plugin_code == diff_code == bench_code == run_code
     assert plugin_failed == failing(diff_json) == failing(bench_json)

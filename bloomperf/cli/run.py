@@ -15,26 +15,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from bloomperf.analysis.compare import host_ram_headline, judge
+from bloomperf.analysis.compare import host_ram_headline
+from bloomperf.analysis.verdicts import Comparison
 from bloomperf.backends.ds_inference import read_shard_marker
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.plan import add_plan_arguments, run_dry
-from bloomperf.config.run import RunConfig
-from bloomperf.core.errors import EXIT_REGRESSION, BloomperfError
+from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import clean, plain
 from bloomperf.core.interrupt import interruption
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
 from bloomperf.core.progress import emit, time_left
+from bloomperf.harness.finish import Finished, finish_run
 from bloomperf.harness.lock import hold_device_lock, hold_output_lock
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.options import add_cli_options, input_files, resolve_options
 from bloomperf.harness.session import Session, all_cells, lock_key
+from bloomperf.harness.sinks import open_sinks
 from bloomperf.render.comparison import render_comparison
 from bloomperf.render.table import render_run_table
 from bloomperf.render.terminal import terminal_width, wants_colour
 from bloomperf.store.baseline import Baseline
-from bloomperf.store.baseline.folders import describe_search
-from bloomperf.store.results import CellResult, Outcome, RunResult
+from bloomperf.store.results import CellResult, Outcome
 
 SHARDED_BACKENDS = ("ds-inference", "ds-autotp")  # the backends that read --sharded
 LATEST = "latest.json"  # beside the dated results file of a run without --output
@@ -71,7 +72,7 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
         hold_device_lock(lock_key(topology, options), enabled=not options.no_lock),
         hold_output_lock(output),  # --no-lock too: one writer per results file
     ):
-        session = Session.prepare(options, topology)
+        session = Session.prepare(options, topology, sinks=open_sinks(options))
         refuse_a_mismatched_shard(session)
         total = sum(len(g.batch_sizes) for g in session.groups)
         print(
@@ -97,15 +98,17 @@ def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -
             if default_output:
                 link_latest(output, err)
             return code
-        run = session.finish()
+        finished = finish_run(session, "run")
+    run = finished.run
     headline = host_ram_headline(run)
     if headline:  # first, above the table: nothing else in the run matters as much
         print(f"bloomperf: {headline}", file=out)
     print(render_run_table(run), file=out)
-    code = print_verdicts(run, session.baseline, options, out)
+    print_verdicts(finished.verdicts, session.baseline, out)
     shown = link_latest(output, out) if default_output else output
     print_next_steps(output, shown, out)
-    return code
+    report_sink_failures(finished, output, err)
+    return finished.exit_code
 
 
 def refuse_a_mismatched_shard(session: Session) -> None:
@@ -160,19 +163,13 @@ def print_next_steps(output: Path, shown: Path, out: TextIO) -> None:
         print(f"  bloomperf {command:<{width}}  # {why}", file=out)
 
 
-def print_verdicts(
-    run: RunResult, baseline: Baseline | None, options: RunConfig, out: TextIO
-) -> int:
-    """The gate's verdict on the finished run (the plugin's and `diff`'s rule) → exit status."""
-    comparison = judge(
-        run,
-        baseline,
-        strict=options.strict,
-        allow_incomplete=options.allow_incomplete,
-        allow_no_baseline=options.allow_no_baseline,
-        no_baseline=f"no baseline for {run.topology} / {run.model.name}; "
-        + describe_search(options.baselines),
-    )
+def report_sink_failures(finished: Finished, output: Path, err: TextIO) -> None:
+    for line in finished.sink_failures:
+        print(f"bloomperf: {plain(line)}; the results are safe in {output}", file=err)
+
+
+def print_verdicts(comparison: Comparison, baseline: Baseline | None, out: TextIO) -> None:
+    """The gate's verdict on the finished run (the plugin's and `diff`'s rule)."""
     if baseline is not None:
         print("\nverdicts:", file=out)
         text = render_comparison(
@@ -182,7 +179,6 @@ def print_verdicts(
     else:
         for line in comparison.failures():
             print(f"FAILED {plain(line)}", file=out)
-    return EXIT_REGRESSION if comparison.failed else 0
 
 
 def add_command(subparsers: Any) -> None:

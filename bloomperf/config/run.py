@@ -1,7 +1,9 @@
 """A run's configuration, typed: what ``bloomperf.harness.options`` resolves the option table into.
 
 ``RunConfig`` has one field per option of the table (same name, the type its parser returns)
-and holds each default once; ``None`` means "the device decides" (model, matrix, ranks).
+and holds each default once (the backends' are ``BackendOptions``'); ``None`` means "the device
+decides" (model, matrix, ranks). The option table reads each default, and whether an option is
+a switch (a bool field), from here.
 ``LaunchOptions`` is the part that starts worker groups (threads, multi-node); the backends'
 part is ``bloomperf.config.backend.BackendOptions``. Reading an option that is not defined is
 a mypy error, where a ``dict.get`` was always None (``tests/test_config.py`` holds the proof).
@@ -9,7 +11,7 @@ a mypy error, where a ``dict.get`` was always None (``tests/test_config.py`` hol
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +52,21 @@ class RunConfig(LaunchOptions):
     cache_dir: Path | None = None
     load_timeout: float = 1800.0
     cell_timeout: float = 1800.0
-    max_memory: str = "auto"
-    offload: str = "none"
+    # The backends' options: their defaults are BackendOptions' (what a worker gets unless told).
+    max_memory: str = BackendOptions.max_memory
+    offload: str = BackendOptions.offload
     offload_folder: Path | None = None
     memory_limit: int | None = None  # bytes
     tp: int | None = None
-    zero_offload: str = "none"
+    zero_offload: str = BackendOptions.zero_offload
     sharded: Path | None = None
     load: str | None = None
-    ds_load_once: bool = False
+    ds_load_once: bool = BackendOptions.ds_load_once
     nvme_path: Path | None = None
     ds_config: dict[str, Any] | None = None
     baselines: Path | None = None
+    history: Path | None = None  # the history folder a finished run is added to
+    github_output: bool = False
     probe: bool = False
     strict: bool = False
     allow_incomplete: bool = False
@@ -71,20 +76,16 @@ class RunConfig(LaunchOptions):
 
     def backend_options(self, offload_folder: Path | None = None) -> BackendOptions:
         """The backends' part (``offload_folder``: disk offload's folder when none was given)."""
-        folder = self.offload_folder or offload_folder
+        given = replace(self, offload_folder=self.offload_folder or offload_folder)
         return BackendOptions(
-            max_memory=self.max_memory,
-            offload=self.offload,
-            offload_folder=str(folder) if folder is not None else None,
-            tp=self.tp,
-            sharded=str(self.sharded) if self.sharded is not None else None,
-            load=self.load,
-            ds_load_once=self.ds_load_once,
-            zero_offload=self.zero_offload,
-            nvme_path=str(self.nvme_path) if self.nvme_path is not None else None,
-            ds_config=self.ds_config,
+            **{f.name: as_text(getattr(given, f.name)) for f in fields(BackendOptions)}
         )
 
     def launch_options(self) -> LaunchOptions:
         """The launcher's part alone (what a worker group's spec keeps)."""
         return LaunchOptions(**{f.name: getattr(self, f.name) for f in fields(LaunchOptions)})
+
+
+def as_text(value: Any) -> Any:
+    """A path as the worker spec carries it (JSON text); any other value as it is."""
+    return str(value) if isinstance(value, Path) else value

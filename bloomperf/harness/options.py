@@ -4,7 +4,8 @@ Each option has a CLI flag (``--batch-sizes``), a pytest flag (``--bloomperf-bat
 ini key (``bloomperf_batch_sizes``) and an environment variable (``BLOOMPERF_BATCH_SIZES``).
 Resolution order, as in pytest-timeout: command line > environment > ini > default. Every value
 is parsed and validated here (by its parser in ``option_parsers``), an error names where the bad
-value came from, and the result is a typed ``config.RunConfig``, which holds the defaults.
+value came from, and the result is a typed ``config.RunConfig``, which holds the names' types
+and defaults: the table adds only the parser, the help and the metavar.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,34 @@ from bloomperf.store.results import MAX_CYCLES, MAX_NEW_TOKENS
 MAX_TP = 128
 
 
+# Each option's name, type and default are RunConfig's field: the table adds how it is parsed
+# and what its help says, and reads the rest from there.
+DEFAULTS: Mapping[str, Any] = {f.name: f.default for f in fields(RunConfig)}
+
+
 @dataclass(frozen=True)
 class Option:
-    name: str  # attribute name: batch_sizes
+    name: str  # a RunConfig field: batch_sizes
     parse: Callable[[str], Any]
-    help: str
+    text: str  # the help; RunConfig's default is added to it
     metavar: str = "VALUE"
-    flag: bool = False  # a switch without a value
+
+    @property
+    def default(self) -> Any:
+        return DEFAULTS[self.name]
+
+    @property
+    def flag(self) -> bool:
+        """A switch without a value: the field is a bool."""
+        return isinstance(self.default, bool)
+
+    @property
+    def help(self) -> str:
+        """The text, then " [default]" (a None default is the device's, said in the text)."""
+        if self.default is None or self.flag:
+            return self.text
+        shown = f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+        return f"{self.text} [{shown}]"
 
     @property
     def cli_flag(self) -> str:
@@ -102,17 +124,10 @@ OPTIONS: tuple[Option, ...] = (
         "batch sizes, comma-separated [gpu: the blog's 1 … 512, cpu: 1,8,32]",
         "LIST",
     ),
-    Option(
-        "new_tokens",
-        parse_bounded(MAX_NEW_TOKENS),
-        "new tokens per sequence, forced [100]",
-        "N",
-    ),
-    Option("cycles", parse_bounded(MAX_CYCLES), "timed generate cycles per cell [5]", "N"),
-    Option("warmup", parse_bounded(MAX_CYCLES), "warm-up generate cycles per cell [1]", "N"),
-    Option(
-        "device", parse_choice(("auto", "cpu", "cuda")), "device: auto, cpu or cuda [auto]", "DEV"
-    ),
+    Option("new_tokens", parse_bounded(MAX_NEW_TOKENS), "new tokens per sequence, forced", "N"),
+    Option("cycles", parse_bounded(MAX_CYCLES), "timed generate cycles per cell", "N"),
+    Option("warmup", parse_bounded(MAX_CYCLES), "warm-up generate cycles per cell", "N"),
+    Option("device", parse_choice(("auto", "cpu", "cuda")), "device: auto, cpu or cuda", "DEV"),
     Option(
         "output",
         parse_path,
@@ -129,26 +144,24 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "threads",
         parse_positive_int,
-        "CPU threads per worker rank [1: on a small shared "
-        "CPU, spinning thread pools make figures erratic]",
+        "CPU threads per worker rank (on a small shared CPU, "
+        "spinning thread pools make figures erratic)",
         "N",
     ),
-    Option("load_timeout", parse_positive_float, "seconds allowed for loading a model [1800]", "S"),
-    Option(
-        "cell_timeout", parse_positive_float, "seconds allowed for one generate step [1800]", "S"
-    ),
+    Option("load_timeout", parse_positive_float, "seconds allowed for loading a model", "S"),
+    Option("cell_timeout", parse_positive_float, "seconds allowed for one generate step", "S"),
     Option(
         "max_memory",
         parse_max_memory,
         "accelerate: the weights each GPU may take: blog (GPU 0 free, 51 GiB or 26 GiB int8 on "
         "the others), even, a map like 0:0GiB,1:51GiB, or auto (blog for all of bloom-176b on "
-        "8 x 80 GB, else even) [auto]",
+        "8 x 80 GB, else even)",
         "MAP",
     ),
     Option(
         "offload",
         parse_choice(("none", "cpu", "disk")),
-        "accelerate offload: none, cpu or disk [none]",
+        "accelerate offload: none, cpu or disk",
         "WHERE",
     ),
     Option(
@@ -171,10 +184,7 @@ OPTIONS: tuple[Option, ...] = (
         "N",
     ),
     Option(
-        "zero_offload",
-        parse_choice(("none", "cpu", "nvme")),
-        "ds-zero parameter offload [none]",
-        "WHERE",
+        "zero_offload", parse_choice(("none", "cpu", "nvme")), "ds-zero parameter offload", "WHERE"
     ),
     Option(
         "sharded",
@@ -196,7 +206,6 @@ OPTIONS: tuple[Option, ...] = (
         "ds-inference: load once per dtype and serve every batch size from that group "
         "(DeepSpeed sizes its kernel workspace at a group's first forward) "
         "[off: a fresh group per batch size]",
-        flag=True,
     ),
     Option(
         "nvme_path", parse_work_folder, "folder on NVMe for ds-zero's nvme offload [none]", "DIR"
@@ -222,7 +231,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "launcher",
         parse_choice(LAUNCHERS),
-        "DeepSpeed's multi-node runner: pdsh, openmpi, mvapich or slurm [pdsh]",
+        "DeepSpeed's multi-node runner: pdsh, openmpi, mvapich or slurm",
         "NAME",
     ),
     Option("launcher_args", parse_text, "extra arguments for the multi-node runner [none]", "ARGS"),
@@ -249,22 +258,32 @@ OPTIONS: tuple[Option, ...] = (
         "HOST",
     ),
     Option("baselines", parse_path, "baselines folder [./baselines, user folder, shipped]", "DIR"),
-    Option("probe", parse_flag, "run cells beyond a known OOM boundary too", flag=True),
-    Option("strict", parse_flag, "fail when a cell runs where an OOM was expected", flag=True),
+    Option(
+        "history",
+        parse_path,
+        "add the finished run to this history folder, as history add does [none]",
+        "DIR",
+    ),
+    Option(
+        "github_output",
+        parse_flag,
+        "write the verdict and counts to $GITHUB_OUTPUT as the step's outputs, as diff "
+        "--format github does",
+    ),
+    Option("probe", parse_flag, "run cells beyond a known OOM boundary too"),
+    Option("strict", parse_flag, "fail when a cell runs where an OOM was expected"),
     Option(
         "allow_incomplete",
         parse_flag,
         "pass the gate even when the run measured nothing or did not finish",
-        flag=True,
     ),
     Option(
         "allow_no_baseline",
         parse_flag,
         "pass the gate even when no cell was judged: no baseline, or only another topology's "
         "or model's (a first run; accept its results as the baseline)",
-        flag=True,
     ),
-    Option("no_lock", parse_flag, "run even if another bloomperf run holds the devices", flag=True),
+    Option("no_lock", parse_flag, "run even if another bloomperf run holds the devices"),
     Option(
         "slowdown_percent",
         parse_percent,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,10 @@ from bloomperf.core.formatting import utc_now
 from bloomperf.harness.launch import GroupSpec
 from bloomperf.harness.matrix import Cell, Group, plan_groups
 from bloomperf.harness.runner import GroupRunner, Measure, measure_plainly
+from bloomperf.harness.sinks import ResultsFile, Sink, tell
 from bloomperf.store.baseline import Baseline, beyond_boundary, oom_boundary
 from bloomperf.store.baseline.search import find_baseline, refuse_output_among_baselines
 from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
-from bloomperf.store.results.codec import save_run
 
 DEFAULT_MODEL = {"cpu": "tiny", "cuda": "bloom-176b"}
 
@@ -70,8 +70,10 @@ class Session:
         options: RunConfig,
         topology: Topology | None = None,
         model: PreparedModel | None = None,
+        sinks: Sequence[Sink] = (),
     ) -> Session:
-        """``model``: already resolved (``run --dry-run`` plans without building one)."""
+        """``model``: already resolved (``run --dry-run`` plans without building one);
+        ``sinks``: told of each cell and of the finish, beside the results file."""
         if options.output is not None:  # bad usage, refused before any model is built
             refuse_output_among_baselines(options.output, options.baselines)
         if topology is None and options.hostfile is not None:
@@ -110,9 +112,10 @@ class Session:
             options.output,
             baseline,
             backend_options=backend_options(options),
+            sinks=tuple(sinks),
         )
-        if session.output is not None:
-            save_run(run, session.output)  # an unwritable output fails now, not after a cell
+        if session.output is not None:  # an unwritable output fails now, not after a cell
+            ResultsFile(session.output).save(run)
         return session
 
     baseline: Baseline | None = None
@@ -121,6 +124,8 @@ class Session:
     active_batch: int | None = None  # the batch size the active group was started for
     oom_at: dict[tuple[str, str], int] = field(default_factory=dict)
     ok_at: dict[tuple[str, str], int] = field(default_factory=dict)  # largest batch that ran
+    sinks: tuple[Sink, ...] = ()  # beside the results file (bloomperf.harness.sinks)
+    sink_failures: list[str] = field(default_factory=list)  # one line each, reported at the end
 
     def runner(self, cell: Cell) -> GroupRunner:
         """The runner of the cell's group; the previous group's workers are stopped first, so
@@ -235,10 +240,12 @@ class Session:
         return result
 
     def record(self, cell: CellResult) -> CellResult:
-        """Keep the cell and rewrite the results file at once: a crash loses nothing measured."""
+        """Keep the cell and rewrite the results file at once (a crash loses nothing measured),
+        then tell the other sinks, whose failures are kept for the end."""
         self.run = self.run.with_cell(cell)
         if self.output is not None:
-            save_run(self.run, self.output)
+            ResultsFile(self.output).cell_recorded(cell, self.run)
+        self.sink_failures += tell(self.sinks, "cell_recorded", cell, self.run)
         return cell
 
     def stop(self) -> None:
@@ -260,11 +267,11 @@ class Session:
             shutil.rmtree(made, ignore_errors=True)
 
     def finish(self) -> RunResult:
+        """Stop the workers and mark the run complete; ``bloomperf.harness.finish`` saves it
+        and tells the sinks."""
         self.stop()
         self.remove_scratch()
         self.run = replace(self.run, finished_at=utc_now(), complete=True)
-        if self.output is not None:
-            save_run(self.run, self.output)
         return self.run
 
 
