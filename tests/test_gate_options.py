@@ -34,6 +34,16 @@ def test_the_dry_run_itself_is_accepted() -> None:
     assert run_cli(*DRY, "--batch-sizes", "1,2", "--dtypes", "fp32")[0] == 0
 
 
+def test_each_call_answers_on_the_streams_of_its_own_time() -> None:
+    """The first call imports the command module under its own redirected streams; a second
+    call under new ones must print there, not into the first call's (closed, in pytest) streams."""
+    argv = (*DRY, "--batch-sizes", "1", "--dtypes", "fp32", "--format", "json")
+    first = run_cli(*argv)
+    second = run_cli(*argv)
+    assert first[0] == second[0] == 0, (first, second)
+    assert second[1] == first[1] and second[1].strip(), second
+
+
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
