@@ -8,13 +8,23 @@ The repository-wide setup (plugins, the leftover-process check) is the root ``co
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.codec import load_baseline
 from bloomperf.store.results import RunResult
 from bloomperf.store.results.files import read_results
 from tests.builders import BLOG_BASELINE, BLOG_RESULTS
+
+# Under CI (and the mutation run, which sets CI) every property test draws the same examples:
+# a mutant is killed or not by the tests, not by the day's seed, and a busy runner never fails
+# a property on hypothesis's deadline.
+settings.register_profile("derandomized", derandomize=True, deadline=None, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("derandomized")
 
 
 @pytest.fixture(scope="session")
