@@ -27,6 +27,27 @@ if os.environ.get("CI"):
     settings.load_profile("derandomized")
 
 
+# Files whose verdicts rest on measured time (paired A/B, bisect, A/A noise, planted slowdowns,
+# loaded machines): .ci/run runs them alone (-m serial) after the parallel pass (-n 2 -m "not
+# serial"), so that another worker's tests never weigh on one arm of their comparisons.
+SERIAL_FILES = frozenset(
+    {
+        "test_ab.py",
+        "test_bisect.py",
+        "test_calibrate.py",
+        "test_contention.py",
+        "test_latency.py",
+        "test_slowdown.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.fixture(scope="session")
 def blog_baseline() -> Baseline:
     """The blog's 8 x A100-80GB table, as transcribed in ``baselines/``."""

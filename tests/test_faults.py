@@ -23,8 +23,6 @@ from typing import Any
 
 import psutil
 import pytest
-from leftovers import alive, marked_env, marked_processes
-from nvml_replay import NvmlReplay
 
 import bloomperf.harness.launch
 from bloomperf.catalog.checkpoints import resolve_model
@@ -40,6 +38,8 @@ from bloomperf.store.results import CellResult, Outcome
 from bloomperf.store.results.codec import run_to_dict, save_run
 from bloomperf.store.results.files import read_results
 from tests.builders import TINY, tiny_run
+from tests.leftovers import alive, marked_env, marked_processes
+from tests.nvml_replay import NvmlReplay
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1024**3

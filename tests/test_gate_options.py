@@ -1,5 +1,5 @@
-"""Options that were accepted and then ignored or mishandled: each is one line and exit 2 now
-(issue 22, section 1), through the real CLI. `run --dry-run` validates every run option and
+"""Options that were accepted and then ignored or mishandled: each is one line and exit 2 now,
+through the real CLI. `run --dry-run` validates every run option and
 plans the run without loading anything, so it answers as `run` itself would.
 """
 
@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fuzzing import FUZZ, run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,6 +21,7 @@ from bloomperf.harness.options import MAX_TP
 from bloomperf.harness.parsers import MAX_DS_CONFIG_BYTES
 from bloomperf.store.results import MAX_BATCH_SIZE, MAX_CYCLES, MAX_NEW_TOKENS
 from tests.builders import BASELINES
+from tests.fuzzing import FUZZ, run_cli
 
 DRY = ("run", "--dry-run", "--no-lock")
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from leftovers import marked_env, marked_processes, wait_gone
 
 from bloomperf.catalog.caches import BATON_NAME, extensions_dir
 from bloomperf.core.errors import BloomperfError
@@ -25,6 +24,7 @@ from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.orphans import CONTROLLER_ENV, HELD_ENV, controller_alive
 from bloomperf.store.results import Outcome
 from bloomperf.store.results.files import read_results
+from tests.leftovers import marked_env, marked_processes, wait_gone
 
 BATCHES = ",".join(str(b) for b in range(1, 41))
 

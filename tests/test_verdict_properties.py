@@ -156,7 +156,7 @@ def test_improving_metrics_never_fails_and_reads_improved(
     cell = build(metric, faster, directions, faster)
     verdict = compare_cell(cell, expected())
     if any(m.status == "not-measured" for m in verdict.metrics):
-        # A judged figure missing is never a pass (issue 22): deleting samples cannot pass.
+        # A judged figure missing is never a pass: deleting samples cannot pass.
         assert verdict.status == "not-measured" and verdict.fails() is not None
         return
     assert verdict.fails() is None

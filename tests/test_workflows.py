@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import yaml
-from tools import listed_tools, require
 
 from bloomperf.cli import build_parser
+from tests.tools import listed_tools, require
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
