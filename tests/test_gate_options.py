@@ -276,7 +276,15 @@ def test_an_ab_arm_that_cannot_install_exits_2(tmp_path: Path) -> None:
         "--cache-dir",
         tmp_path / "cache",
     )
-    assert code == 2 and err.count("\n") == 1 and "bpabsent" in err, err
+    assert code == 2, err
+    assert_one_error_after_progress(err, "bpabsent")
+
+
+def assert_one_error_after_progress(err: str, fragment: str) -> None:
+    """``ab`` says which arm it prepares as it goes (on stderr); the refusal is one line after."""
+    *progress, error = err.splitlines()
+    assert all(line.startswith("bloomperf ab: preparing arm ") for line in progress), err
+    assert error.startswith("bloomperf: error: ") and fragment in error and err.endswith("\n")
 
 
 def test_an_ab_arm_that_does_not_start_exits_2(tmp_path: Path) -> None:
@@ -292,7 +300,8 @@ def test_an_ab_arm_that_does_not_start_exits_2(tmp_path: Path) -> None:
         "--cache-dir",
         tmp_path / "cache",
     )
-    assert code == 2 and err.count("\n") == 1 and "does not start" in err, err
+    assert code == 2, err
+    assert_one_error_after_progress(err, "does not start")
 
 
 def test_results_json_is_unchanged_by_a_refused_option(tmp_path: Path) -> None:
