@@ -5,7 +5,6 @@ plans the run without loading anything, so it answers as `run` itself would.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from bloomperf.harness.parsers import MAX_DS_CONFIG_BYTES
 from bloomperf.store.results import MAX_BATCH_SIZE, MAX_CYCLES, MAX_NEW_TOKENS
 from tests.builders import BASELINES
 from tests.fuzzing import FUZZ, run_cli
+from tests.users import as_nobody
 
 DRY = ("run", "--dry-run", "--no-lock")
 
@@ -72,34 +72,6 @@ def test_a_hostfile_that_is_missing_unreadable_or_garbage_is_refused(
     refused(*DRY, "--hostfile", hostfile, fragment=fragment)
 
 
-NOBODY = 65534  # the kernel's overflow user: owns nothing, so file modes apply to it
-
-
-def as_nobody(*argv: object) -> tuple[int, str]:
-    """``run_cli(*argv)`` in a forked child that dropped root for ``nobody``: root reads every
-    file, so an unreadable file is only unreadable to someone else. The child keeps the
-    interpreter and the modules already imported (it could not read root's Python again)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-            code, _, err = run_cli(*argv)
-            os.write(write, json.dumps([code, err]).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as answer:
-        data = answer.read()
-    os.waitpid(pid, 0)
-    assert data, "the child run as nobody died without an answer"
-    code, err = json.loads(data)
-    return code, err
-
-
 def test_an_unreadable_hostfile_is_refused() -> None:
     """As root the check runs as nobody, so that root cannot pass it by reading the file."""
     folder = Path(tempfile.mkdtemp(prefix="bloomperf-unreadable-"))
@@ -110,10 +82,7 @@ def test_an_unreadable_hostfile_is_refused() -> None:
         argv = (*DRY, "--hostfile", hostfile)
         assert run_cli(*argv)[0] == 0  # readable: planned (and every module it needs imported)
         hostfile.chmod(0)
-        if os.geteuid() != 0:
-            refused(*argv, fragment="cannot read")
-            return
-        code, err = as_nobody(*argv)
+        code, _, err = as_nobody(run_cli, *(str(a) for a in argv))
         assert code == 2 and err.count("\n") == 1 and "cannot read" in err, err
     finally:
         shutil.rmtree(folder)
