@@ -12,7 +12,7 @@ past ``--budget``, or when a module's tests fail without any mutant (mutmut's cl
 usage.
 
     .venv/bin/python tests/mutation/run.py [--max-children 2] [--budget 3600]
-        [--max-survivors N] [--keep DIR] [MODULE ...]
+        [--max-survivors N] [--keep DIR] [--layer harness ...] [MODULE ...]
 """
 
 from __future__ import annotations
@@ -133,6 +133,36 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_verdict_properties.py",
     ),
 }
+# Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
+# each of its modules (those above keep their hand-picked tests; any other gets the test files
+# that import it, ``covering_tests``). Their survivor lists are to be measured.
+LAYERS = ("analysis", "store", "render", "harness", "cli", "measure", "catalog", "plugin")
+
+
+def layer_modules(layer: str) -> list[str]:
+    """The package's modules in ``layer`` (``plugin`` is the one module of that name)."""
+    package = ROOT / "bloomperf"
+    if layer == "plugin":
+        return ["bloomperf/plugin.py"]
+    return sorted(str(p.relative_to(ROOT)) for p in (package / layer).rglob("*.py"))
+
+
+def covering_tests(module: str) -> tuple[str, ...]:
+    """``MODULES``'s tests, else the test files that import the module by its dotted name or
+    carry its name (``site.py``: ``test_history_site.py``; a module reached through another)."""
+    if module in MODULES:
+        return MODULES[module]
+    dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    parent, _, name = dotted.rpartition(".")
+    spellings = (f"from {dotted} import", f"import {dotted}", f"from {parent} import {name}")
+    return tuple(
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if any(spelling in path.read_text(encoding="utf-8") for spelling in spellings)
+        or (name != "__init__" and name in path.stem.split("_"))
+    )
+
+
 # Besides bloomperf/ and tests/ (mutmut copies those), what the tests read.
 ALSO_COPY = ("conftest.py", "baselines", "benchmarks", "README.md", "docs", "requirements", ".ci")
 STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked")
@@ -207,7 +237,10 @@ def run_module(module: str, budget: float, children: int, keep: Path | None) -> 
     start = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="mutmut-"))
     try:
-        prepare(folder, module, MODULES[module])
+        tests = covering_tests(module)
+        if not tests:
+            return Tally(module, dict.fromkeys(STATUSES, 0), (), 0.0, "no test file imports it")
+        prepare(folder, module, tests)
         # CI: the derandomised hypothesis profile (tests/conftest.py), so that a mutant's fate
         # does not depend on the day's examples, and no skip passes silently (tests/skips.py).
         env = dict(os.environ, BLOOMPERF_CACHE=str(ROOT / ".bloomperf-cache"), CI="true")
@@ -245,12 +278,17 @@ def main(argv: list[str] | None = None) -> int:
         "--max-survivors", type=int, default=None, help="fail above this many survivors"
     )
     parser.add_argument("--keep", type=Path, help="keep each module's scratch copy here")
+    parser.add_argument(
+        "--layer", choices=LAYERS, action="append", default=[], help="every module of a layer"
+    )
     args = parser.parse_args(argv)
-    unknown = [m for m in args.modules if m not in MODULES]
+    known = {m for layer in LAYERS for m in layer_modules(layer)} | set(MODULES)
+    unknown = [m for m in args.modules if m not in known]
     if unknown:
-        parser.error(f"unknown module {unknown[0]!r} (known: {', '.join(MODULES)})")
+        parser.error(f"unknown module {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    chosen = [*args.modules, *(m for layer in args.layer for m in layer_modules(layer))]
     tallies = []
-    for module in args.modules or list(MODULES):
+    for module in chosen or list(MODULES):
         tally = run_module(module, args.budget, args.max_children, args.keep)
         tallies.append(tally)
         c = tally.counts
