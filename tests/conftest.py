@@ -8,6 +8,9 @@ The repository-wide setup (plugins, the leftover-process check) is the root ``co
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import pytest
 
 from bloomperf.store.baseline import Baseline
@@ -15,6 +18,58 @@ from bloomperf.store.baseline.codec import load_baseline
 from bloomperf.store.results import RunResult
 from bloomperf.store.results.files import read_results
 from tests.builders import BLOG_BASELINE, BLOG_RESULTS
+
+# Under CI (and the mutation run, which sets CI) every property test draws the same examples:
+# a mutant is killed or not by the tests, not by the day's seed, and a busy runner never fails
+# a property on hypothesis's deadline.
+# (The reference profile's venv has no hypothesis: its files state no properties.)
+if importlib.util.find_spec("hypothesis") is not None:
+    from hypothesis import settings
+
+    settings.register_profile("derandomized", derandomize=True, deadline=None, database=None)
+    if os.environ.get("CI"):
+        settings.load_profile("derandomized")
+
+
+# Files whose verdicts rest on measured time (paired A/B, bisect, A/A noise, planted slowdowns,
+# loaded machines), and the tiny-model matrix, whose cells run pytest-benchmark's loop (it turns
+# itself off in a pytest-xdist worker): .ci/run runs them alone (-m serial) after the parallel
+# pass (-n 2 -m "not serial"), so that another worker's tests never weigh on one arm of their
+# comparisons.
+SERIAL_FILES = frozenset(
+    {
+        "test_ab.py",
+        "test_bisect.py",
+        "test_bloom_matrix.py",
+        "test_calibrate.py",
+        "test_contention.py",
+        "test_latency.py",
+        "test_slowdown.py",
+        # Real DeepSpeed launches that JIT-build an op (g++) under fixed timeouts: two ran past
+        # them beside another worker on a loaded machine.
+        "test_ds_backends.py",
+        "test_progress.py",
+        "test_security.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
+
+
+# What pytest-xdist tells a worker. pytest-benchmark turns itself off in any process that sees
+# PYTEST_XDIST_WORKER, so a pytest session a test starts (plugin sessions, in process or not)
+# would measure another way than it does alone.
+XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+@pytest.fixture(autouse=True)
+def sessions_started_by_a_test_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in XDIST_ENV:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="session")

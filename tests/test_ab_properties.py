@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats as scipy_stats
 
 from bloomperf.analysis import paired
 from bloomperf.analysis.paired import (
@@ -207,47 +208,95 @@ def test_skipped_neighbours_leave_the_candidates_between_them(data: st.DataObjec
     assert finding.ambiguous == tuple(versions[i] for i in range(good + 1, bad))
 
 
+def brute_walsh(values: list[float]) -> list[float]:
+    """Every ``(x_i + x_j) / 2`` with ``i <= j``, by two plain loops, sorted."""
+    n = len(values)
+    return sorted((values[i] + values[j]) / 2 for i in range(n) for j in range(i, n))
+
+
+def scipy_cdf(n: int, t: int) -> float:
+    """``P(T+ <= t)`` for the signed-rank statistic of ``n`` pairs, from scipy's exact test:
+    signed ranks ``±1 … ±n`` whose positive ranks sum to ``t`` (taken greedily from the top)."""
+    signs, left = [], t
+    for rank in range(n, 0, -1):
+        signs.append(rank if rank <= left else -rank)
+        left -= rank if rank <= left else 0
+    result = scipy_stats.wilcoxon(signs, alternative="less", method="exact")
+    return float(result.pvalue)
+
+
+def scipy_critical_rank(n: int, alpha: float) -> int:
+    """One above the largest ``t`` with ``P(T+ <= t) <= alpha / 2`` (1 when there is none), by
+    bisection over scipy's exact distribution."""
+    if scipy_cdf(n, 0) > alpha / 2:
+        return 1
+    low, high = 0, n * (n + 1) // 2  # cdf(low) <= alpha / 2 < cdf(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if scipy_cdf(n, middle) <= alpha / 2 else (low, middle)
+    return low + 1
+
+
+def wilcoxon_rejects(values: list[float], shift: float, alpha: float) -> bool:
+    """scipy's exact two-sided signed-rank test of ``values - shift`` rejects at ``alpha``."""
+    moved = [v - shift for v in values]
+    return float(scipy_stats.wilcoxon(moved, method="exact").pvalue) <= alpha
+
+
 @settings(max_examples=60, deadline=None)
 @given(
-    a=st.lists(st.floats(1.0, 50.0), min_size=6, max_size=70),
+    a=st.lists(st.floats(1.0, 50.0), min_size=6, max_size=paired.EXACT_UP_TO),
     r=st.floats(0.5, 2.0),
     confidence=st.sampled_from((0.9, 0.95, 0.99)),
     seed=st.integers(0, 10**6),
 )
-def test_the_interval_runs_from_the_critical_rank_th_walsh_average_to_its_mirror(
+def test_the_interval_is_the_set_of_shifts_wilcoxon_does_not_reject(
     a: list[float], r: float, confidence: float, seed: int
 ) -> None:
+    """The oracle is scipy's exact Wilcoxon test and Walsh averages by brute force: the
+    Hodges-Lehmann ratio is the median Walsh average; a shift just inside either end of the
+    interval is not rejected at 1 - confidence, one just outside is (where a gap allows it)."""
     b = noisy([v * r for v in a], seed)
     estimate = estimate_paired(a, b, confidence)
-    walsh = np.sort(paired.walsh_averages(paired.log_ratios(a, b)))
-    rank = paired.critical_rank(len(a), 1.0 - confidence)
+    logs = [math.log(y) - math.log(x) for x, y in zip(a, b, strict=True)]
+    walsh = brute_walsh(logs)
+    alpha = 1.0 - confidence
+    assert estimate.ratio == pytest.approx(math.exp(statistics.median(walsh)), rel=1e-12)
+    rank = scipy_critical_rank(len(a), alpha)
     assert estimate.low == pytest.approx(math.exp(walsh[rank - 1]), rel=1e-12)
     assert estimate.high == pytest.approx(math.exp(walsh[-rank]), rel=1e-12)
-    assert estimate.ratio == pytest.approx(math.exp(float(np.median(walsh))), rel=1e-12)
+    # Inverting the test: a shift in the gap just inside the low end is accepted, one in the gap
+    # just below it is rejected (a gap too narrow to hold a shift apart from both ends is skipped).
+    inside = (walsh[rank - 1], walsh[rank])
+    outside = (walsh[rank - 2], walsh[rank - 1]) if rank >= 2 else None
+    if inside[1] - inside[0] > 1e-9:
+        assert not wilcoxon_rejects(logs, sum(inside) / 2, alpha)
+    if outside is not None and outside[1] - outside[0] > 1e-9:
+        assert wilcoxon_rejects(logs, sum(outside) / 2, alpha)
     assert estimate.pairs == len(a) and estimate.confidence == confidence
 
 
 @pytest.mark.parametrize("n", [4, 6, 7, 10, 25, 59, 60])
 @pytest.mark.parametrize("alpha", [0.01, 0.05, 0.1, 0.25])
 def test_the_critical_rank_is_the_exact_signed_rank_quantile(n: int, alpha: float) -> None:
-    """Up to EXACT_UP_TO pairs: one above the largest t with P(T <= t) <= alpha / 2 (1 when
-    no t is that unlikely)."""
-    cdf = np.cumsum(paired.signed_rank_distribution(n))
-    rank = paired.critical_rank(n, alpha)
-    if cdf[0] > alpha / 2:
-        assert rank == 1
-    else:
-        assert cdf[rank - 1] <= alpha / 2 < cdf[rank]
+    """Up to EXACT_UP_TO pairs: scipy's exact signed-rank distribution gives the same rank."""
+    assert paired.critical_rank(n, alpha) == scipy_critical_rank(n, alpha)
 
 
 @pytest.mark.parametrize("n", [61, 80, 150])
 @pytest.mark.parametrize("alpha", [0.01, 0.05])
 def test_above_the_exact_range_the_normal_rank_is_near_the_exact(n: int, alpha: float) -> None:
-    """Within 0.2 % of the n(n+1)/2 Walsh averages (no continuity correction: 3 ranks of 1891
-    at 61 pairs and 1 %, 5 of 11325 at 150)."""
-    cdf = np.cumsum(paired.signed_rank_distribution(n))
-    exact = int(np.nonzero(cdf <= alpha / 2)[0][-1]) + 1
+    """Within 0.2 % of the n(n+1)/2 Walsh averages of scipy's exact rank (no continuity
+    correction: 3 ranks of 1891 at 61 pairs and 1 %, 5 of 11325 at 150)."""
+    exact = scipy_critical_rank(n, alpha)
     assert abs(paired.critical_rank(n, alpha) - exact) <= 0.002 * n * (n + 1) / 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.floats(-5.0, 5.0, allow_subnormal=False), min_size=1, max_size=30))
+def test_walsh_averages_are_every_pair_mean_once(values: list[float]) -> None:
+    produced = sorted(paired.walsh_averages(np.asarray(values)).tolist())
+    assert produced == pytest.approx(brute_walsh(values), rel=1e-12, abs=1e-300)
 
 
 def test_too_few_pairs_for_any_critical_value_give_the_whole_range() -> None:
@@ -349,3 +398,55 @@ def test_an_arms_figure_and_a_rounds_figure_are_medians(
     assert min(a) <= rounds.ratios["a"][0] <= max(a)
     assert rounds.ratios["b"] == [statistics.median(a)]
     assert len(rounds.samples) == len(disturbed) + len(a)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    tolerance=st.floats(0.001, 0.9),
+    delta=st.floats(1e-9, 1e-3),
+    sure_low=st.floats(1e-9, 0.5),
+)
+def test_decide_at_the_tolerance_edge_just_inside_and_just_outside(
+    tolerance: float, delta: float, sure_low: float
+) -> None:
+    """A sure interval (wholly above or below 1): just past the tolerance is a verdict, just
+    inside it is none; a band just inside 1 ± tolerance is "same", one touching it is not."""
+    up, down = 1.0 + tolerance, 1.0 - tolerance
+    above, below = 1.0 + sure_low * tolerance, 1.0 - sure_low * tolerance
+    assert decide(sure(up + delta, above, up + 1), tolerance) == SLOWER
+    assert decide(sure(up - delta, above, up + 1), tolerance) is None
+    assert decide(sure(down - delta, down / 2, below), tolerance) == FASTER
+    assert decide(sure(down + delta, down / 2, below), tolerance) is None
+    assert decide(sure(1.0, down + delta, up - delta), tolerance) == SAME
+    assert decide(sure(1.0, down - delta, up - delta), tolerance) is None
+
+
+bad_values = st.sampled_from([float("nan"), float("inf"), -float("inf"), 0.0, -1.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=arm_a, bad=bad_values, where=st.integers(0, 100), arm=st.sampled_from("ab"))
+def test_a_nan_inf_or_non_positive_cycle_in_either_arm_is_refused(
+    a: list[float], bad: float, where: int, arm: str
+) -> None:
+    b = list(a)
+    spoilt = a if arm == "a" else b
+    spoilt[where % len(spoilt)] = bad
+    with pytest.raises(BloomperfError, match=r"^paired samples: every value"):
+        estimate_paired(a, b, 0.95)
+
+
+def test_no_pairs_are_refused_and_one_pair_decides_nothing() -> None:
+    with pytest.raises(BloomperfError, match=r"^paired samples: no pairs"):
+        estimate_paired([], [], 0.95)
+    one = estimate_paired([2.0], [3.0], 0.95)
+    assert one.ratio == pytest.approx(1.5) and one.pairs == 1
+    assert decide(one, TOLERANCE) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(value=st.floats(1.0, 50.0), n=st.integers(8, 40), r=st.floats(0.5, 2.0))
+def test_tied_pairs_give_exactly_their_common_ratio(value: float, n: int, r: float) -> None:
+    estimate = estimate_paired([value] * n, [value * r] * n, 0.95)
+    assert estimate.ratio == pytest.approx(r, rel=1e-12)
+    assert estimate.low == pytest.approx(r, rel=1e-12) == estimate.high

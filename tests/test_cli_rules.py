@@ -1,4 +1,4 @@
-"""One name per concept over every subcommand's parser (issue 24), so that a new option cannot
+"""One name per concept over every subcommand's parser, so that a new option cannot
 break the rules: the history folder is ``--history DIR`` everywhere, a folder written is
 ``--out-dir``, a file written ``--output FILE``, ``--tolerance`` has one meaning, every default is
 shown in one form (``[...]`` at the end of the help), old spellings keep working with one

@@ -12,7 +12,6 @@ from typing import Any
 
 import pynvml
 import pytest
-from nvml_replay import NvmlReplay, nvml_error_here
 
 from bloomperf.catalog.models import MODEL_SHAPES
 from bloomperf.cli.doctor import DOCTOR_KIND, SCHEMA_VERSION, run_checks
@@ -27,6 +26,7 @@ from bloomperf.doctor.libraries import (
     library_facts,
 )
 from bloomperf.doctor.nvml import check_nvml
+from tests.nvml_replay import NvmlReplay, nvml_error_here
 
 ROOT = Path(__file__).resolve().parent.parent
 GB = 1_000_000_000

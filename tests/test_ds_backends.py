@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from leftovers import leaked_segments, marked_env, marked_processes
 
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.config.run import LaunchOptions
 from bloomperf.harness.dslaunch import cleanup_shm, mapped_paths, rank_group_command, shm_segments
+from tests.leftovers import leaked_segments, marked_env, marked_processes
 
 pytest.importorskip("deepspeed")
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from nvml_replay import NvmlReplay
 
 from bloomperf.measure.energy import (
     EnergyMeter,
@@ -20,6 +19,7 @@ from bloomperf.measure.energy import (
 )
 from bloomperf.store.results import CellResult, EnergyReading, Outcome
 from bloomperf.store.results.codec import cell_from_dict, cell_to_dict
+from tests.nvml_replay import NvmlReplay
 
 
 def test_nvml_energy_is_summed_over_the_groups_gpus_in_joules() -> None:

@@ -23,8 +23,6 @@ from typing import Any
 
 import psutil
 import pytest
-from leftovers import alive, marked_env, marked_processes
-from nvml_replay import NvmlReplay
 
 import bloomperf.harness.launch
 from bloomperf.catalog.checkpoints import resolve_model
@@ -40,6 +38,8 @@ from bloomperf.store.results import CellResult, Outcome
 from bloomperf.store.results.codec import run_to_dict, save_run
 from bloomperf.store.results.files import read_results
 from tests.builders import TINY, tiny_run
+from tests.leftovers import alive, marked_env, marked_processes
+from tests.nvml_replay import NvmlReplay
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1024**3
@@ -367,7 +367,8 @@ def test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells(
     first = subprocess.Popen(
         bloomperf_cmd(
             "run",
-            # Long enough (about a minute on a quiet machine) that Ctrl-C lands mid-run.
+            # 40 cells; the run is held stopped after its second (below), so Ctrl-C lands
+            # mid-run however fast the machine.
             "--new-tokens",
             "100",
             "--cycles",
@@ -392,6 +393,12 @@ def test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells(
         read_until(first.stderr, "[2/40]", timeout=300)
         workers = {c.pid for c in psutil.Process(first.pid).children(recursive=True)}
         assert workers
+        # Stopped, the first run keeps its lock and starts no further cell while the second
+        # one runs: an event, not a guess at how long 38 cells take.
+        first.send_signal(signal.SIGSTOP)
+        controller = psutil.Process(first.pid)
+        while controller.status() != psutil.STATUS_STOPPED:
+            time.sleep(0.01)
 
         second = subprocess.run(
             bloomperf_cmd("run", "--new-tokens", "8", "--output", str(tmp_path / "second.json")),
@@ -404,7 +411,9 @@ def test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells(
         one_line_error(second.stderr, f"another bloomperf run (PID {first.pid})", "--no-lock")
         assert not (tmp_path / "second.json").exists()
 
-        first.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        # Ctrl-C, pending while stopped: the run meets it first thing when continued.
+        first.send_signal(signal.SIGINT)
+        first.send_signal(signal.SIGCONT)
         assert first.wait(timeout=60) == 130
     finally:
         if first.poll() is None:

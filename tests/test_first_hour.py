@@ -1,4 +1,4 @@
-"""The dead ends a newcomer met following the README (issue 24), each through the real command."""
+"""The dead ends a newcomer met following the README, each through the real command."""
 
 from __future__ import annotations
 

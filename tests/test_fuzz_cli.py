@@ -16,7 +16,6 @@ import argparse
 from pathlib import Path
 
 import pytest
-from fuzzing import FUZZ, NASTY_TEXT, assert_gate_answer, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +24,7 @@ from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.cli.arguments import DEPRECATED
 from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.options import resolve_options
+from tests.fuzzing import FUZZ, NASTY_TEXT, assert_gate_answer, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 BLOG_RESULTS = str(REPO / "tests" / "data" / "results" / "8xA100-SXM4-80GB.blog.results.json")
@@ -59,7 +59,7 @@ option_values = st.one_of(
             "1;rm -rf /",
             "$(id)",
             "0x10",
-            # Beyond what any machine or reader holds; a value named twice (issue 22).
+            # Beyond what any machine or reader holds; a value named twice.
             "70000",
             "65536",
             "1000000000",

@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzzing import (
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.hostfile import read_hostfile
+from tests.fuzzing import (
     FUZZ,
     NASTY_TEXT,
     assert_gate_answer,
@@ -24,11 +29,6 @@ from fuzzing import (
     serialised,
     with_duplicate_key,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-
-from bloomperf.core.errors import BloomperfError
-from bloomperf.harness.hostfile import read_hostfile
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "results"

@@ -1,4 +1,4 @@
-"""Gate integrity: exit codes keep their meaning whatever the input (issue 12).
+"""Gate integrity: exit codes keep their meaning whatever the input.
 
 0 pass, 1 a judged failure (nothing measured included), 2 bad input in one line, 3 an internal
 error with its traceback saved; never a traceback with status 1. Driven through the real CLI.

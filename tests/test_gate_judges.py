@@ -1,4 +1,4 @@
-"""A gate that says pass has measured and compared something (issue 22, section 1 and 4).
+"""A gate that says pass has measured and compared something.
 
 Driven through the real CLI (``cli.main``) on the committed fixtures, edited as a hostile user
 would edit them: figures deleted, fields retyped, keys and cells doubled, samples multiplied,
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzzing import FUZZ, retyped, run_cli, with_duplicate_key
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -28,6 +27,7 @@ from bloomperf.store.baseline.search import baseline_file_name
 from bloomperf.store.results import MAX_CYCLES
 from bloomperf.store.results.files import read_results
 from tests.builders import BASELINES, BLOG_BASELINE, BLOG_RESULTS, RESULTS, cpu_baseline
+from tests.fuzzing import FUZZ, retyped, run_cli, with_duplicate_key
 
 PLUGIN_BENCHMARK = RESULTS / "cpu.tiny.plugin-benchmark.json"
 CPU_STEPS = RESULTS / "cpu.tiny.steps.results.json"

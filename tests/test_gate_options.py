@@ -1,17 +1,18 @@
-"""Options that were accepted and then ignored or mishandled: each is one line and exit 2 now
-(issue 22, section 1), through the real CLI. `run --dry-run` validates every run option and
+"""Options that were accepted and then ignored or mishandled: each is one line and exit 2 now,
+through the real CLI. `run --dry-run` validates every run option and
 plans the run without loading anything, so it answers as `run` itself would.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
-from fuzzing import FUZZ, run_cli
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,6 +20,8 @@ from bloomperf.harness.options import MAX_TP
 from bloomperf.harness.parsers import MAX_DS_CONFIG_BYTES
 from bloomperf.store.results import MAX_BATCH_SIZE, MAX_CYCLES, MAX_NEW_TOKENS
 from tests.builders import BASELINES
+from tests.fuzzing import FUZZ, run_cli
+from tests.users import as_nobody
 
 DRY = ("run", "--dry-run", "--no-lock")
 
@@ -32,6 +35,16 @@ def refused(*argv: object, fragment: str) -> None:
 
 def test_the_dry_run_itself_is_accepted() -> None:
     assert run_cli(*DRY, "--batch-sizes", "1,2", "--dtypes", "fp32")[0] == 0
+
+
+def test_each_call_answers_on_the_streams_of_its_own_time() -> None:
+    """The first call imports the command module under its own redirected streams; a second
+    call under new ones must print there, not into the first call's (closed, in pytest) streams."""
+    argv = (*DRY, "--batch-sizes", "1", "--dtypes", "fp32", "--format", "json")
+    first = run_cli(*argv)
+    second = run_cli(*argv)
+    assert first[0] == second[0] == 0, (first, second)
+    assert second[1] == first[1] and second[1].strip(), second
 
 
 @pytest.mark.parametrize(
@@ -59,12 +72,20 @@ def test_a_hostfile_that_is_missing_unreadable_or_garbage_is_refused(
     refused(*DRY, "--hostfile", hostfile, fragment=fragment)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
-def test_an_unreadable_hostfile_is_refused(tmp_path: Path) -> None:
-    hostfile = tmp_path / "hostfile"
-    hostfile.write_text("node1 slots=1\n")
-    hostfile.chmod(0)
-    refused(*DRY, "--hostfile", hostfile, fragment="cannot read")
+def test_an_unreadable_hostfile_is_refused() -> None:
+    """As root the check runs as nobody, so that root cannot pass it by reading the file."""
+    folder = Path(tempfile.mkdtemp(prefix="bloomperf-unreadable-"))
+    try:
+        folder.chmod(0o755)  # nobody may look inside, not read the file
+        hostfile = folder / "hostfile"
+        hostfile.write_text("node1 slots=1\n")
+        argv = (*DRY, "--hostfile", hostfile)
+        assert run_cli(*argv)[0] == 0  # readable: planned (and every module it needs imported)
+        hostfile.chmod(0)
+        code, _, err = as_nobody(run_cli, *(str(a) for a in argv))
+        assert code == 2 and err.count("\n") == 1 and "cannot read" in err, err
+    finally:
+        shutil.rmtree(folder)
 
 
 @FUZZ
@@ -224,7 +245,15 @@ def test_an_ab_arm_that_cannot_install_exits_2(tmp_path: Path) -> None:
         "--cache-dir",
         tmp_path / "cache",
     )
-    assert code == 2 and err.count("\n") == 1 and "bpabsent" in err, err
+    assert code == 2, err
+    assert_one_error_after_progress(err, "bpabsent")
+
+
+def assert_one_error_after_progress(err: str, fragment: str) -> None:
+    """``ab`` says which arm it prepares as it goes (on stderr); the refusal is one line after."""
+    *progress, error = err.splitlines()
+    assert all(line.startswith("bloomperf ab: preparing arm ") for line in progress), err
+    assert error.startswith("bloomperf: error: ") and fragment in error and err.endswith("\n")
 
 
 def test_an_ab_arm_that_does_not_start_exits_2(tmp_path: Path) -> None:
@@ -240,7 +269,8 @@ def test_an_ab_arm_that_does_not_start_exits_2(tmp_path: Path) -> None:
         "--cache-dir",
         tmp_path / "cache",
     )
-    assert code == 2 and err.count("\n") == 1 and "does not start" in err, err
+    assert code == 2, err
+    assert_one_error_after_progress(err, "does not start")
 
 
 def test_results_json_is_unchanged_by_a_refused_option(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from nvml_replay import nvml_error_here
+
+from tests.nvml_replay import nvml_error_here
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"

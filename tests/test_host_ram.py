@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builders import tiny_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from bloomperf.catalog.topology import ram_doubt
 from bloomperf.catalog.weights import embedding_bytes, layer_bytes
 from bloomperf.doctor.host import check_ram
 from bloomperf.store.results import CellResult, Outcome
+from tests.builders import tiny_run
 
 GB = 10**9
 SHAPE = MODEL_SHAPES["bloom-176b"]

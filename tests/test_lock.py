@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from nvml_replay import NvmlReplay
 
 import bloomperf.catalog.topology
 from bloomperf.catalog.topology import Gpu, gpu_topology
@@ -24,6 +23,7 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.lock import hold_device_lock, lock_path
 from bloomperf.harness.options import resolve_options
 from bloomperf.harness.session import lock_key
+from tests.nvml_replay import NvmlReplay
 
 HOLDER = textwrap.dedent(
     """

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import psutil
 import pynvml
 import pytest
-from nvml_replay import NvmlReplay, nvml_error_here
 
 from bloomperf.catalog.devices import VisibleDevice
 from bloomperf.core.errors import BloomperfError
@@ -19,6 +18,7 @@ from bloomperf.measure.memory import create_sampler
 from bloomperf.measure.nvml_sampler import NvmlSampler
 from bloomperf.measure.rss_sampler import RssSampler, read_peak_rss
 from bloomperf.measure.sampler import process_tree_pids
+from tests.nvml_replay import NvmlReplay, nvml_error_here
 
 MB = 1_000_000
 GB = 1_000_000_000

@@ -25,14 +25,6 @@ from typing import Any
 
 import psutil
 import pytest
-from cluster import (
-    HOSTS,
-    SlurmCluster,
-    SshNodes,
-    marked_processes,
-    running,
-)
-from tools import require
 
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.config.run import LaunchOptions
@@ -42,6 +34,14 @@ from bloomperf.harness.multinode import GROUP_ENV
 from bloomperf.harness.options import resolve_options
 from bloomperf.harness.session import Session
 from bloomperf.store.results import CellResult, Outcome
+from tests.cluster import (
+    HOSTS,
+    SlurmCluster,
+    SshNodes,
+    marked_processes,
+    running,
+)
+from tests.tools import require
 
 pytest.importorskip("deepspeed")
 SSH_TOOLS = ("sshd", "ssh", "ssh-keygen", "pdsh")

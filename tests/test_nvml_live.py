@@ -21,12 +21,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from nvml_replay import NvmlReplay, nvml_error_here
 
 from benchmarks.record_nvml import record
 from bloomperf.catalog.devices import measured_handle
 from bloomperf.catalog.topology import Gpu, detect_topology, load_nvml
 from bloomperf.measure.nvml_sampler import NvmlSampler
+from tests.nvml_replay import NvmlReplay, nvml_error_here
 
 pytestmark = pytest.mark.gpu
 

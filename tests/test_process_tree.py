@@ -17,7 +17,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from leftovers import marked_env, marked_processes, wait_gone
 
 from bloomperf.catalog.caches import BATON_NAME, extensions_dir
 from bloomperf.core.errors import BloomperfError
@@ -25,6 +24,7 @@ from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.orphans import CONTROLLER_ENV, HELD_ENV, controller_alive
 from bloomperf.store.results import Outcome
 from bloomperf.store.results.files import read_results
+from tests.leftovers import marked_env, marked_processes, wait_gone
 
 BATCHES = ",".join(str(b) for b in range(1, 41))
 
@@ -82,6 +82,24 @@ def finish(run: subprocess.Popen[str], timeout: float) -> tuple[int, str, float]
 
 def workers_of(tmp_path: Path, controller: int) -> set[int]:
     return marked_processes(tmp_path, wait_s=0) - {controller}
+
+
+def maps_torch(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+            return "libtorch" in maps.read()
+    except OSError:
+        return False
+
+
+def wait_inside_the_load(tmp_path: Path, run: subprocess.Popen[str], workers: int) -> None:
+    """Until ``workers`` of the run's processes have torch's library mapped: past their start,
+    inside the load (imports, DeepSpeed's op build). A process state, not a guessed sleep."""
+    deadline = time.monotonic() + 300
+    while sum(maps_torch(pid) for pid in workers_of(tmp_path, run.pid)) < workers:
+        assert time.monotonic() < deadline, "no worker got as far as importing torch"
+        assert run.poll() is None, finish(run, 0)
+        time.sleep(0.05)
 
 
 def leftovers_in_tmpdir(tmp_path: Path) -> list[str]:
@@ -176,7 +194,7 @@ def test_no_descendant_survives_a_sigkilled_controller(tmp_path: Path, backend: 
         assert time.monotonic() < deadline, "the group never started"
         assert run.poll() is None, finish(run, 0)
         time.sleep(0.2)
-    time.sleep(2)  # inside the load (imports, DeepSpeed's op build)
+    wait_inside_the_load(tmp_path, run, 2 if backend == "ds-zero" else 1)
     run.kill()
     run.wait()
     assert marked_processes(tmp_path, wait_s=10) == set()
@@ -208,7 +226,7 @@ def test_sigterm_during_a_ds_zero_load_stops_the_group_at_once(tmp_path: Path) -
         assert time.monotonic() < deadline, "the ranks never started"
         assert run.poll() is None, finish(run, 0)
         time.sleep(0.2)
-    time.sleep(2)
+    wait_inside_the_load(tmp_path, run, 2)  # both ranks
     run.send_signal(signal.SIGTERM)
     code, rest, took = finish(run, timeout=60)
     assert code == 143, rest

@@ -54,18 +54,20 @@ def test_bloomperf_run_prints_build_and_load_progress_before_the_first_cell(
 
 def test_byte_progress_reports_rate_and_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
     lines: list[str] = []
-    monkeypatch.setenv("BLOOMPERF_HEARTBEAT_S", "0.1")
+    monkeypatch.setenv("BLOOMPERF_HEARTBEAT_S", "0.5")
     progress.set_sink(lines.append)
     try:
         bar = progress.ByteProgress("building x", 4_000_000)
-        time.sleep(0.15)
+        time.sleep(0.55)
         bar.advance(1_000_000)
+        started = time.monotonic()
         bar.advance(1_000_000)  # within the interval: no line
+        within = time.monotonic() - started < 0.5  # as measured: a busy machine may stall here
         bar.close()
     finally:
         progress.set_sink(None)
     assert lines[0].endswith("bloomperf: building x: 4.0 MB to write")
-    assert len(lines) == 2
+    assert len(lines) == 2 or (not within and len(lines) == 3), lines
     assert re.search(
         r"building x: 1.0 MB of 4.0 MB \(25 %\), [\d.]+ MB/s, about \d+ s left$", lines[1]
     )
@@ -81,11 +83,13 @@ def test_heartbeat_quotes_the_latest_state_of_the_log(
     progress.set_sink(lines.append)
     try:
         with progress.heartbeat("loading a b", lambda: progress.last_line(log)):
-            time.sleep(0.35)
+            deadline = time.monotonic() + 60  # three beats, however slowly the thread is run
+            while len(lines) < 3:
+                assert time.monotonic() < deadline, lines
+                time.sleep(0.01)
     finally:
         progress.set_sink(None)
     assert lines[0].endswith("bloomperf: loading a b ...")
-    assert len(lines) >= 3
     assert lines[1].endswith("loading a b: 0 s; last log line: Loading weights:  90%|#########")
     count = len(lines)
     time.sleep(0.25)

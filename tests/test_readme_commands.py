@@ -1,5 +1,5 @@
 """Every command the README shows runs as written, and every link in README.md and docs/ leads
-somewhere (issue 24: a newcomer met a dead end at almost every step).
+somewhere (a newcomer met a dead end at almost every step).
 
 The ``bash`` blocks of README.md are run line by line, in order, in one scratch folder (so
 ``diff results/latest.json`` reads what ``run`` wrote just before), with ``XDG_DATA_HOME`` there
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 QUICK = "--new-tokens 4 --cycles 2 --warmup 1 --dtypes fp32 --batch-sizes 1 --no-lock"
 
-# Docs other helpers of issue 24's round write in parallel: a link to one is accepted while it is
+# Docs written in parallel by others: a link to one is accepted while it is
 # absent here, and checked like any other as soon as it exists. Empty this set once merged.
 PENDING_DOCS: set[str] = set()
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from nvml_replay import NvmlReplay, nvml_error_here
 
 from benchmarks.record_nvml import record
 from bloomperf.catalog.devices import resolve_visible
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.doctor.nvml import check_nvml
+from tests.nvml_replay import NvmlReplay, nvml_error_here
 
 ROOT = Path(__file__).resolve().parents[1]
 DATE = "2026-12-01T00:00:00+00:00"

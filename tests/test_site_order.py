@@ -1,4 +1,4 @@
-"""The history site's index puts what needs reading first (issue 24): a topology whose newest
+"""The history site's index puts what needs reading first: a topology whose newest
 night fails before one that passes, and in each table the failing cells, then the cells with a
 persistent change for the worse, then the rest, each group in the matrix's order."""
 

@@ -3,6 +3,7 @@ past about 400 lines (the layers and cycles are checked by lint-imports and test
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -58,6 +59,30 @@ def test_the_top_level_is_a_handful_of_folders() -> None:
 
 def test_the_architecture_page_is_short() -> None:
     assert len(ARCHITECTURE.read_text().splitlines()) <= 80
+
+
+def stream_defaults(source: Path) -> list[str]:
+    """``file:line`` of each parameter whose default is ``sys.stdout`` or ``sys.stderr``."""
+    found = []
+    for node in ast.walk(ast.parse(source.read_text(), str(source))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for default in [*node.args.defaults, *node.args.kw_defaults]:
+                if (
+                    isinstance(default, ast.Attribute)
+                    and isinstance(default.value, ast.Name)
+                    and default.value.id == "sys"
+                    and default.attr in ("stdout", "stderr")
+                ):
+                    found.append(f"{source.relative_to(ROOT)}:{default.lineno}")
+    return found
+
+
+def test_no_default_binds_a_standard_stream_at_import() -> None:
+    """A default is evaluated once, at import: ``err=sys.stderr`` keeps the stream of that moment
+    (pytest's capture, a closed pipe) after it is replaced. Read the stream when called."""
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+    bound = [where for source in sorted(sources) for where in stream_defaults(source)]
+    assert bound == [], f"take None and read sys.stdout/sys.stderr in the body: {bound}"
 
 
 def test_no_module_is_much_over_400_lines() -> None:

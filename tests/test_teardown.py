@@ -12,10 +12,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from leftovers import wait_gone
 
 from bloomperf.harness.orphans import CONTROLLER_ENV, HELD_ENV, survivors
 from bloomperf.harness.teardown import kill_tree, remove_folder, terminate_group
+from tests.leftovers import wait_gone
 
 # A group leader that says which signal ended it, and a child that left its group.
 LEADER = """

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pynvml
 from hypothesis import given
 from hypothesis import strategies as st
-from nvml_replay import NvmlReplay
 
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.verdicts import UNTRUSTWORTHY
@@ -26,6 +25,7 @@ from bloomperf.store.telemetry import (
     summarize,
 )
 from tests.builders import bloom_run
+from tests.nvml_replay import NvmlReplay
 
 STEADY = {"sm_mhz": 1410, "mem_mhz": 1593, "power_mw": 300_000, "temp_c": 60, "reasons": 0}
 HOT = {**STEADY, "sm_mhz": 1395, "temp_c": 88, "reasons": HW_THERMAL_SLOWDOWN}

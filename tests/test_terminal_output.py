@@ -1,4 +1,4 @@
-"""Output that fits a 100-column terminal, colour only for a person at one (issue 24).
+"""Output that fits a 100-column terminal, colour only for a person at one.
 
 The first verdict table was 163 columns wide, the GPU matrix 233, predict 142 and dry-run lines
 about 300: at 100 columns cells wrapped mid-word. Checked on the tiny model's recorded run and

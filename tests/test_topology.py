@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from nvml_replay import NvmlReplay, nvml_error_here
 
 from bloomperf import cli
 from bloomperf.catalog import topology
@@ -23,6 +22,7 @@ from bloomperf.catalog.topology import (
     topology_to_dict,
 )
 from bloomperf.core.errors import BloomperfError
+from tests.nvml_replay import NvmlReplay, nvml_error_here
 
 A100_80GB = 85899345920
 MiB = 1024**2

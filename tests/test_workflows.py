@@ -3,6 +3,7 @@ and every bloomperf command they run parsed by the real command line."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -16,9 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
-from tools import listed_tools, require
 
 from bloomperf.cli import build_parser
+from tests.tools import listed_tools, require
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -356,3 +357,30 @@ def test_the_mutation_run_is_scheduled_and_fails_over_its_survivor_threshold() -
     assert command[command.index("--max-survivors") + 1] == "$MAX_SURVIVORS"
     assert set(job["outputs"]) == {"mutants", "survived"}
     assert "mutmut" in (REPO / "pyproject.toml").read_text()
+
+
+def test_the_mutation_layers_reach_every_deciding_folder_with_the_tests_that_import_it() -> None:
+    """``--layer`` covers analysis, store, render, harness, cli, measure, catalog and the
+    plugin; a module outside the hand-picked table gets the test files that import it."""
+    done = subprocess.run(
+        [sys.executable, "tests/mutation/run.py", "--layer", "nowhere"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    for layer in ("analysis", "store", "render", "harness", "cli", "measure", "catalog"):
+        assert f"'{layer}'" in done.stderr, done.stderr
+    assert "'plugin'" in done.stderr
+    # By its path: tests/canaries/run.py is a module named "run" too.
+    spec = importlib.util.spec_from_file_location("mutation_run", REPO / "tests/mutation/run.py")
+    assert spec is not None and spec.loader is not None
+    mutation = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mutation  # dataclasses look their module up
+    spec.loader.exec_module(mutation)
+    assert (
+        mutation.covering_tests("bloomperf/analysis/stats.py")
+        == mutation.MODULES["bloomperf/analysis/stats.py"]
+    )
+    assert "tests/test_lock.py" in mutation.covering_tests("bloomperf/harness/lock.py")
+    assert set(mutation.layer_modules("harness")) >= {"bloomperf/harness/lock.py"}

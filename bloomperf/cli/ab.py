@@ -180,7 +180,8 @@ def package_source(args: Any) -> PackageSource:
     )
 
 
-def ab_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def ab_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr  # read at call time, not at import
     options = resolve_options(vars(args))
     topology = detect_topology()
     settings = comparison_settings(args, options, resolve_device(options.device, topology))
@@ -249,9 +250,10 @@ def compare_arms(
     b: Arm,
     settings: Settings,
     output: Path | None,
-    err: TextIO = sys.stderr,
+    err: TextIO | None = None,
 ) -> list[Comparison]:
     """Compare every planned cell; the results file is rewritten as the comparison goes."""
+    err = err or sys.stderr
     document = new_document(session, a, b, settings)
     comparisons: list[Comparison] = []
     show = print_progress(err)

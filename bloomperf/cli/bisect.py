@@ -270,7 +270,8 @@ def add_command(subparsers: Any) -> None:
     parser.set_defaults(func=bisect_command)
 
 
-def bisect_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def bisect_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr  # read at call time, not at import
     options = resolve_options(vars(args))
     topology = detect_topology()
     settings = comparison_settings(args, options, resolve_device(options.device, topology))

@@ -220,7 +220,8 @@ def tolerances_into(cell: BaselineCell, noise: CellNoise) -> BaselineCell:
     )
 
 
-def calibrate_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr  # read at call time, not at import
     options = resolve_options(vars(args))
     if args.write_tolerances is not None:
         load_baseline(args.write_tolerances)  # refuse a bad baseline before measuring for minutes

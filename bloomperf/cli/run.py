@@ -53,7 +53,8 @@ def describe(cell: CellResult) -> str:
     return f"{cell.outcome.value.upper()} {first_line}".strip()
 
 
-def run_command(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr  # read at call time, not at import
     if getattr(args, "dry_run", False):
         return run_dry(args, out, err)
     if getattr(args, "topology", None) is not None:

@@ -347,7 +347,7 @@ def compare_by_groups(
         yield log.comparison(how, elapsed, last.get(batch_size, {}))
 
 
-def print_progress(err: TextIO = sys.stderr) -> Progress:
+def print_progress(err: TextIO | None = None) -> Progress:
     def show(log: PairLog, elapsed: float) -> None:
         estimate = log.estimate
         figures = (
@@ -357,7 +357,7 @@ def print_progress(err: TextIO = sys.stderr) -> Progress:
         )
         print(
             f"  {log.cell.id:<28} {log.pairs:>5} pairs  {figures}  {elapsed:.0f} s",
-            file=err,
+            file=err or sys.stderr,  # read when printed: a default bound at import outlives it
             flush=True,
         )
 

@@ -22,7 +22,7 @@ class Mutation:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
-    # ---- issue 23, after mutmut's full run: planted by hand where mutmut cannot reach ---------
+    # ---- after mutmut's full run: planted by hand where mutmut cannot reach ---------
     Mutation(
         "peak-reset-before-the-output-check",
         "bloomperf/harness/worker.py",
@@ -75,7 +75,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
         "a night added with --date moves to its run's start date when histories are merged",
     ),
-    # ---- issue 23: one mutant per class of property (the classes nobody had listed) ----------
+    # ---- one mutant per class of property (the classes nobody had listed) ----------
     Mutation(
         "improvement-outranks-regression",
         "bloomperf/analysis/compare.py",
@@ -702,7 +702,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
         "a result's message could write markup into the report and history pages",
     ),
-    # ---- issue 22: a gate that judges or refuses; names and files one to one ----------------
+    # ---- a gate that judges or refuses; names and files one to one ----------------
     Mutation(
         "missing-judged-figure-passes",
         "bloomperf/analysis/compare.py",

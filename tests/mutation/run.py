@@ -7,11 +7,12 @@ cover it, in a scratch copy of the tree (mutmut writes its ``mutants/`` folder t
 run fits a 2-core machine under a time budget. Prints one line per module (mutants, killed,
 survived, timeouts, not checked) and the surviving mutants' names (``mutmut show NAME`` in the
 scratch copy, kept with ``--keep``, prints one). Exit status: 0 when the survivors are at most
-``--max-survivors``; 1 above it, or when a module's tests fail without any mutant (mutmut's
-clean run); 2 bad usage.
+``--max-survivors`` (mutants not checked count as survivors); 1 above it, when a module runs
+past ``--budget``, or when a module's tests fail without any mutant (mutmut's clean run); 2 bad
+usage.
 
     .venv/bin/python tests/mutation/run.py [--max-children 2] [--budget 3600]
-        [--max-survivors N] [--keep DIR] [MODULE ...]
+        [--max-survivors N] [--keep DIR] [--layer harness ...] [MODULE ...]
 """
 
 from __future__ import annotations
@@ -132,6 +133,36 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_verdict_properties.py",
     ),
 }
+# Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
+# each of its modules (those above keep their hand-picked tests; any other gets the test files
+# that import it, ``covering_tests``). Their survivor lists are to be measured.
+LAYERS = ("analysis", "store", "render", "harness", "cli", "measure", "catalog", "plugin")
+
+
+def layer_modules(layer: str) -> list[str]:
+    """The package's modules in ``layer`` (``plugin`` is the one module of that name)."""
+    package = ROOT / "bloomperf"
+    if layer == "plugin":
+        return ["bloomperf/plugin.py"]
+    return sorted(str(p.relative_to(ROOT)) for p in (package / layer).rglob("*.py"))
+
+
+def covering_tests(module: str) -> tuple[str, ...]:
+    """``MODULES``'s tests, else the test files that import the module by its dotted name or
+    carry its name (``site.py``: ``test_history_site.py``; a module reached through another)."""
+    if module in MODULES:
+        return MODULES[module]
+    dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    parent, _, name = dotted.rpartition(".")
+    spellings = (f"from {dotted} import", f"import {dotted}", f"from {parent} import {name}")
+    return tuple(
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if any(spelling in path.read_text(encoding="utf-8") for spelling in spellings)
+        or (name != "__init__" and name in path.stem.split("_"))
+    )
+
+
 # Besides bloomperf/ and tests/ (mutmut copies those), what the tests read.
 ALSO_COPY = ("conftest.py", "baselines", "benchmarks", "README.md", "docs", "requirements", ".ci")
 STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked")
@@ -206,8 +237,13 @@ def run_module(module: str, budget: float, children: int, keep: Path | None) -> 
     start = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="mutmut-"))
     try:
-        prepare(folder, module, MODULES[module])
-        env = dict(os.environ, BLOOMPERF_CACHE=str(ROOT / ".bloomperf-cache"))
+        tests = covering_tests(module)
+        if not tests:
+            return Tally(module, dict.fromkeys(STATUSES, 0), (), 0.0, "no test file imports it")
+        prepare(folder, module, tests)
+        # CI: the derandomised hypothesis profile (tests/conftest.py), so that a mutant's fate
+        # does not depend on the day's examples, and no skip passes silently (tests/skips.py).
+        env = dict(os.environ, BLOOMPERF_CACHE=str(ROOT / ".bloomperf-cache"), CI="true")
         env.pop("PYTHONPATH", None)
         command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)]
         problem = ""
@@ -219,10 +255,11 @@ def run_module(module: str, budget: float, children: int, keep: Path | None) -> 
                 tail = (done.stdout + done.stderr).strip().splitlines()[-8:]
                 problem = "mutmut failed:\n" + "\n".join(tail)
         except subprocess.TimeoutExpired:
-            problem = f"over the budget of {budget:g} s: the unchecked mutants are not counted"
+            problem = f"over the budget of {budget:g} s: fails the run (raise --budget)"
         statuses = results(folder)
         counts = {s: sum(1 for v in statuses.values() if v == s) for s in STATUSES}
-        survivors = tuple(sorted(n for n, s in statuses.items() if s in ("survived", "no tests")))
+        left = ("survived", "no tests", "not checked")
+        survivors = tuple(sorted(n for n, s in statuses.items() if s in left))
         return Tally(module, counts, survivors, time.monotonic() - start, problem)
     finally:
         if keep is not None:
@@ -241,12 +278,17 @@ def main(argv: list[str] | None = None) -> int:
         "--max-survivors", type=int, default=None, help="fail above this many survivors"
     )
     parser.add_argument("--keep", type=Path, help="keep each module's scratch copy here")
+    parser.add_argument(
+        "--layer", choices=LAYERS, action="append", default=[], help="every module of a layer"
+    )
     args = parser.parse_args(argv)
-    unknown = [m for m in args.modules if m not in MODULES]
+    known = {m for layer in LAYERS for m in layer_modules(layer)} | set(MODULES)
+    unknown = [m for m in args.modules if m not in known]
     if unknown:
-        parser.error(f"unknown module {unknown[0]!r} (known: {', '.join(MODULES)})")
+        parser.error(f"unknown module {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    chosen = [*args.modules, *(m for layer in args.layer for m in layer_modules(layer))]
     tallies = []
-    for module in args.modules or list(MODULES):
+    for module in chosen or list(MODULES):
         tally = run_module(module, args.budget, args.max_children, args.keep)
         tallies.append(tally)
         c = tally.counts
@@ -260,15 +302,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  survived: {name}", flush=True)
         if tally.problem:
             print("  " + tally.problem.replace("\n", "\n  "), flush=True)
-    # A mutant no test reaches is a bug the tests would let through as surely as a survivor.
-    survived = sum(t.counts["survived"] + t.counts["no tests"] for t in tallies)
+    # A mutant no test reaches, or none checked before the budget ran out, is a bug the tests
+    # would let through as surely as a survivor: a slower runner must not pass more easily.
+    survived = sum(
+        t.counts["survived"] + t.counts["no tests"] + t.counts["not checked"] for t in tallies
+    )
     total = sum(t.mutants for t in tallies)
     killed = sum(t.counts["killed"] for t in tallies)
     print(f"mutation: {total} mutants, {killed} killed, {survived} survived or reached by no test")
     if "GITHUB_OUTPUT" in os.environ:
         with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
             out.write(f"mutants={total}\nkilled={killed}\nsurvived={survived}\n")
-    broken = [t for t in tallies if t.problem.startswith("mutmut failed")]
+    broken = [t for t in tallies if t.problem]  # mutmut failed, or a module ran over budget
     over = args.max_survivors is not None and survived > args.max_survivors
     if over:
         print(f"mutation: {survived} survivors, more than the {args.max_survivors} allowed")
