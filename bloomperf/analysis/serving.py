@@ -61,6 +61,14 @@ def summarise_rate(
     )
 
 
+def issue_rate(start_times: Sequence[float]) -> float | None:
+    """Requests per second the client actually sent (None under two requests): at rate inf,
+    the most it can send on this machine, its headroom."""
+    if len(start_times) < 2 or max(start_times) <= min(start_times):
+        return None
+    return (len(start_times) - 1) / (max(start_times) - min(start_times))
+
+
 def means_ms(values: dict[str, list[float]]) -> dict[str, float]:
     return {key: float(np.mean(v)) * 1000.0 for key, v in values.items() if v}
 

@@ -50,6 +50,11 @@ def serving_python(given: Path | None) -> Path:
     return python.absolute()
 
 
+def server_log(output: Path | None, workdir: Path) -> Path:
+    """Where the server's log goes: beside the results (kept), else in the temporary folder."""
+    return output.with_suffix(".server.log") if output is not None else workdir / "server.log"
+
+
 def positive(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -93,7 +98,12 @@ def add_command(subparsers: Any) -> None:
     add("--sla-ttft", type=checked(positive), default=Sla.ttft_s, help="TTFT limit, s [2]")
     add("--sla-token-rate", type=checked(positive), default=Sla.token_rate, help="tokens/s [4]")
     add("--sla-attainment", type=checked(share), default=Sla.attainment, help="share [0.9]")
-    add("--ready-timeout", type=checked(positive), default=300.0, help="s to wait for readiness")
+    add(
+        "--ready-timeout",
+        type=checked(positive),
+        default=900.0,
+        help="s to wait for readiness [900]",
+    )
     add("--threads", type=checked(count), help="OMP threads of the engine [vLLM's choice]")
     add("--seed", type=int, default=0, help="the requests' seed [0]")
     add("-o", "--output", type=Path, help="write the sweep's results here (JSON) [none]")
@@ -139,7 +149,7 @@ def serve_command(args: argparse.Namespace) -> int:
             server_spec = ServerSpec(
                 python=python,
                 model=model,
-                log_path=workdir / "server.log",
+                log_path=server_log(args.output, workdir),
                 port=args.port,
                 engine_args=("--max-model-len", str(args.max_model_len), *engine_args),
                 ready_timeout_s=args.ready_timeout,

@@ -48,6 +48,7 @@ class ClientRun:
 
     requests: tuple[RequestTiming, ...]
     duration_s: float
+    start_times: tuple[float, ...] = ()
 
 
 def single_token_words(tokenizer_file: Path) -> list[str]:
@@ -173,4 +174,5 @@ def parse_result(data: dict[str, Any]) -> ClientRun:
                 itls_s=tuple(float(g) for g in data["itls"][i] or ()),
             )
         )
-    return ClientRun(tuple(timings), float(data["duration"]))
+    starts = tuple(float(t) for t in data.get("start_times") or () if t is not None)
+    return ClientRun(tuple(timings), float(data["duration"]), starts)

@@ -50,7 +50,7 @@ class ServerSpec:
     log_path: Path
     port: int | None = None  # None: a free one
     engine_args: tuple[str, ...] = ()
-    ready_timeout_s: float = 300.0
+    ready_timeout_s: float = 900.0  # vLLM on a loaded 2-core machine: 45 s to over 5 min
     threads: int | None = None  # OMP threads of the engine; None: vLLM's choice
 
 

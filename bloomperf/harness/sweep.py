@@ -21,6 +21,7 @@ from bloomperf.analysis.serving import (
     Sla,
     effective_throughput,
     failed_rate,
+    issue_rate,
     next_bisection_rate,
     summarise_rate,
 )
@@ -191,7 +192,8 @@ def measure_rate(
         return failed_rate(rate, "error", died)
     summary = summarise_rate(rate, run.requests, run.duration_s, spec.sla)
     after = target.metrics() or ""
-    return replace(summary, server_mean_ms=server_means_ms(before, after))
+    means = server_means_ms(before, after)
+    return replace(summary, server_mean_ms=means, issued_rps=issue_rate(run.start_times))
 
 
 def parse_rates(text: str) -> tuple[float, ...]:

@@ -9,7 +9,16 @@ from collections.abc import Sequence
 from bloomperf.core.formatting import format_table
 from bloomperf.store.serving import RateSummary, Sla
 
-HEADERS = ("rate/s", "req/s", "tok/s", "TTFT p50/p99 ms", "TPOT p50/p99", "ITL p50/p99", "SLA")
+HEADERS = (
+    "rate/s",
+    "sent/s",
+    "req/s",
+    "tok/s",
+    "TTFT p50/p99 ms",
+    "TPOT p50/p99",
+    "ITL p50/p99",
+    "SLA",
+)
 
 
 def rate_label(rate: float) -> str:
@@ -24,9 +33,11 @@ def pair(figures: dict[str, float]) -> str:
 
 def rate_row(summary: RateSummary) -> list[str]:
     if summary.outcome != "ok":
-        return [rate_label(summary.rate), summary.outcome, "", "", "", "", ""]
+        return [rate_label(summary.rate), summary.outcome, "", "", "", "", "", ""]
+    sent = summary.issued_rps
     return [
         rate_label(summary.rate),
+        f"{sent:.1f}" if sent is not None else "-",
         f"{summary.request_throughput:.2f}",
         f"{summary.output_throughput:.1f}",
         pair(summary.ttft_ms),

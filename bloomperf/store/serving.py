@@ -74,6 +74,7 @@ class RateSummary:
     sla_met: float  # share of the requests sent that met the SLA
     mean_ms: dict[str, float] = field(default_factory=dict)  # client's "ttft", "itl" means
     server_mean_ms: dict[str, float] = field(default_factory=dict)  # the server's /metrics
+    issued_rps: float | None = None  # how fast the client sent them (its headroom at inf)
 
     def meets(self, sla: Sla) -> bool:
         return self.outcome == "ok" and self.sla_met >= sla.attainment
@@ -90,7 +91,8 @@ def encode_rate(summary: RateSummary) -> dict[str, Any]:
 def decode_rate(data: dict[str, Any]) -> RateSummary:
     values = dict(data)
     for key in ("rate", "request_throughput", "output_throughput"):
-        values[key] = math.inf if values[key] == "inf" else float(values[key] or math.nan)
+        value = values[key]
+        values[key] = math.inf if value == "inf" else math.nan if value is None else float(value)
     return RateSummary(**values)
 
 
