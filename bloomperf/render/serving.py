@@ -57,7 +57,13 @@ def sla_line(sla: Sla) -> str:
 def render_sweep(rates: Sequence[RateSummary], sla: Sla, effective_rps: float) -> str:
     ordered = sorted(rates, key=lambda s: s.rate)
     lines = [format_table(list(HEADERS), [rate_row(s) for s in ordered]), sla_line(sla)]
-    lines.append(f"effective throughput: {effective_rps:g} requests/s")
+    if ordered and effective_rps == ordered[-1].rate and effective_rps > 0:
+        lines.append(
+            f"effective throughput: at least {effective_rps:g} requests/s "
+            "(every rate met the SLA: add higher --rates)"
+        )
+    else:
+        lines.append(f"effective throughput: {effective_rps:g} requests/s")
     for summary in ordered:
         if summary.outcome != "ok" or summary.message:
             first = summary.message.splitlines()[0] if summary.message else ""
