@@ -83,11 +83,13 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
         assert rate["outcome"] == "ok" and rate["completed"] == rate["requests"] == 6
         assert rate["ttft_ms"]["p50"] <= rate["ttft_ms"]["p90"] <= rate["ttft_ms"]["p99"]
         assert rate["itl_ms"]["p50"] > 0 and rate["output_throughput"] > 0
-        # The same requests seen from both ends: the client's mean TTFT includes HTTP and
-        # detokenising, so it is at least the server's and not far above it.
+        # The same requests seen from both ends. The client sends before the server's clock
+        # starts, so its TTFT is at least the server's; how far above, and how far the ITLs
+        # differ, depends on the machine's load (docs/serving.md: up to 1.35x and 2.4x at a
+        # load average of 15 on 2 cores), so the upper bounds are loose.
         client, server = rate["mean_ms"], rate["server_mean_ms"]
-        assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 1.5 + 50
-        assert abs(client["itl"] - server["itl"]) <= 0.25 * server["itl"] + 5
+        assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 2 + 100
+        assert server["itl"] / 3 <= client["itl"] <= server["itl"] * 3 + 10
     assert "effective throughput" in done.stdout
 
 

@@ -79,14 +79,13 @@ def count(text: str) -> int:
 def add_command(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="sweep request rates against a serving engine (vLLM) and find its effective "
-        "throughput under an SLA",
+        help="sweep request rates on a server (vLLM): its effective throughput under an SLA",
         description=__doc__.split("\n\n")[0],
     )
     add = parser.add_argument
     add("--model", default="tiny-serving", help="shape or checkpoint folder [tiny-serving]")
     add("--endpoint", metavar="URL", help="an OpenAI-compatible server already running [start one]")
-    add("--engine-args", default="", metavar="ARGS", help="more arguments for vLLM's server")
+    add("--engine-args", default="", metavar="ARGS", help="more arguments for vLLM's server [none]")
     add("--python", type=Path, help="the serving venv's interpreter [.venv-serving/bin/python]")
     add("--port", type=checked(count), help="the server's port [a free one]")
     add("--max-model-len", type=checked(count), default=DEFAULT_CONTEXT, help="context [512]")
@@ -94,7 +93,12 @@ def add_command(subparsers: Any) -> None:
     add("--requests", type=checked(count), default=DEFAULT_REQUESTS, help="requests per rate [30]")
     add("--refine", type=int, default=2, metavar="N", help="bisection steps after the rates [2]")
     add("--burstiness", type=checked(positive), default=1.0, help="1: Poisson; <1 burstier [1]")
-    add("--workload", default=DEFAULT_SHAPE, choices=sorted(SHAPES), help="length distributions")
+    add(
+        "--workload",
+        default=DEFAULT_SHAPE,
+        choices=sorted(SHAPES),
+        help=f"length distributions [{DEFAULT_SHAPE}]",
+    )
     add("--sla-ttft", type=checked(positive), default=Sla.ttft_s, help="TTFT limit, s [2]")
     add("--sla-token-rate", type=checked(positive), default=Sla.token_rate, help="tokens/s [4]")
     add("--sla-attainment", type=checked(share), default=Sla.attainment, help="share [0.9]")
