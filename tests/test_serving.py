@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.core.lockdir import LOCK_DIR_ENV
 from bloomperf.harness.server import Server, ServerSpec
 from bloomperf.harness.sweep import Managed
 from tests.leftovers import marked_env, marked_processes
@@ -44,8 +45,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
 
 
+def private_env(tmp: Path, mark: Path | None = None) -> dict[str, str]:
+    """A run's environment with a lock folder of its own (the machine's CPU lock may be held by
+    another bloomperf run), marked so that its processes can be found afterwards."""
+    env = marked_env(mark) if mark is not None else dict(os.environ)
+    return {**env, LOCK_DIR_ENV: str(tmp / "locks")}
+
+
 def serve(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+    *args: str, env: dict[str, str] | None = None, timeout: float = 1200
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*BLOOMPERF, "serve", "--python", str(PYTHON), *args],
@@ -111,7 +119,15 @@ def test_an_unmeetable_sla_gives_no_effective_throughput_and_fails(served, tmp_p
 
 
 def test_a_bad_engine_argument_is_one_line_and_exit_2(tmp_path):
-    done = serve("--engine-args", "--no-such-engine-flag 3", "--rates", "1", "--requests", "1")
+    done = serve(
+        "--engine-args",
+        "--no-such-engine-flag 3",
+        "--rates",
+        "1",
+        "--requests",
+        "1",
+        env=private_env(tmp_path),
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert (
@@ -137,7 +153,7 @@ def test_a_server_never_ready_is_a_timeout_with_its_log_and_leaves_nothing(tmp_p
         "1",
         "-o",
         str(out),
-        env=marked_env(mark),
+        env=private_env(tmp_path, mark),
     )
     assert done.returncode == 1, done.stdout + done.stderr
     (rate,) = json.loads(out.read_text())["rates"]
@@ -168,17 +184,21 @@ def test_a_stopped_controller_leaves_no_server_or_engine_core(tmp_path, stop):
     mark = tmp_path / "mark"
     controller = subprocess.Popen(
         [*BLOOMPERF, "serve", "--python", str(PYTHON), "--rates", "1", "--requests", "50"],
-        env=marked_env(mark),
+        env=private_env(tmp_path, mark),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=open(tmp_path / "stderr", "wb"),  # noqa: SIM115 (the child holds it)
     )
-    deadline = time.monotonic() + 900
-    engine = []
-    while not engine and time.monotonic() < deadline and controller.poll() is None:
-        time.sleep(1)
-        engine = [p for p in server_processes(mark) if is_engine_core(p)]
-    assert engine, "the engine core never started"
-    controller.send_signal(stop)
-    controller.wait(timeout=60)
+    try:
+        deadline = time.monotonic() + 900
+        engine = []
+        while not engine and time.monotonic() < deadline and controller.poll() is None:
+            time.sleep(1)
+            engine = [p for p in server_processes(mark) if is_engine_core(p)]
+        assert engine, f"no engine core: {(tmp_path / 'stderr').read_text()[-2000:]}"
+        controller.send_signal(stop)
+        controller.wait(timeout=60)
+    finally:
+        controller.kill()  # a failed wait must not leave the controller running
+        controller.wait(timeout=60)
     assert not marked_processes(mark, wait_s=10), f"left after {stop.name}"

@@ -109,7 +109,8 @@ def sweep_document(
         "complete": complete,
         "settings": settings,
         "sla": asdict(sla),
-        "effective_rps": effective_rps,
+        # inf: every rate met the SLA, all requests at once included (JSON has no inf)
+        "effective_rps": "inf" if effective_rps == math.inf else effective_rps,
         "rates": [encode_rate(r) for r in sorted(rates, key=lambda r: r.rate)],
     }
 
