@@ -86,7 +86,7 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     sweep = json.loads(out.read_text())
-    assert (sweep["complete"] and sweep["effective_rps"] == "inf") or sweep["effective_rps"] > 0
+    assert sweep["complete"] and sweep["effective_rps"] == "inf"  # this SLA holds even at inf
     for rate in sweep["rates"]:
         assert rate["outcome"] == "ok" and rate["completed"] == rate["requests"] == 6
         assert rate["ttft_ms"]["p50"] <= rate["ttft_ms"]["p90"] <= rate["ttft_ms"]["p99"]
