@@ -21,7 +21,7 @@ from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.core.lockdir import LOCK_DIR_ENV
 from bloomperf.harness.server import Server, ServerSpec
 from bloomperf.harness.sweep import Managed
-from tests.leftovers import marked_env, marked_processes
+from tests.leftovers import marked_env, marked_processes, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv-serving" / "bin" / "python"
@@ -162,10 +162,13 @@ def test_a_server_never_ready_is_a_timeout_with_its_log_and_leaves_nothing(tmp_p
 
 
 def server_processes(mark: Path) -> list[psutil.Process]:
+    """The marked processes and their descendants: vLLM's engine core retitles itself
+    (setproctitle), which overwrites its /proc environ, so the mark is not readable there."""
     found = []
     for pid in marked_processes(mark, wait_s=0):
         try:
-            found.append(psutil.Process(pid))
+            process = psutil.Process(pid)
+            found += [process, *process.children(recursive=True)]
         except psutil.NoSuchProcess:
             pass
     return found
@@ -202,3 +205,4 @@ def test_a_stopped_controller_leaves_no_server_or_engine_core(tmp_path, stop):
         controller.kill()  # a failed wait must not leave the controller running
         controller.wait(timeout=60)
     assert not marked_processes(mark, wait_s=10), f"left after {stop.name}"
+    assert all(wait_gone(p.pid, 10) for p in engine), f"an engine core outlived {stop.name}"
