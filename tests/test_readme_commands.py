@@ -47,6 +47,11 @@ SUBSTITUTIONS = (
         "made the environment this test runs in",
     ),
     Substitution(
+        r"^BLOOMPERF_PROFILE=serving VLLM_PACKAGE=\S+ bash \.ci/setup$",
+        None,
+        "the CUDA vLLM of a GPU runner; .ci/run builds the CPU one tests/test_serving.py uses",
+    ),
+    Substitution(
         r"^bash \.ci/setup && \.venv/bin/bloomperf run$",
         f"bloomperf run {QUICK}",
         "the environment is set up; a short workload of one cell",

@@ -1,8 +1,9 @@
 """BLOOM's shapes, its parameter formula and its config.json: the facts everything is sized by.
 
-The registry shapes (``tiny`` … ``bloom-176b``) are bigscience's configs plus one of ours small
-enough for a CPU suite. ``bloomperf.catalog.checkpoint_builder`` writes a random-weight checkpoint
-of a shape; ``bloomperf.catalog.checkpoints`` turns a ``--model`` value into a checkpoint folder.
+The registry shapes (``tiny`` … ``bloom-176b``) are bigscience's configs plus two of ours small
+enough for a CPU suite (``tiny``; ``tiny-serving``, whose head_dim vLLM accepts).
+``bloomperf.catalog.checkpoint_builder`` writes a random-weight checkpoint of a shape;
+``bloomperf.catalog.checkpoints`` turns a ``--model`` value into a checkpoint folder.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ MODEL_SHAPES: dict[str, ModelShape] = {
     shape.name: shape
     for shape in (
         ModelShape("tiny", 64, 2, 4, 1024, checkpoint_dtype="float32"),
+        # The serving suite's model: vLLM's CPU attention refuses tiny's head_dim 16
+        # ("Unsupported CPU attention configuration"); hidden 256 over 4 heads is head_dim 64.
+        ModelShape("tiny-serving", 256, 2, 4, 1024, checkpoint_dtype="float32"),
         ModelShape("bloom-560m", 1024, 24, 16, 250880),
         ModelShape("bloom-1b1", 1536, 24, 16, 250880),
         ModelShape("bloom-1b7", 2048, 24, 16, 250880),

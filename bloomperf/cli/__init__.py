@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.cli.shard",
     "bloomperf.cli.ab",
     "bloomperf.cli.bisect",
+    "bloomperf.cli.serve",
 )
 
 

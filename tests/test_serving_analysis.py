@@ -1,0 +1,122 @@
+"""The serving sweep's judging, by property: the SLA per request, the effective throughput, the
+bisection between rates, the server's /metrics means, the FastGen-shaped lengths."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bloomperf.analysis.prometheus import server_means_ms
+from bloomperf.analysis.serving import (
+    effective_throughput,
+    failed_rate,
+    meets_sla,
+    next_bisection_rate,
+    summarise_rate,
+)
+from bloomperf.catalog.serving_workload import SHAPES, draw_lengths
+from bloomperf.store.serving import RequestTiming, Sla, decode_rate, encode_rate
+
+SLA = Sla(ttft_s=1.0, token_rate=4.0, attainment=0.9)
+
+
+def request(ttft: float, tpot: float, tokens: int = 11, ok: bool = True) -> RequestTiming:
+    latency = ttft + tpot * (tokens - 1)
+    return RequestTiming(ok, 20, tokens, ttft, latency, tuple([tpot] * (tokens - 1)))
+
+
+def summary_at(rate: float, met: float) -> object:
+    good = round(met * 10)
+    requests = [request(0.1, 0.1)] * good + [request(5.0, 0.1)] * (10 - good)
+    return summarise_rate(rate, requests, 10.0, SLA)
+
+
+@given(st.floats(0.001, 10), st.floats(0.001, 2), st.integers(2, 200))
+def test_a_request_meets_the_sla_exactly_within_both_limits(ttft, tpot, tokens):
+    timing = request(ttft, tpot, tokens)
+    expected = ttft <= SLA.ttft_s and timing.tpot_s is not None and timing.tpot_s <= SLA.tpot_s
+    assert meets_sla(timing, SLA) == expected
+    assert not meets_sla(request(ttft, tpot, tokens, ok=False), SLA)
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.1, 50), st.booleans()),
+        min_size=1,
+        max_size=8,
+        unique_by=lambda t: t[0],
+    )
+)
+def test_effective_throughput_is_the_top_of_the_passing_run_from_the_lowest_rate(points):
+    summaries = [summary_at(rate, 1.0 if ok else 0.0) for rate, ok in points]
+    found = effective_throughput(summaries, SLA)
+    ordered = sorted(points)
+    expected = 0.0
+    for rate, ok in ordered:
+        if not ok:
+            break
+        expected = rate
+    assert found == expected
+
+
+@given(st.floats(0.1, 10), st.floats(1.01, 10), st.floats(0.001, 0.5))
+def test_bisection_proposes_a_rate_strictly_inside_the_bracket(low, factor, resolution):
+    high = low * factor
+    summaries = [summary_at(low, 1.0), summary_at(high, 0.0)]
+    proposed = next_bisection_rate(summaries, SLA, resolution)
+    if (high - low) / high <= resolution:
+        assert proposed is None
+    else:
+        assert proposed is not None and low < proposed < high
+
+
+def test_no_bisection_without_a_passing_rate_or_above_all_at_once():
+    assert next_bisection_rate([summary_at(1, 0.0), summary_at(2, 0.0)], SLA, 0.1) is None
+    assert next_bisection_rate([summary_at(1, 1.0), summary_at(math.inf, 0.0)], SLA, 0.1) is None
+    assert next_bisection_rate([summary_at(1, 1.0), summary_at(2, 1.0)], SLA, 0.1) is None
+
+
+def test_a_failed_rate_ends_the_passing_run_and_a_rate_below_attainment_fails():
+    assert (
+        effective_throughput(
+            [summary_at(1, 1.0), failed_rate(2, "error", "died"), summary_at(3, 1.0)], SLA
+        )
+        == 1
+    )
+    assert effective_throughput([summary_at(1, 0.9), summary_at(2, 0.8)], SLA) == 1
+
+
+@given(st.lists(st.floats(0.001, 5), min_size=1, max_size=50))
+def test_percentiles_are_ordered_and_within_the_samples(ttfts):
+    summary = summarise_rate(1.0, [request(t, 0.05) for t in ttfts], 10.0, SLA)
+    p = summary.ttft_ms
+    assert min(ttfts) * 1000 - 1e-6 <= p["p50"] <= p["p90"] <= p["p99"] <= max(ttfts) * 1000 + 1e-6
+    assert summary.request_throughput == len(ttfts) / 10.0
+
+
+def test_a_rate_round_trips_through_its_json_form_inf_included():
+    for summary in (summary_at(math.inf, 1.0), failed_rate(2.5, "timeout", "slow")):
+        assert decode_rate(encode_rate(summary)) == summary
+
+
+def test_the_servers_means_come_from_the_histogram_deltas():
+    before = (
+        'vllm:time_to_first_token_seconds_sum{model_name="m"} 1.0\n'
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 2.0\n'
+    )
+    after = (
+        'vllm:time_to_first_token_seconds_sum{model_name="m"} 4.0\n'
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 5.0\n'
+        'vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 3.0\n'
+        "vllm:inter_token_latency_seconds_sum 0.5\nvllm:inter_token_latency_seconds_count 10\n"
+    )
+    assert server_means_ms(before, after) == {"ttft": 1000.0, "itl": 50.0}
+
+
+@given(st.sampled_from(sorted(SHAPES)), st.integers(128, 8192), st.integers(0, 2**32 - 1))
+def test_drawn_lengths_always_fit_the_context(name, context, seed):
+    for drawn in draw_lengths(SHAPES[name], context, 20, seed):
+        assert drawn.prompt_tokens >= 4 and drawn.output_tokens >= 8
+        assert drawn.prompt_tokens + drawn.output_tokens < context
