@@ -220,6 +220,9 @@ def step_from(version: str, comparisons: list[Comparison], results: Path | None)
     where = str(results) if results else None
     if failed:
         return Step(version, SKIPPED, message=f"did not run: {failed[0].message}", results=where)
+    busy = [c for c in comparisons if c.outcome is Outcome.OK and c.busy_verdict]
+    if not judged and busy:
+        return Step(version, INCONCLUSIVE, message=busy_reason(busy[0]), results=where)
     if not judged:
         return Step(version, SKIPPED, message="no cell was measured", results=where)
     verdicts = {c.verdict for c in judged}
@@ -236,6 +239,7 @@ def step_from(version: str, comparisons: list[Comparison], results: Path | None)
         verdict = FASTER if verdicts == {FASTER} else SAME
     estimate = worst.estimate
     assert estimate is not None
+    why = busy_reason(busy[0]) if verdict == INCONCLUSIVE and busy else ""
     return Step(
         version,
         verdict,
@@ -243,9 +247,16 @@ def step_from(version: str, comparisons: list[Comparison], results: Path | None)
         estimate.low,
         estimate.high,
         estimate.pairs,
-        message=worst.cell.id,
+        message=f"{worst.cell.id}; {why}" if why else worst.cell.id,
         results=where,
     )
+
+
+def busy_reason(comparison: Comparison) -> str:
+    """Why a version's comparison stayed inconclusive on a busy machine, in a few words."""
+    busy = comparison.busy
+    clean = f"{busy.clean} of {busy.pairs} pairs clean" if busy else "pairs set aside"
+    return f"the machine was busy ({comparison.cell.id}: {clean})"
 
 
 def add_command(subparsers: Any) -> None:
