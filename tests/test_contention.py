@@ -47,7 +47,9 @@ from bloomperf.harness.interleave import Comparison, PairLog, Settings
 from bloomperf.harness.matrix import Cell
 from bloomperf.measure.contention import LoadProbe, busy_ticks, cpu_ticks
 from bloomperf.store.contention import CycleLoad, load_from_dict, load_to_dict
+from bloomperf.store.results.files import read_results
 from tests.noise import HOOK, NOISE_ENV, plant_noise_hook, spinners
+from tests.nvml_replay import NvmlReplay
 from tests.wheels import build_wheel, slowdown_package
 
 TOLERANCE = 0.05
@@ -73,6 +75,25 @@ def run_log(pairs: list[tuple[float, float, CycleLoad | None, CycleLoad | None]]
         if log.decided():
             break
     return log.comparison("decided", 1.0, {})
+
+
+@pytest.fixture(scope="module")
+def tiny() -> str:
+    return str(resolve_model("tiny", None, None).path)
+
+
+def ab_args(tiny: str, tmp_path: Path) -> list[str]:
+    return [
+        "--model",
+        tiny,
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--batch-sizes",
+        "1",
+        "--dtypes",
+        "fp32",
+        "--no-lock",
+    ]
 
 
 # ---- the pair filter, by property --------------------------------------------------------------
@@ -217,26 +238,46 @@ def test_a_worker_sharing_its_cpu_with_busy_loops_waited_and_they_are_the_others
     assert (cpu_ticks([os.getpid()]) or 0) > 0 and cpu_ticks([2**22 + 7]) is None
 
 
+def test_gpu_neighbours_are_the_processes_nvml_lists_that_are_not_ours() -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        probe = LoadProbe(lambda: [worker.pid], gpus=[0, 1], nvml=nvml)
+        nvml.set_processes(0, [(worker.pid, 1 << 30), (os.getpid(), None)])
+        assert probe.snapshot().gpu_others == 0  # the worker and this controller
+        nvml.set_processes(1, [(4_000_001, 1 << 20)])
+        before = probe.snapshot()
+        nvml.set_processes(1, [])
+        load = probe.between(before, probe.snapshot())
+        assert load.gpu_others == 1  # seen at the cycle's start
+        # Inside a PID namespace NVML lists host pids, none of them ours: on each GPU all but
+        # one count.
+        nvml.set_processes(0, [(4_000_002, None), (4_000_003, None)])
+        nvml.set_processes(1, [(4_000_002, None)])
+        assert probe.snapshot().gpu_others == 1
+    finally:
+        worker.kill()
+        worker.wait()
+    assert not probe.gpu_note
+    broken = LoadProbe(lambda: [os.getpid()], gpus=[7], nvml=nvml)  # no such GPU
+    assert broken.snapshot().gpu_others is None and broken.gpu_note.startswith("nvml: ")
+
+
+def test_a_run_records_each_timed_cycles_load_and_reads_it_back(tiny: str, tmp_path: Path) -> None:
+    output = tmp_path / "results.json"
+    args = ["run", *ab_args(tiny, tmp_path), "--new-tokens", "4", "--cycles", "3"]
+    assert main([*args, "--allow-no-baseline", "--output", str(output)]) == 0
+    (cell,) = read_results(output).cells
+    assert len(cell.loads) == len(cell.samples_ms_per_token) == 3  # the timed cycles only
+    for load, ms in zip(cell.loads, cell.samples_ms_per_token, strict=True):
+        # The reads bracket the worker's timed region: the wall time they span covers it.
+        assert load.wall_s * 1000 >= ms * 4 and load.wait_s is not None
+        assert load.other_cpu_s is not None and load.gpu_others is None
+    stored = json.loads(output.read_text())["cells"][0]["loads"]
+    assert [load_from_dict(d, "x") for d in stored] == list(cell.loads)
+
+
 # ---- ab and bisect with a burst of load planted on one arm ---------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny() -> str:
-    return str(resolve_model("tiny", None, None).path)
-
-
-def ab_args(tiny: str, tmp_path: Path) -> list[str]:
-    return [
-        "--model",
-        tiny,
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        "--batch-sizes",
-        "1",
-        "--dtypes",
-        "fp32",
-        "--no-lock",
-    ]
 
 
 def test_an_a_a_comparison_with_load_on_arm_b_only_is_never_slower(

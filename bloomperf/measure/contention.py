@@ -109,11 +109,12 @@ class LoadProbe:
         if not handles:
             return None
         try:
-            return sum(gpu_neighbours(self._nvml, handle, ours) for handle in handles)
+            listed = [gpu_pids(self._nvml, handle) for handle in handles]
         except Exception as exc:  # an NVMLError: say why and stop asking
             self.gpu_note = f"nvml: {exc}"
             self._handles = []
             return None
+        return gpu_neighbours(listed, ours)
 
     def _gpu_handles(self) -> list[Any]:
         if self._handles is None:
@@ -132,14 +133,18 @@ class LoadProbe:
         return self._handles
 
 
-def gpu_neighbours(nvml: Any, handle: Any, ours: set[int]) -> int:
-    """Compute processes on one GPU that are not ours. Inside a PID namespace NVML lists host
-    pids that never match ours: then one of the listed is taken to be ours (a rank holds one
-    GPU; Accelerate's single process holds several), the rest are neighbours."""
-    pids = {int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
-    if not pids or pids & ours:
-        return len(pids - ours)
-    return len(pids) - 1
+def gpu_pids(nvml: Any, handle: Any) -> set[int]:
+    return {int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+
+
+def gpu_neighbours(listed: list[set[int]], ours: set[int]) -> int:
+    """Compute processes on the group's GPUs that are not ours. Inside a PID namespace NVML
+    lists host pids that never match ours: when none listed on any of the GPUs is ours, one
+    process on each GPU that lists any is taken to be ours (a rank holds one GPU; Accelerate's
+    single process holds several), the rest are neighbours."""
+    if any(pids & ours for pids in listed):
+        return sum(len(pids - ours) for pids in listed)
+    return sum(max(len(pids) - 1, 0) for pids in listed)
 
 
 def wait_ns(pids: Iterable[int]) -> int | None:
