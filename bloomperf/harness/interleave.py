@@ -121,6 +121,7 @@ class PairLog:
     set_aside: list[bool] = field(default_factory=list)
     loads: list[tuple[tuple[CycleLoad | None, ...], ...]] = field(default_factory=list)
     look: int = 0
+    report_at: int = 0  # the measured pairs at which progress is reported next
     estimate: PairedEstimate | None = None
     verdict: str | None = None
 
@@ -171,6 +172,14 @@ class PairLog:
         self.estimate = self.clean_estimate()
         self.verdict = decide(self.estimate, self.settings.tolerance) if self.estimate else None
         return self.verdict is not None
+
+    def report_due(self) -> bool:
+        """Whether to report (and save) progress now: on the looks' schedule, counted in
+        measured pairs, so a machine too busy for any look still shows and keeps its pairs."""
+        if self.pairs < max(self.report_at, first_look(self.settings.min_pairs)):
+            return False
+        self.report_at = next_look(self.pairs)
+        return True
 
     def clean_estimate(self) -> PairedEstimate | None:
         """The paired estimate over the clean pairs; None while there is none."""
@@ -282,8 +291,8 @@ def compare_cell_by_cycles(
                 loads[arm] = (runners[arm].last_load,)
             log.add_pair(values, order, loads=loads)
             decided = log.decided()
-            if log.estimate is not None and log.estimate.pairs == log.pairs:
-                progress(log, time.monotonic() - started)  # after each look at the interval
+            if log.report_due() or decided:
+                progress(log, time.monotonic() - started)  # as often as the looks would be
             if decided:
                 stopped = "decided"
             elif log.pairs >= settings.max_pairs:
@@ -386,8 +395,10 @@ def print_progress(err: TextIO = sys.stderr) -> Progress:
             if estimate is not None
             else "no interval yet"
         )
+        aside = log.pairs - log.clean_pairs
+        pairs = f"{log.pairs:>5} pairs" + (f" ({aside} set aside)" if aside else "")
         print(
-            f"  {log.cell.id:<28} {log.pairs:>5} pairs  {figures}  {elapsed:.0f} s",
+            f"  {log.cell.id:<28} {pairs}  {figures}  {elapsed:.0f} s",
             file=err,
             flush=True,
         )
