@@ -65,7 +65,7 @@ def ab(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     hook = plant_noise_hook(folder / "hook")
     output = folder / "ab.json"
     command = [args.bloomperf, "ab", *common(folder), "--dtypes", "fp32", "--new-tokens", "5"]
-    command += ["--tolerance", "0.1", "--max-pairs", str(args.max_pairs)]
+    command += ["--tolerance", str(args.tolerance or 0.1), "--max-pairs", str(args.max_pairs)]
     command += ["--max-time", str(args.max_time)]
     command += ["--no-lock", "--output", str(output)]
     if args.load == "burst":
@@ -86,7 +86,8 @@ def bisect(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         build_wheel(house, "bpnoisy", "1.2", files)
     output = folder / "bisect.json"
     command = [args.bloomperf, "bisect", "bpnoisy", "1.0", "1.3", "--find-links", str(house)]
-    command += [*common(folder), "--dtypes", "fp32", "--new-tokens", "8", "--tolerance", "0.3"]
+    command += [*common(folder), "--dtypes", "fp32", "--new-tokens", "8"]
+    command += ["--tolerance", str(args.tolerance or 0.3)]
     command += ["--confidence", "0.95", "--max-pairs", str(args.max_pairs)]
     command += ["--max-time", str(args.max_time)]
     command += ["--no-lock", "--output", str(output)]
@@ -107,6 +108,7 @@ def main() -> None:
     parser.add_argument("--load", choices=("none", "steady", "burst"), default="burst")
     parser.add_argument("--bloomperf", default=str(Path(sys.executable).parent / "bloomperf"))
     parser.add_argument("--max-pairs", type=int, default=30)
+    parser.add_argument("--tolerance", type=float, help="[ab: 0.1, bisect: 0.3]")
     parser.add_argument("--max-time", type=float, default=90.0, help="seconds per cell, loads in")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bloomperf-loaded-") as folder:

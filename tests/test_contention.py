@@ -42,6 +42,8 @@ from bloomperf.analysis.paired import (
 )
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.cli import main
+from bloomperf.cli.ab_report import render_table
+from bloomperf.cli.bisect import search, step_from
 from bloomperf.harness.interleave import Comparison, PairLog, Settings
 from bloomperf.harness.matrix import Cell
 from bloomperf.measure.contention import LoadProbe, busy_ticks, cpu_ticks
@@ -201,6 +203,26 @@ def test_busy_figures_and_their_stored_form() -> None:
     assert "0 of 2 pairs clean" in busy.describe()
     for load in (loads[0][0][0], CycleLoad(2.0), None):
         assert load_from_dict(load_to_dict(load), "x") == load
+
+
+def test_a_bisect_step_on_a_busy_machine_is_inconclusive_and_says_why() -> None:
+    """Every pair set aside: no estimate, yet the step is inconclusive (busy), not a skip for
+    "no cell was measured"; a busy BAD ends the search saying the machine was busy."""
+    hit = (CycleLoad(1.0, 0.0),), (CycleLoad(1.0, 0.5),)
+    log = PairLog(CELL, SETTINGS)
+    for _ in range(12):
+        log.add_pair({"a": 1.0, "b": 2.0}, ("a", "b"), loads={"a": hit[0], "b": hit[1]})
+        log.decided()
+    comparison = log.comparison("max-pairs", 1.0, {})
+    assert comparison.estimate is None and comparison.busy_verdict
+    step = step_from("1.3", [comparison], None)
+    assert (step.verdict, step.busy) == (INCONCLUSIVE, True)
+    assert step.message == "accelerate-fp32-bs1: machine busy, 0 of 12 pairs clean"
+    finding, _ = search(["1.0", "1.3"], lambda version: step)
+    assert finding.first_bad is None and "the machine was busy" in finding.reason
+    table = render_table([comparison], SETTINGS)
+    assert "inconclusive: busy" in table and "0 of 12 pairs clean" in table
+    assert max(len(line) for line in table.splitlines()) <= 100
 
 
 # ---- the probe, on real processes ---------------------------------------------------------------
