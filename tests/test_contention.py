@@ -48,7 +48,9 @@ from bloomperf.harness.interleave import Comparison, PairLog, Settings
 from bloomperf.harness.matrix import Cell
 from bloomperf.measure.contention import LoadProbe, busy_ticks, cpu_ticks
 from bloomperf.store.contention import CycleLoad, load_from_dict, load_to_dict
+from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
+from tests.builders import BLOG_RESULTS
 from tests.noise import HOOK, NOISE_ENV, plant_noise_hook, spinners
 from tests.nvml_replay import NvmlReplay
 from tests.wheels import build_wheel, slowdown_package
@@ -296,6 +298,19 @@ def test_a_run_records_each_timed_cycles_load_and_reads_it_back(tiny: str, tmp_p
         assert load.other_cpu_s is not None and load.gpu_others is None
     stored = json.loads(output.read_text())["cells"][0]["loads"]
     assert [load_from_dict(d, "x") for d in stored] == list(cell.loads)
+
+
+def test_a_version_1_results_file_reads_with_no_loads_and_is_written_as_version_2(
+    tmp_path: Path,
+) -> None:
+    raw = json.loads(BLOG_RESULTS.read_text())
+    assert raw["schema_version"] == 1 and all("loads" not in c for c in raw["cells"])
+    run = read_results(BLOG_RESULTS)
+    assert run.cells and all(cell.loads == () for cell in run.cells)
+    save_run(run, tmp_path / "v2.json")
+    written = json.loads((tmp_path / "v2.json").read_text())
+    assert written["schema_version"] == 2 and all(c["loads"] == [] for c in written["cells"])
+    assert read_results(tmp_path / "v2.json").cells == run.cells
 
 
 # ---- ab and bisect with a burst of load planted on one arm ---------------------------------------

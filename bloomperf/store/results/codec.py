@@ -43,11 +43,15 @@ from bloomperf.store.telemetry import telemetry_from_dict, telemetry_to_dict
 
 def update_to_2(data: dict[str, Any]) -> dict[str, Any]:
     """Version 2 adds a cell's ``figures`` (metric name -> per-cycle samples, from metrics
-    that measure something of their own); a version 1 cell measured none."""
+    that measure something of their own) and its ``loads`` (what else used the machine during
+    each timed cycle); a version 1 cell measured neither."""
     cells = data.get("cells")
     if not isinstance(cells, list):
         return data  # the reader names what is wrong with it
-    return {**data, "cells": [{"figures": {}, **c} if isinstance(c, dict) else c for c in cells]}
+    return {
+        **data,
+        "cells": [{"figures": {}, "loads": [], **c} if isinstance(c, dict) else c for c in cells],
+    }
 
 
 RESULTS = DocumentKind("bloomperf-results", 2, {2: update_to_2})
@@ -207,8 +211,8 @@ def figures_from_dict(data: dict[str, Any], where: str) -> dict[str, tuple[float
 
 
 def loads_from_list(values: list[Any], where: str) -> tuple[CycleLoad, ...]:
-    """Each timed cycle's load (what else used the machine). A file written before cycles
-    carried one has none: an optional field, so no schema step is needed for it."""
+    """Each timed cycle's load (what else used the machine); none in a version 1 file (nor in
+    a version 2 file written before cycles carried one: the list may be absent)."""
     read = (load_from_dict(entry, f"{where} loads[{i}]") for i, entry in enumerate(values))
     return tuple(load for load in read if load is not None)
 
