@@ -215,11 +215,14 @@ def run_ab(tiny: str, tmp_path: Path, *args: str) -> tuple[int, dict]:
 def test_a_against_itself_is_same(tiny: str, tmp_path: Path) -> None:
     code, document = run_ab(tiny, tmp_path, "--tolerance", "0.25", "--max-time", "60")
     (cell,) = document["cells"]
-    assert (code, cell["verdict"]) == (0, SAME), cell
+    # On a machine too busy to tell (tests/test_contention.py), the honest answer is
+    # inconclusive (busy), said with its figures; a wrong verdict never is.
+    busy = cell["verdict"] == INCONCLUSIVE and cell["busy_verdict"] and cell["busy"]["set_aside"]
+    assert code == 0 and (cell["verdict"] == SAME or busy), cell
     assert document["kind"] == "bloomperf-ab" and document["complete"]
     assert document["differences"]["packages"] == {} and document["differences"]["settings"] == {}
     samples = cell["samples"]
-    assert len(samples) == 2 * cell["pairs"]
+    assert len(samples) == 2 * cell["pairs_measured"]
     assert {(s["arm"], s["position"]) for s in samples} == {("a", 0), ("a", 1), ("b", 0), ("b", 1)}
     assert document["arms"]["a"]["fingerprint"]["packages"]["torch"]
 
@@ -256,8 +259,9 @@ def test_groups_mode_alternates_whole_loads_and_keeps_every_cycle(
     args = ["--mode", "groups", "--min-pairs", "2", "--max-pairs", "2", "--cycles", "2"]
     code, document = run_ab(tiny, tmp_path, *args, "--b-env", f"PYTHONPATH={planted}")
     (cell,) = document["cells"]
-    assert (code, cell["verdict"], cell["pairs"]) == (0, INCONCLUSIVE, 2), cell
-    assert cell["ratio"] > 1.5  # the slowdown shows even where it cannot be judged yet
+    assert (code, cell["verdict"], cell["pairs_measured"]) == (0, INCONCLUSIVE, 2), cell
+    medians = {arm: cell["arms"][arm]["median_ms_per_token"] for arm in ("a", "b")}
+    assert medians["b"] > 1.5 * medians["a"]  # the slowdown shows where it cannot be judged yet
     rounds = [[s for s in cell["samples"] if s["pair"] == p] for p in (0, 1)]
     for samples in rounds:
         assert sorted(s["arm"] for s in samples) == ["a", "a", "b", "b"]  # --cycles 2 each
@@ -323,9 +327,9 @@ def test_each_arm_runs_its_warm_up_cycles_before_the_pairs(tiny: str, tmp_path: 
             *("--min-pairs", "6", "--max-pairs", "6"),
         )
         (cell,) = document["cells"]
-        assert cell["pairs"] == 6, cell
+        assert cell["pairs_measured"] == 6, cell  # "pairs": the clean ones the interval rests on
         calls = log.read_text().split()
-        untimed[warmup] = {arm: calls.count(arm) - cell["pairs"] for arm in ("a", "b")}
+        untimed[warmup] = {arm: calls.count(arm) - cell["pairs_measured"] for arm in ("a", "b")}
         assert all(n >= warmup for n in untimed[warmup].values()), (warmup, calls)
     assert {arm: untimed[3][arm] - untimed[1][arm] for arm in ("a", "b")} == {"a": 2, "b": 2}
 
@@ -347,5 +351,5 @@ def test_a_cell_stops_at_its_time_budget(tiny: str, tmp_path: Path) -> None:
         "400",
     )
     (cell,) = document["cells"]
-    assert cell["stopped"] == "max-time" and 0 < cell["pairs"] < 400, cell
+    assert cell["stopped"] == "max-time" and 0 < cell["pairs_measured"] < 400, cell
     assert time.monotonic() - started < 60

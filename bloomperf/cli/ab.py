@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import re
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -27,12 +26,11 @@ from typing import Any, TextIO
 from bloomperf.analysis.paired import SLOWER
 from bloomperf.catalog.checkpoints import default_cache_dir
 from bloomperf.catalog.topology import detect_topology
+from bloomperf.cli.ab_report import comparison_json, log_json, render_table
 from bloomperf.cli.arguments import TOLERANCE_HELP
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import markdown_table
-from bloomperf.core.jsonfile import json_fields, write_json_atomic
-from bloomperf.core.metrics import metrics
+from bloomperf.core.jsonfile import write_json_atomic
 from bloomperf.harness.interleave import (
     CYCLES,
     GROUPS,
@@ -329,82 +327,6 @@ def new_document(session: Session, a: Arm, b: Arm, settings: Settings) -> dict[s
         "differences": differences(a, b),
         "cells": [],
     }
-
-
-def comparison_json(comparison: Comparison) -> dict[str, Any]:
-    estimate = comparison.estimate
-    arms = {}
-    for name, result in comparison.arms.items():
-        arms[name] = {
-            "outcome": result.outcome.value,
-            "median_ms_per_token": comparison.median(name),
-            "load_time_s": result.load_time_s,
-            "peak_memory_bytes": result.peak_memory_bytes,
-            # Every registered metric the arm measured (its median), the outside ones too.
-            "figures": {
-                m.name: statistics.median(samples)
-                for m in metrics()
-                if (samples := m.samples(result))
-            },
-            "message": result.message[-2000:],
-        }
-    return {
-        "id": comparison.cell.id,
-        **json_fields(comparison.cell),
-        "outcome": comparison.outcome.value,
-        "verdict": comparison.verdict,
-        "ratio": estimate.ratio if estimate else None,
-        "low": estimate.low if estimate else None,
-        "high": estimate.high if estimate else None,
-        "pairs": estimate.pairs if estimate else 0,
-        "stopped": comparison.stopped,
-        "elapsed_s": round(comparison.elapsed_s, 3),
-        "message": comparison.message[-2000:],
-        "arms": arms,
-        "samples": [json_fields(s) for s in comparison.samples],
-    }
-
-
-def log_json(log: PairLog) -> dict[str, Any]:
-    """The cell being measured, as far as it got (kept if the run is interrupted)."""
-    estimate = log.estimate
-    return {
-        "id": log.cell.id,
-        **json_fields(log.cell),
-        "pairs": log.pairs,
-        "ratio": estimate.ratio if estimate else None,
-        "low": estimate.low if estimate else None,
-        "high": estimate.high if estimate else None,
-        "samples": [json_fields(s) for s in log.samples],
-    }
-
-
-def render_table(comparisons: list[Comparison], settings: Settings) -> str:
-    header = ["cell", "A ms/token", "B ms/token", "B/A", "interval", "pairs", "verdict"]
-    rows = []
-    for c in comparisons:
-        e = c.estimate
-        a, b = c.median("a"), c.median("b")
-        verdict = (
-            c.verdict or f"{c.outcome.value}: {c.message.splitlines()[0] if c.message else ''}"
-        )
-        rows.append(
-            [
-                c.cell.id,
-                f"{a:.3f}" if a else "–",
-                f"{b:.3f}" if b else "–",
-                f"{e.ratio:.3f}" if e else "–",
-                f"[{e.low:.3f}, {e.high:.3f}]" if e else "–",
-                str(e.pairs if e else 0),
-                verdict,
-            ]
-        )
-    lines = markdown_table(header, rows)
-    lines.append(
-        f"(intervals at {settings.look_confidence * 100:.2f} % each: "
-        f"{settings.confidence * 100:g} % over all the looks at them)"
-    )
-    return "\n".join(lines)
 
 
 def exit_code(comparisons: list[Comparison], fail_inconclusive: bool) -> int:

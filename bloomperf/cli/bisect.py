@@ -72,6 +72,7 @@ class Step:
     pairs: int = 0
     message: str = ""
     results: str | None = None
+    busy: bool = False  # inconclusive because the machine was busy (the message has figures)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,8 @@ def search(versions: list[str], test: Callable[[str], Step]) -> tuple[Finding, l
         # BAD itself cannot be installed or started: the input is wrong, not a finding (2).
         raise BloomperfError(f"bisect: BAD {versions[-1]} cannot be tested: {steps[0].message}")
     if steps[0].verdict != SLOWER:
-        reason = f"BAD {versions[-1]} is not slower than GOOD ({steps[0].verdict})"
+        why = f"{INCONCLUSIVE}: the machine was busy" if steps[0].busy else steps[0].verdict
+        reason = f"BAD {versions[-1]} is not slower than GOOD ({why})"
         return Finding(versions[0], None, (), reason), steps
     good, bad = 0, len(versions) - 1
     skipped: set[int] = set()
@@ -220,6 +222,9 @@ def step_from(version: str, comparisons: list[Comparison], results: Path | None)
     where = str(results) if results else None
     if failed:
         return Step(version, SKIPPED, message=f"did not run: {failed[0].message}", results=where)
+    busy = [c for c in comparisons if c.outcome is Outcome.OK and c.busy_verdict]
+    if not judged and busy:
+        return Step(version, INCONCLUSIVE, message=busy_reason(busy[0]), results=where, busy=True)
     if not judged:
         return Step(version, SKIPPED, message="no cell was measured", results=where)
     verdicts = {c.verdict for c in judged}
@@ -236,6 +241,7 @@ def step_from(version: str, comparisons: list[Comparison], results: Path | None)
         verdict = FASTER if verdicts == {FASTER} else SAME
     estimate = worst.estimate
     assert estimate is not None
+    why = busy_reason(busy[0]) if verdict == INCONCLUSIVE and busy else ""
     return Step(
         version,
         verdict,
@@ -243,9 +249,17 @@ def step_from(version: str, comparisons: list[Comparison], results: Path | None)
         estimate.low,
         estimate.high,
         estimate.pairs,
-        message=worst.cell.id,
+        message=why or worst.cell.id,
         results=where,
+        busy=bool(why),
     )
+
+
+def busy_reason(comparison: Comparison) -> str:
+    """Why a version's comparison stayed inconclusive on a busy machine, in a few words."""
+    busy = comparison.busy
+    clean = f"{busy.clean} of {busy.pairs} pairs clean" if busy else "pairs set aside"
+    return f"{comparison.cell.id}: machine busy, {clean}"
 
 
 def add_command(subparsers: Any) -> None:

@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TextIO
 
+from bloomperf.analysis.contention import Busy, busy_figures, clean_estimate, contended
 from bloomperf.analysis.paired import (
+    INCONCLUSIVE,
     PairedEstimate,
     decide,
-    estimate_paired,
     final_verdict,
     first_look,
     look_confidence,
@@ -40,7 +41,8 @@ from bloomperf.catalog.workload import ms_per_token
 from bloomperf.harness.launch import GroupSpec
 from bloomperf.harness.matrix import Cell, Group
 from bloomperf.harness.overlay import Arm
-from bloomperf.harness.runner import GroupRunner
+from bloomperf.harness.runner import GroupRunner, threads_of
+from bloomperf.store.contention import CycleLoad
 from bloomperf.store.results import CellResult, Outcome
 
 CYCLES = "cycles"
@@ -70,13 +72,16 @@ class Settings:
 
 @dataclass(frozen=True)
 class Sample:
-    """One timed cycle: its arm, its pair (round), its position in the pair, its order overall."""
+    """One timed cycle: its arm, its pair (round), its position in the pair, its order overall,
+    what else used the machine meanwhile, and whether its pair was set aside for that."""
 
     arm: str
     pair: int
     position: int
     sequence: int
     ms_per_token: float
+    load: CycleLoad | None = None
+    set_aside: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,12 @@ class Comparison:
     stopped: str  # decided | max-pairs | max-time | failed
     arms: dict[str, CellResult] = field(default_factory=dict)
     message: str = ""
+    busy: Busy | None = None  # how busy the machine was; set whenever pairs were measured
+
+    @property
+    def busy_verdict(self) -> bool:
+        """Inconclusive because pairs had to be set aside: the machine was busy."""
+        return self.verdict == INCONCLUSIVE and self.busy is not None and self.busy.set_aside > 0
 
     def median(self, arm: str) -> float | None:
         values = [s.ms_per_token for s in self.samples if s.arm == arm]
@@ -106,7 +117,11 @@ class PairLog:
     settings: Settings
     samples: list[Sample] = field(default_factory=list)
     ratios: dict[str, list[float]] = field(default_factory=lambda: {"a": [], "b": []})
+    # Per pair: whether it is set aside, and each arm's cycles' loads behind it.
+    set_aside: list[bool] = field(default_factory=list)
+    loads: list[tuple[tuple[CycleLoad | None, ...], ...]] = field(default_factory=list)
     look: int = 0
+    report_at: int = 0  # the measured pairs at which progress is reported next
     estimate: PairedEstimate | None = None
     verdict: str | None = None
 
@@ -114,42 +129,67 @@ class PairLog:
     def pairs(self) -> int:
         return len(self.ratios["b"])
 
+    @property
+    def clean_pairs(self) -> int:
+        """The pairs the verdict rests on: those not set aside for contention."""
+        return self.pairs - sum(self.set_aside)
+
     def add_pair(
         self,
         values: dict[str, float],
         order: tuple[str, ...],
         cycles: dict[str, tuple[float, ...]] | None = None,
+        loads: dict[str, tuple[CycleLoad | None, ...]] | None = None,
     ) -> None:
-        """One pair of values; ``cycles`` (groups mode) are every cycle behind each value."""
+        """One pair of values; ``cycles`` (groups mode) are every cycle behind each value,
+        ``loads`` each cycle's contention (in the same order), which may set the pair aside."""
         pair = self.pairs
+        arm_loads = {arm: (loads or {}).get(arm, ()) for arm in ARMS}
+        aside = contended(arm_loads["a"], arm_loads["b"], self.settings.tolerance)
         for position, arm in enumerate(order):
-            for value in cycles[arm] if cycles else (values[arm],):
-                self.samples.append(Sample(arm, pair, position, len(self.samples), value))
+            for i, value in enumerate(cycles[arm] if cycles else (values[arm],)):
+                load = arm_loads[arm][i] if i < len(arm_loads[arm]) else None
+                sample = Sample(arm, pair, position, len(self.samples), value, load, aside)
+                self.samples.append(sample)
         for arm in ARMS:
             self.ratios[arm].append(values[arm])
+        self.set_aside.append(aside)
+        self.loads.append((arm_loads["a"], arm_loads["b"]))
 
     def add_round(self, arms: dict[str, CellResult], order: tuple[str, ...]) -> None:
         """One round of groups mode: each arm's cell, paired by its figure (the median of its
         timed cycles, ``CellResult.ms_per_token``), with every cycle behind it kept."""
         values = {arm: float(arms[arm].ms_per_token or 0.0) for arm in ARMS}
-        self.add_pair(values, order, {arm: arms[arm].samples_ms_per_token for arm in ARMS})
+        cycles = {arm: arms[arm].samples_ms_per_token for arm in ARMS}
+        self.add_pair(values, order, cycles, {arm: arms[arm].loads for arm in ARMS})
 
     def decided(self) -> bool:
-        """Look at the interval when the schedule says so; True once it supports a verdict."""
-        if self.pairs < max(self.look, first_look(self.settings.min_pairs)):
+        """Look at the interval when the schedule says so; True once it supports a verdict.
+        The schedule counts clean pairs: a pair set aside is as if it had not been measured."""
+        if self.clean_pairs < max(self.look, first_look(self.settings.min_pairs)):
             return False
-        self.look = next_look(self.pairs)
-        self.estimate = estimate_paired(
-            self.ratios["a"], self.ratios["b"], self.settings.look_confidence
-        )
-        self.verdict = decide(self.estimate, self.settings.tolerance)
+        self.look = next_look(self.clean_pairs)
+        self.estimate = self.clean_estimate()
+        self.verdict = decide(self.estimate, self.settings.tolerance) if self.estimate else None
         return self.verdict is not None
 
+    def report_due(self) -> bool:
+        """Whether to report (and save) progress now: on the looks' schedule, counted in
+        measured pairs, so a machine too busy for any look still shows and keeps its pairs."""
+        if self.pairs < max(self.report_at, first_look(self.settings.min_pairs)):
+            return False
+        self.report_at = next_look(self.pairs)
+        return True
+
+    def clean_estimate(self) -> PairedEstimate | None:
+        """The paired estimate over the clean pairs; None while there is none."""
+        return clean_estimate(
+            self.ratios["a"], self.ratios["b"], self.set_aside, self.settings.look_confidence
+        )
+
     def comparison(self, stopped: str, elapsed: float, arms: dict[str, CellResult]) -> Comparison:
-        if self.pairs and (self.estimate is None or self.estimate.pairs != self.pairs):
-            self.estimate = estimate_paired(
-                self.ratios["a"], self.ratios["b"], self.settings.look_confidence
-            )
+        if self.estimate is None or self.estimate.pairs != self.clean_pairs:
+            self.estimate = self.clean_estimate()
         return Comparison(
             cell=self.cell,
             outcome=Outcome.OK,
@@ -159,6 +199,7 @@ class PairLog:
             elapsed_s=elapsed,
             stopped=stopped,
             arms=arms,
+            busy=busy_figures(self.loads, self.set_aside) if self.pairs else None,
         )
 
 
@@ -181,6 +222,9 @@ def compare_group(
         return
     rng = random.Random(settings.seed)
     runners = {arm: GroupRunner(specs[arm], warmup=settings.warmup) for arm in ARMS}
+    # Each arm's worker is bloomperf's own to the other: its CPU time is not a neighbour's.
+    runners["a"].also_ours = runners["b"].tree_roots
+    runners["b"].also_ours = runners["a"].tree_roots
     try:
         with shared_cpus(list(specs.values())):
             for cell in group.cells():
@@ -213,14 +257,6 @@ def shared_cpus(specs: list[GroupSpec]) -> Iterator[None]:
         os.sched_setaffinity(0, allowed)
 
 
-def threads_of(spec: GroupSpec) -> int:
-    """The threads per rank an arm's workers will use: its OMP_NUM_THREADS, else --threads."""
-    try:
-        return max(1, int(spec.env.get("OMP_NUM_THREADS") or spec.launch.threads))
-    except ValueError:
-        return 1
-
-
 def compare_cell_by_cycles(
     runners: dict[str, GroupRunner],
     cell: Cell,
@@ -248,11 +284,15 @@ def compare_cell_by_cycles(
                 cycle[arm]()
         while True:
             order = tuple(rng.sample(ARMS, 2))
-            values = {arm: ms_per_token(cycle[arm](), cell.batch_size, new_tokens) for arm in order}
-            log.add_pair(values, order)
+            values: dict[str, float] = {}
+            loads: dict[str, tuple[CycleLoad | None, ...]] = {}
+            for arm in order:
+                values[arm] = ms_per_token(cycle[arm](), cell.batch_size, new_tokens)
+                loads[arm] = (runners[arm].last_load,)
+            log.add_pair(values, order, loads=loads)
             decided = log.decided()
-            if log.estimate is not None and log.estimate.pairs == log.pairs:
-                progress(log, time.monotonic() - started)  # after each look at the interval
+            if log.report_due() or decided:
+                progress(log, time.monotonic() - started)  # as often as the looks would be
             if decided:
                 stopped = "decided"
             elif log.pairs >= settings.max_pairs:
@@ -355,8 +395,10 @@ def print_progress(err: TextIO | None = None) -> Progress:
             if estimate is not None
             else "no interval yet"
         )
+        aside = log.pairs - log.clean_pairs
+        pairs = f"{log.pairs:>5} pairs" + (f" ({aside} set aside)" if aside else "")
         print(
-            f"  {log.cell.id:<28} {log.pairs:>5} pairs  {figures}  {elapsed:.0f} s",
+            f"  {log.cell.id:<28} {pairs}  {figures}  {elapsed:.0f} s",
             file=err or sys.stderr,  # read when printed: a default bound at import outlives it
             flush=True,
         )

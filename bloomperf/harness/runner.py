@@ -7,15 +7,17 @@ hung collective can poison a process, and a fresh process gives clean load and m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
 from bloomperf.catalog.workload import ms_per_token
 from bloomperf.core.progress import heartbeat, last_line
 from bloomperf.harness.launch import GroupSpec, LoadReport, WorkerFailure, WorkerGroup
+from bloomperf.measure.contention import LoadProbe
 from bloomperf.measure.energy import EnergyMeter, create_meter, total_energy
 from bloomperf.measure.telemetry import TelemetrySampler, create_sampler
+from bloomperf.store.contention import CycleLoad
 from bloomperf.store.results import CellResult, EnergyReading, Outcome
 from bloomperf.store.telemetry import Telemetry, TelemetrySample, summarize
 
@@ -58,6 +60,11 @@ class GroupRunner:
         self.energy_meter = energy_meter  # created on the first cell (NVML or RAPL)
         self.telemetry = telemetry  # a sampler, or why there is none; created on the first cell
         self._cycle_telemetry: list[list[TelemetrySample]] = []
+        # Root pids of bloomperf's other worker trees (the other arm in ``ab``): their CPU
+        # time is ours, not a neighbour's.
+        self.also_ours: Callable[[], Iterable[int]] = tuple
+        self._probe: LoadProbe | None = None
+        self._cycle_loads: list[CycleLoad] = []
 
     def run_cell(self, batch_size: int, measure: Measure = measure_plainly) -> CellResult:
         base = CellResult(
@@ -98,6 +105,7 @@ class GroupRunner:
             )
             self._cycle_steps, self._cycle_energy, self._cycle_telemetry = [], [], []
             self._cycle_figures = []
+            self._cycle_loads = []
             self._batch_size = batch_size
             seconds = measure(lambda: self._cycle(group), self.warmup, self.cycles)
             peaks = group.request({"op": "end"}, "ended")
@@ -127,15 +135,17 @@ class GroupRunner:
             telemetry=self._telemetry_of(timed),
             generate_memory=memory,
             figures=timed_figures(self._cycle_figures[len(self._cycle_figures) - timed :]),
+            loads=tuple(self._cycle_loads[len(self._cycle_loads) - timed :]),
         )
 
     def _cycle(self, group: WorkerGroup) -> float:
-        # The energy counters are read here, in the controller, around the request: outside
-        # the worker's timed region, so they add nothing to what is timed.
-        meter, sampler = self._meter(), self._sampler()
+        # The energy counters and the machine's load are read here, in the controller, around
+        # the request: outside the worker's timed region, so they add nothing to what is timed.
+        meter, sampler, probe = self._meter(), self._sampler(), self._load_probe()
         if isinstance(sampler, TelemetrySampler):
             sampler.samples = []
             sampler.start()
+        load_before = probe.snapshot()
         before = meter.snapshot()
         try:
             reply = group.request({"op": "cycle"}, "sample")
@@ -143,6 +153,7 @@ class GroupRunner:
             if isinstance(sampler, TelemetrySampler):
                 sampler.stop()
         after = meter.snapshot()
+        self._cycle_loads.append(probe.between(load_before, probe.snapshot()))
         if isinstance(sampler, TelemetrySampler):
             self._cycle_telemetry.append(sampler.samples)
         tokens = self._batch_size * self.spec.new_tokens
@@ -150,6 +161,23 @@ class GroupRunner:
         self._cycle_steps.append(tuple(float(ms) for ms in reply.get("step_ms", [])))
         self._cycle_figures.append(reply.get("figures") or {})
         return float(reply["seconds"])
+
+    @property
+    def last_load(self) -> CycleLoad | None:
+        """What else used the machine during the latest cycle."""
+        return self._cycle_loads[-1] if self._cycle_loads else None
+
+    def tree_roots(self) -> list[int]:
+        """The root pid of the live worker group (its launcher or its only rank), if any."""
+        process = self.group.process if self.group is not None else None
+        return [process.pid] if process is not None else []
+
+    def _load_probe(self) -> LoadProbe:
+        if self._probe is None:
+            width = self.spec.world_size * threads_of(self.spec)
+            gpus = [d.index for d in self.spec.devices] if self.spec.device != "cpu" else []
+            self._probe = LoadProbe(self.tree_roots, lambda: self.also_ours(), width, gpus)
+        return self._probe
 
     def _sampler(self) -> TelemetrySampler | str:
         if self.telemetry is None:
@@ -195,6 +223,14 @@ class GroupRunner:
             self.group.abort()
         self.group = None
         self.loaded = None
+
+
+def threads_of(spec: GroupSpec) -> int:
+    """The threads per rank a group's workers will use: its OMP_NUM_THREADS, else --threads."""
+    try:
+        return max(1, int(spec.env.get("OMP_NUM_THREADS") or spec.launch.threads))
+    except ValueError:
+        return 1
 
 
 def with_log(failure: WorkerFailure, group: WorkerGroup) -> WorkerFailure:

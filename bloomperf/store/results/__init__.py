@@ -14,6 +14,7 @@ from typing import Any
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import get_str
+from bloomperf.store.contention import CycleLoad
 from bloomperf.store.latency import StepSummary, per_cycle, summarize_steps, tokens_per_s
 from bloomperf.store.telemetry import Telemetry
 
@@ -127,6 +128,8 @@ class CellResult:
     # Per timed cycle, what each metric with a measurement of its own (a ``measure`` hook in
     # ``bloomperf.core.metrics``) measured, by metric name.
     figures: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # Per timed cycle, what else used the machine meanwhile (other processes' CPU, GPU).
+    loads: tuple[CycleLoad, ...] = ()
 
     @property
     def id(self) -> str:

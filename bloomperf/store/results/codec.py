@@ -20,6 +20,7 @@ from bloomperf.core.jsonfile import (
     get_str,
     json_fields,
 )
+from bloomperf.store.contention import CycleLoad, load_from_dict, load_to_dict
 from bloomperf.store.results import (
     MAX_BATCH_SIZE,
     MAX_CELLS,
@@ -42,11 +43,15 @@ from bloomperf.store.telemetry import telemetry_from_dict, telemetry_to_dict
 
 def update_to_2(data: dict[str, Any]) -> dict[str, Any]:
     """Version 2 adds a cell's ``figures`` (metric name -> per-cycle samples, from metrics
-    that measure something of their own); a version 1 cell measured none."""
+    that measure something of their own) and its ``loads`` (what else used the machine during
+    each timed cycle); a version 1 cell measured neither."""
     cells = data.get("cells")
     if not isinstance(cells, list):
         return data  # the reader names what is wrong with it
-    return {**data, "cells": [{"figures": {}, **c} if isinstance(c, dict) else c for c in cells]}
+    return {
+        **data,
+        "cells": [{"figures": {}, "loads": [], **c} if isinstance(c, dict) else c for c in cells],
+    }
 
 
 RESULTS = DocumentKind("bloomperf-results", 2, {2: update_to_2})
@@ -78,6 +83,7 @@ def cell_to_dict(c: CellResult) -> dict[str, Any]:
         **latency_to_dict(c),
         "samples_step_ms": [list(steps) for steps in c.samples_step_ms],
         "figures": {name: list(values) for name, values in c.figures.items()},
+        "loads": [load_to_dict(load) for load in c.loads],
         "energy_j": c.energy.energy_j if c.energy else None,
         "j_per_token": c.energy.j_per_token if c.energy else None,
         "avg_power_w": c.energy.avg_power_w if c.energy else None,
@@ -188,6 +194,7 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
             bounded_list(data, "samples_step_ms", where, MAX_CYCLES), where
         ),
         figures=figures_from_dict(get_dict(data, "figures", where, default={}), where),
+        loads=loads_from_list(bounded_list(data, "loads", where, MAX_CYCLES), where),
     )
 
 
@@ -201,6 +208,13 @@ def figures_from_dict(data: dict[str, Any], where: str) -> dict[str, tuple[float
         )
         for name in data
     }
+
+
+def loads_from_list(values: list[Any], where: str) -> tuple[CycleLoad, ...]:
+    """Each timed cycle's load (what else used the machine); none in a version 1 file (nor in
+    a version 2 file written before cycles carried one: the list may be absent)."""
+    read = (load_from_dict(entry, f"{where} loads[{i}]") for i, entry in enumerate(values))
+    return tuple(load for load in read if load is not None)
 
 
 # Figures written beside a cell for other readers and recomputed from its samples when read:
