@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from bloomperf.backends.base import Backend, LoadRequest
@@ -55,7 +56,15 @@ def silence_bitsandbytes() -> None:
 
 class AccelerateBackend(Backend):
     name: ClassVar[str] = "accelerate"
+    display_name: ClassVar[str] = "Accelerate"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "int8")
+    # The blog's rows on GPU; on CPU the tiny-model matrix that CI runs.
+    default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "cuda": ("bf16", "int8"),
+        "cpu": ("fp32", "bf16", "int8"),
+    }
+    default_on: ClassVar[tuple[str, ...]] = ("cuda", "cpu")
+    memory_model: ClassVar[str | None] = "device-map"
     spans_visible_gpus: ClassVar[bool] = True
 
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,24 @@ class LoadRequest:
 
 
 class Backend(ABC):
-    name: ClassVar[str]
-    dtypes: ClassVar[tuple[str, ...]]
+    """A backend and its traits: everything the core asks about it, so that it names none.
+
+    A new backend is a subclass (one module) plus one registration (an entry point in the
+    ``bloomperf.backends`` group, ``bloomperf.backends.backend_names``).
+    """
+
+    name: ClassVar[str]  # as given to --backends and stored in results
+    display_name: ClassVar[str]  # the row label in tables ("DeepSpeed-Inference")
+    dtypes: ClassVar[tuple[str, ...]]  # every dtype it can run
+    # The dtypes a run without --dtypes measures, per device ("cuda", "cpu"); a device it lacks
+    # needs --dtypes.
+    default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    # The devices where a run without --backends includes it (none: only when named).
+    default_on: ClassVar[tuple[str, ...]] = ()
+    # Which of the memory models (``bloomperf.analysis.memory_model.LAYOUTS``) describes its
+    # placement, or None: then its memory is never predicted and its cells never skipped on a
+    # prediction (only on a measured OOM).
+    memory_model: ClassVar[str | None] = None
     # One process spreading the model over every visible GPU (accelerate's device map), rather
     # than one rank per GPU: decides which GPUs the group is given, sampled and locked.
     spans_visible_gpus: ClassVar[bool] = False
@@ -61,6 +78,12 @@ class Backend(ABC):
         """Whether each batch size needs a worker group of its own (a fresh load) rather than
         the (backend, dtype) group that served the previous batch."""
         return False
+
+    @classmethod
+    def shard_mismatch(cls, marker: Mapping[str, Any], world_size: int) -> str | None:
+        """Why a ``--sharded`` folder (its marker, ``bloomperf shard``'s) does not fit a group
+        of ``world_size`` ranks, or None (also for a backend that does not read such folders)."""
+        return None
 
     @classmethod
     def host_memory_reason(

@@ -14,6 +14,7 @@ times the batch per cycle, reported in ``details()["aggregate_batch_factor"]``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,7 +36,11 @@ OFFLOAD_CHOICES = ("none", "cpu", "nvme")
 class DeepSpeedZeroBackend(Backend):
     builds_ops: ClassVar[bool] = True
     name: ClassVar[str] = "ds-zero"
+    display_name: ClassVar[str] = "DeepSpeed-ZeRO"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
+    default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {"cuda": ("bf16",), "cpu": ("fp32",)}
+    default_on: ClassVar[tuple[str, ...]] = ("cuda",)
+    memory_model: ClassVar[str | None] = "zero-3"
 
     @classmethod
     def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:

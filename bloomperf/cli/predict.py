@@ -32,7 +32,7 @@ from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.arguments import add_format_argument, add_run_option, checked, run_option
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import markdown_table
-from bloomperf.harness.matrix import DEFAULT_BATCH_SIZES
+from bloomperf.harness.matrix import DEFAULT_BATCH_SIZES, default_backends
 from bloomperf.harness.options import parse_positive_int
 from bloomperf.render.terminal import fit_lines, fit_table, terminal_width
 from bloomperf.store.baseline.search import find_baseline
@@ -56,7 +56,7 @@ def add_command(subparsers: Any) -> None:
     )
     # The blog's rows and GPU batch sizes; --batches is the older spelling of --batch-sizes.
     for name, default, *older in (
-        ("backends", "accelerate,ds-inference,ds-zero"),
+        ("backends", ",".join(default_backends("cuda"))),
         ("dtypes", "bf16,fp16,int8"),
         ("batch_sizes", ",".join(str(b) for b in DEFAULT_BATCH_SIZES["cuda"]), "--batches"),
         ("new_tokens", str(NEW_TOKENS)),
