@@ -92,3 +92,25 @@ def test_without_the_package_its_name_is_refused_in_one_line(backend_results: Pa
     diff = bloomperf(None, "diff", str(backend_results))  # its results name an unknown backend
     assert diff.returncode == 2 and diff.stderr.count("\n") == 1
     assert str(backend_results) in diff.stderr and f"unknown backend {BACKEND!r}" in diff.stderr
+
+
+def test_the_pytest_plugin_runs_it(
+    outside_package: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", outside_env(outside_package)["PYTHONPATH"])
+    pytester.makepyfile(
+        test_matrix="""
+        import pytest
+
+        @pytest.mark.cpu
+        def test_cpu(bloomperf_cell, bloomperf, benchmark):
+            bloomperf.check(bloomperf_cell, benchmark)
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-m", "cpu", "-v", f"--bloomperf-backends={BACKEND}", "--bloomperf-batch-sizes=1",
+        "--bloomperf-cycles=1", "--bloomperf-new-tokens=4", "--bloomperf-no-lock",
+        f"--bloomperf-output={pytester.path / 'r.json'}",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*test_cpu?{BACKEND}-fp32-bs1? PASSED*", f"*{DISPLAY} fp32*"])
