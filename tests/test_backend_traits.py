@@ -140,7 +140,7 @@ def test_an_entry_point_adds_a_backend_after_the_built_ins(fake_backends: None) 
 @pytest.mark.parametrize(
     ("name", "why"),
     [
-        ("missing", "cannot load it (ModuleNotFoundError"),
+        ("missing", "cannot load it (ModuleNotFoundError("),
         ("not-a-backend", "not a subclass of bloomperf's Backend"),
         ("misnamed", "the class's name is 'something-else'"),
     ],

@@ -96,9 +96,7 @@ def block_activation_bytes(shape: ModelShape, dtype: str, batch: int, prompt_tok
     return batch * prompt_tokens * (h + 3 * h + 4 * h) * activation_bytes(dtype)
 
 
-# Accelerate's placement: a max_memory map over the GPUs of one process (``run --dry-run``
-# plans that map itself for a backend that names this model).
-DEVICE_MAP = "device-map"
+DEVICE_MAP = "device-map"  # accelerate's: ``run --dry-run`` plans the map itself
 
 # ---- predictions ----------------------------------------------------------------------------
 
@@ -165,12 +163,9 @@ class MemoryModel:
 def memory_model_of(backend: str) -> MemoryModel | None:
     """The memory model ``backend`` names, or None (then nothing is predicted for it)."""
     key = backend_class(backend).memory_model
-    if key is None:
-        return None
-    if key not in MEMORY_MODELS:
-        known = ", ".join(MEMORY_MODELS)
-        raise BloomperfError(f"--backends {backend}: unknown memory model {key!r} ({known})")
-    return MEMORY_MODELS[key]
+    if key is not None and key not in MEMORY_MODELS:
+        raise BloomperfError(f"--backends {backend}: unknown memory model {key!r}")
+    return None if key is None else MEMORY_MODELS[key]
 
 
 @dataclass(frozen=True)

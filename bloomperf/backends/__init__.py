@@ -1,16 +1,13 @@
-"""The backend registry: the built-in backends in the blog's order, then those that installed
-packages add through the ``bloomperf.backends`` entry-point group.
-
-Everything the core needs to know about a backend is a trait of its class (``base.Backend``);
-the core asks ``backend_class(name)`` and never names one. The controller (CLI, pytest plugin)
-only reads traits; torch, transformers and DeepSpeed are imported inside worker processes.
+"""The backend registry: the built-ins in the blog's order, then what installed packages add
+through the ``bloomperf.backends`` entry-point group. The core asks a backend's class for its
+traits (``base.Backend``) and names none; torch and DeepSpeed load only in worker processes.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
 
 from bloomperf.catalog.dtypes import DTYPES as DTYPES  # the registry's callers read both names here
@@ -20,7 +17,6 @@ if TYPE_CHECKING:
     from bloomperf.backends.base import Backend
 
 ENTRY_POINT_GROUP = "bloomperf.backends"
-
 # name -> "module:Class". Order is the order of rows in tables (the blog's order).
 BACKEND_CLASSES: dict[str, str] = {
     "accelerate": "bloomperf.backends.accelerate:AccelerateBackend",
@@ -32,11 +28,10 @@ BACKEND_NAMES: tuple[str, ...] = tuple(BACKEND_CLASSES)  # the built-ins only
 
 
 @functools.cache
-def installed_entry_points() -> dict[str, importlib.metadata.EntryPoint]:
-    """The backends installed packages declare, by name (read once: names only, nothing is
-    imported until a backend is used). A built-in's name cannot be taken over."""
-    found: dict[str, importlib.metadata.EntryPoint] = {}
-    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+def installed_entry_points() -> dict[str, EntryPoint]:
+    """The installed packages' backends by name (names only: nothing imported until used)."""
+    found: dict[str, EntryPoint] = {}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name in BACKEND_CLASSES:
             raise BloomperfError(f"{describe(point)}: {point.name!r} is a built-in backend's name")
         found.setdefault(point.name, point)
@@ -44,52 +39,39 @@ def installed_entry_points() -> dict[str, importlib.metadata.EntryPoint]:
 
 
 def backend_names() -> tuple[str, ...]:
-    """Every backend: the built-ins in the blog's order, then the entry points'."""
     return (*BACKEND_CLASSES, *installed_entry_points())
 
 
 def backend_class(name: str) -> type[Backend]:
     """The class of backend ``name``; a bad entry point is one line naming it."""
+    from bloomperf.backends.base import Backend
+
     if name in BACKEND_CLASSES:
         module_name, _, class_name = BACKEND_CLASSES[name].partition(":")
         cls: type[Backend] = getattr(importlib.import_module(module_name), class_name)
         return cls
-    point = installed_entry_points().get(name)
-    if point is None:
+    if name not in installed_entry_points():
         raise BloomperfError(f"unknown backend {name!r} (valid: {', '.join(backend_names())})")
-    return loaded_backend(point)
-
-
-def loaded_backend(point: importlib.metadata.EntryPoint) -> type[Backend]:
-    from bloomperf.backends.base import Backend
-
+    point = installed_entry_points()[name]
     try:
         loaded = point.load()
-    except Exception as exc:  # whatever the outside module raises: it is that module's fault
-        message = f"{describe(point)}: cannot load it ({type(exc).__name__}: {exc})"
-        raise BloomperfError(message) from exc
+    except Exception as exc:  # whatever the outside module raises, it is that module's
+        raise BloomperfError(f"{describe(point)}: cannot load it ({exc!r})") from exc
     if not (isinstance(loaded, type) and issubclass(loaded, Backend)):
         raise BloomperfError(f"{describe(point)}: not a subclass of bloomperf's Backend")
-    if getattr(loaded, "name", None) != point.name:
-        raise BloomperfError(
-            f"{describe(point)}: the class's name is {getattr(loaded, 'name', None)!r}"
-        )
+    if (named := getattr(loaded, "name", None)) != name:
+        raise BloomperfError(f"{describe(point)}: the class's name is {named!r}")
     return loaded
 
 
-def describe(point: importlib.metadata.EntryPoint) -> str:
+def describe(point: EntryPoint) -> str:
     return f"entry point {point.name} = {point.value} (group {ENTRY_POINT_GROUP})"
 
 
-def display_name(name: str) -> str:
-    """How tables name a backend (the blog's names); a backend not installed here (a results
-    file from elsewhere) by its own name."""
-    try:
-        return backend_class(name).display_name
-    except BloomperfError:
-        return name
-
-
 def row_label(backend: str, dtype: str) -> str:
-    """A table row's label: ``DeepSpeed-Inference fp16``."""
-    return f"{display_name(backend)} {dtype}"
+    """A table row's label, by the backend's display name (by its name where a results file
+    names one not installed here)."""
+    try:
+        return f"{getattr(backend_class(backend), 'display_name', backend)} {dtype}"
+    except BloomperfError:
+        return f"{backend} {dtype}"

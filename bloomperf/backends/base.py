@@ -31,27 +31,21 @@ class LoadRequest:
 
 
 class Backend(ABC):
-    """A backend and its traits: everything the core asks about it, so that it names none.
-
-    A new backend is a subclass (one module) plus one registration (an entry point in the
-    ``bloomperf.backends`` group, ``bloomperf.backends.backend_names``).
-    """
+    """A backend's traits are all the core asks about it (docs/extending.md)."""
 
     name: ClassVar[str]  # as given to --backends and stored in results
     display_name: ClassVar[str]  # the row label in tables ("DeepSpeed-Inference")
     dtypes: ClassVar[tuple[str, ...]]  # every dtype it can run
-    # The dtypes a run without --dtypes measures, per device ("cuda", "cpu"); a device it lacks
-    # needs --dtypes.
+    # Per device ("cuda", "cpu"), the dtypes a run without --dtypes measures.
     default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {}
-    # The devices where a run without --backends includes it (none: only when named).
-    default_on: ClassVar[tuple[str, ...]] = ()
-    # Which of the memory models (``bloomperf.analysis.memory_model.LAYOUTS``) describes its
-    # placement, or None: then its memory is never predicted and its cells never skipped on a
-    # prediction (only on a measured OOM).
+    default_on: ClassVar[tuple[str, ...]] = ()  # devices whose run without --backends has it
+    # A key of ``analysis.memory_model.MEMORY_MODELS``, or None: never predicted, so its cells
+    # are never skipped on a prediction (only on a measured OOM).
     memory_model: ClassVar[str | None] = None
     # One process spreading the model over every visible GPU (accelerate's device map), rather
     # than one rank per GPU: decides which GPUs the group is given, sampled and locked.
     spans_visible_gpus: ClassVar[bool] = False
+    rank_per_gpu: ClassVar[bool] = False  # DeepSpeed's groups: a rank per GPU, or --tp ranks
     # Whether loading may JIT-build DeepSpeed ops (in TORCH_EXTENSIONS_DIR, under the build lock).
     builds_ops: ClassVar[bool] = False
     model: Any = None  # the loaded model (or DeepSpeed's module wrapping it), set by ``load``
@@ -71,7 +65,9 @@ class Backend(ABC):
     @classmethod
     def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
         """How many ranks the worker group needs (1: a plain process)."""
-        return 1
+        if not cls.rank_per_gpu:
+            return 1
+        return options.tp or (max(1, visible_devices) if device == "cuda" else 1)
 
     @classmethod
     def group_per_batch(cls, options: BackendOptions) -> bool:
@@ -81,8 +77,7 @@ class Backend(ABC):
 
     @classmethod
     def shard_mismatch(cls, marker: Mapping[str, Any], world_size: int) -> str | None:
-        """Why a ``--sharded`` folder (its marker, ``bloomperf shard``'s) does not fit a group
-        of ``world_size`` ranks, or None (also for a backend that does not read such folders)."""
+        """Why a ``--sharded`` folder (its marker) does not fit the group, or None."""
         return None
 
     @classmethod

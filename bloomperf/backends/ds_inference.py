@@ -58,13 +58,8 @@ INT8_NEEDS_CHECKPOINT = (
 
 class TensorParallelBackend(Backend):
     builds_ops: ClassVar[bool] = True
+    rank_per_gpu: ClassVar[bool] = True
     kernel_inject: ClassVar[bool]
-
-    @classmethod
-    def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
-        if options.tp:
-            return options.tp
-        return max(1, visible_devices) if device == "cuda" else 1
 
     @classmethod
     def host_memory_reason(

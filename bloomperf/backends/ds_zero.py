@@ -35,6 +35,7 @@ OFFLOAD_CHOICES = ("none", "cpu", "nvme")
 
 class DeepSpeedZeroBackend(Backend):
     builds_ops: ClassVar[bool] = True
+    rank_per_gpu: ClassVar[bool] = True
     name: ClassVar[str] = "ds-zero"
     display_name: ClassVar[str] = "DeepSpeed-ZeRO"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
@@ -53,12 +54,6 @@ class DeepSpeedZeroBackend(Backend):
         if offload == "nvme":
             return nvme_unsupported(options)
         return None
-
-    @classmethod
-    def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
-        if options.tp:
-            return options.tp
-        return max(1, visible_devices) if device == "cuda" else 1
 
     def prepare(self, request: LoadRequest) -> None:
         """Importing DeepSpeed and joining the rank group (on CPU: the shared-memory all-reduce's

@@ -110,8 +110,8 @@ def plan_group(session: Session, group: Group, gpu: GpuSpec | None, err: TextIO)
     indices = tuple(g.index for g in session.topology.gpus)
     devices = tuple(d.index for d in spec.devices)  # the GPUs the launch itself names
     device_map = None
-    places_by_map = backend_class(group.backend).memory_model == DEVICE_MAP
-    if places_by_map and session.device == "cuda" and gpu is not None:
+    by_map = backend_class(group.backend).memory_model == DEVICE_MAP
+    if by_map and session.device == "cuda" and gpu is not None:
         print(f"  {group.backend} {group.dtype}: device map on the meta device...", file=err)
         device_map = plan_device_map(session, group.dtype, len(indices), gpu)
     # A multi-node launch names no local devices: it spans every GPU of every node.
@@ -168,10 +168,7 @@ def plan_cell(
 ) -> dict[str, Any]:
     planned: dict[str, Any] = {"batch_size": cell.batch_size, "skip": session.skip_reason(cell)}
     shape, layers = session.model.shape, session.model.layers
-    if memory_model_of(cell.backend) is None:
-        planned["predicted"] = {}  # no model of this backend's placement: nothing to predict
-        return planned
-    if gpu is None or shape is None:
+    if gpu is None or shape is None or memory_model_of(cell.backend) is None:
         suite_cell = session.suite_cell(cell.backend, cell.dtype, cell.batch_size)
         planned["predicted"] = cell_prediction(suite_cell)
         return planned

@@ -48,12 +48,13 @@ class Group:
 
 def plan_groups(options: RunConfig, device: str) -> list[Group]:
     """Groups in table order (the blog's backend order), batch sizes ascending."""
-    names = backend_names()
     backends = options.backends or default_backends(device)
     batch_sizes = tuple(sorted(options.batch_sizes or DEFAULT_BATCH_SIZES[device]))
     groups: list[Group] = []
-    for backend in sorted(backends, key=names.index):
-        dtypes = options.dtypes or default_dtypes(backend, device)
+    for backend in sorted(backends, key=backend_names().index):
+        dtypes = options.dtypes or backend_class(backend).default_dtypes.get(device)
+        if not dtypes:
+            raise BloomperfError(f"--backends {backend}: no default dtype on {device}: --dtypes")
         groups.extend(Group(backend, dtype, batch_sizes) for dtype in dtypes)
     return groups
 
@@ -61,10 +62,3 @@ def plan_groups(options: RunConfig, device: str) -> list[Group]:
 def default_backends(device: str) -> tuple[str, ...]:
     """The backends a run on ``device`` measures unless --backends names others."""
     return tuple(name for name in backend_names() if device in backend_class(name).default_on)
-
-
-def default_dtypes(backend: str, device: str) -> tuple[str, ...]:
-    dtypes = backend_class(backend).default_dtypes.get(device)
-    if not dtypes:
-        raise BloomperfError(f"--backends {backend}: no default dtypes on {device}; pass --dtypes")
-    return dtypes
