@@ -5,6 +5,9 @@ memory model is never predicted nor skipped on a guess, and the core names no ba
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,6 +158,21 @@ def test_a_bad_entry_point_is_one_line_naming_it(
     message = str(caught.value)
     assert "\n" not in message and caught.value.exit_code == 2
     assert message.startswith(f"entry point {name} = {BAD[name]}") and why in message
+
+
+def test_a_command_given_a_bad_entry_point_exits_2_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_fake(tmp_path, monkeypatch, BAD)
+    argv = ["run", "--no-lock", "--backends", "missing", "--dtypes", "fp32", "--batch-sizes", "1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bloomperf", *argv, "--output", str(tmp_path / "r.json")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"entry point missing = {BAD['missing']}" in done.stderr
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_an_entry_point_cannot_take_a_built_in_name(

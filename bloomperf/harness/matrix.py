@@ -52,7 +52,9 @@ def plan_groups(options: RunConfig, device: str) -> list[Group]:
     batch_sizes = tuple(sorted(options.batch_sizes or DEFAULT_BATCH_SIZES[device]))
     groups: list[Group] = []
     for backend in sorted(backends, key=backend_names().index):
-        dtypes = options.dtypes or backend_class(backend).default_dtypes.get(device)
+        # Loaded now, so that a bad entry point is refused before anything starts.
+        dtypes = backend_class(backend).default_dtypes.get(device) or ()
+        dtypes = options.dtypes or dtypes
         if not dtypes:
             raise BloomperfError(f"--backends {backend}: no default dtype on {device}: --dtypes")
         groups.extend(Group(backend, dtype, batch_sizes) for dtype in dtypes)
