@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bloomperf.backends.base import Backend, LoadRequest
+from bloomperf.backends.base import Backend, DtypesByDevice, LoadRequest
 from bloomperf.backends.compat import dtype_argument, int8_on_cpu_reason
 from bloomperf.catalog.accelerate_map import max_memory_map, weight_caps
 from bloomperf.catalog.dtypes import load_torch_dtype
@@ -59,7 +58,7 @@ class AccelerateBackend(Backend):
     display_name: ClassVar[str] = "Accelerate"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "int8")
     # The blog's rows on GPU; on CPU the tiny-model matrix that CI runs.
-    default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {
+    default_dtypes: ClassVar[DtypesByDevice] = {
         "cuda": ("bf16", "int8"),
         "cpu": ("fp32", "bf16", "int8"),
     }

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     import torch
 
 
+DtypesByDevice = Mapping[str, tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class LoadRequest:
     checkpoint: Path  # a saved model folder: config.json, *.safetensors, tokenizer files
@@ -37,7 +40,7 @@ class Backend(ABC):
     display_name: ClassVar[str]  # the row label in tables ("DeepSpeed-Inference")
     dtypes: ClassVar[tuple[str, ...]]  # every dtype it can run
     # Per device ("cuda", "cpu"), the dtypes a run without --dtypes measures.
-    default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    default_dtypes: ClassVar[DtypesByDevice] = {}
     default_on: ClassVar[tuple[str, ...]] = ()  # devices whose run without --backends has it
     # A key of ``analysis.memory_model.MEMORY_MODELS``, or None: never predicted, so its cells
     # are never skipped on a prediction (only on a measured OOM).

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bloomperf.backends.base import Backend, LoadRequest
+from bloomperf.backends.base import Backend, DtypesByDevice, LoadRequest
 from bloomperf.backends.compat import dtype_argument, installed_version, version_tuple
 from bloomperf.backends.ds_checkpoint import (
     checkpoints_json,
@@ -212,10 +212,7 @@ class DeepSpeedInferenceBackend(TensorParallelBackend):
     name: ClassVar[str] = "ds-inference"
     display_name: ClassVar[str] = "DeepSpeed-Inference"
     dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16", "int8")
-    default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "cuda": ("fp16", "int8"),
-        "cpu": ("fp16",),
-    }
+    default_dtypes: ClassVar[DtypesByDevice] = {"cuda": ("fp16", "int8"), "cpu": ("fp16",)}
     default_on: ClassVar[tuple[str, ...]] = ("cuda",)
     memory_model: ClassVar[str | None] = "ds-kernels"
     kernel_inject: ClassVar[bool] = True
@@ -246,7 +243,7 @@ class DeepSpeedAutoTPBackend(TensorParallelBackend):
     name: ClassVar[str] = "ds-autotp"
     display_name: ClassVar[str] = "DeepSpeed-AutoTP"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
-    default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {"cuda": ("fp16",), "cpu": ("fp32",)}
+    default_dtypes: ClassVar[DtypesByDevice] = {"cuda": ("fp16",), "cpu": ("fp32",)}
     memory_model: ClassVar[str | None] = "tensor-parallel"
     kernel_inject: ClassVar[bool] = False
 

@@ -14,12 +14,11 @@ times the batch per cycle, reported in ``details()["aggregate_batch_factor"]``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bloomperf.backends.base import Backend, LoadRequest
+from bloomperf.backends.base import Backend, DtypesByDevice, LoadRequest
 from bloomperf.backends.compat import dtype_argument, installed_version
 from bloomperf.backends.ds_ranks import (
     deepspeed_missing,
@@ -39,7 +38,7 @@ class DeepSpeedZeroBackend(Backend):
     name: ClassVar[str] = "ds-zero"
     display_name: ClassVar[str] = "DeepSpeed-ZeRO"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
-    default_dtypes: ClassVar[Mapping[str, tuple[str, ...]]] = {"cuda": ("bf16",), "cpu": ("fp32",)}
+    default_dtypes: ClassVar[DtypesByDevice] = {"cuda": ("bf16",), "cpu": ("fp32",)}
     default_on: ClassVar[tuple[str, ...]] = ("cuda",)
     memory_model: ClassVar[str | None] = "zero-3"
 
