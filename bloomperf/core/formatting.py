@@ -48,8 +48,6 @@ def format_seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 1000 else f"{value:.0f} s"
 
 
-
-
 def table_layout(cells: Iterable[Any]) -> tuple[list[tuple[str, str]], list[int]]:
     """Rows (backend, dtype) in the order they first appear, and batch sizes ascending."""
     rows: list[tuple[str, str]] = []
