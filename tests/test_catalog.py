@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from bloomperf.backends import BACKEND_NAMES, backend_class
+from bloomperf.backends import backend_class, backend_names
 from bloomperf.catalog.dtypes import DTYPE_TABLE, DTYPES
 from bloomperf.catalog.models import MODEL_SHAPES
-from bloomperf.harness.matrix import DEFAULT_DTYPES
 
 
-@pytest.mark.parametrize("device", sorted(DEFAULT_DTYPES))
-def test_every_default_matrix_dtype_is_one_its_backend_supports(device: str) -> None:
-    for backend, dtypes in DEFAULT_DTYPES[device].items():
-        supported = backend_class(backend).dtypes
-        assert set(dtypes) <= set(supported), (device, backend, dtypes, supported)
+@pytest.mark.parametrize("backend", backend_names())
+def test_every_default_matrix_dtype_is_one_its_backend_supports(backend: str) -> None:
+    cls = backend_class(backend)
+    for device, dtypes in cls.default_dtypes.items():
+        assert set(dtypes) <= set(cls.dtypes), (device, backend, dtypes, cls.dtypes)
 
 
 def test_every_backend_supports_only_catalog_dtypes() -> None:
-    for backend in BACKEND_NAMES:
+    for backend in backend_names():
         assert set(backend_class(backend).dtypes) <= set(DTYPES), backend
 
 

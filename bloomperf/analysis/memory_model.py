@@ -13,11 +13,12 @@ Everything is per GPU, in bytes; a ``Scenario`` says what runs where
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bloomperf.analysis.scenario import NEW_TOKENS, PROMPT_TOKENS, Scenario
-from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.backends import DTYPES, backend_class
 from bloomperf.catalog.accelerate_map import max_memory_map, on_machine, split_model, weight_caps
 from bloomperf.catalog.hardware import GiB
 from bloomperf.catalog.models import ModelShape, check_layers
@@ -95,6 +96,8 @@ def block_activation_bytes(shape: ModelShape, dtype: str, batch: int, prompt_tok
     return batch * prompt_tokens * (h + 3 * h + 4 * h) * activation_bytes(dtype)
 
 
+DEVICE_MAP = "device-map"  # accelerate's: ``run --dry-run`` plans the map itself
+
 # ---- predictions ----------------------------------------------------------------------------
 
 
@@ -134,28 +137,35 @@ class MemoryPrediction:
 
 
 def predict_cell(scenario: Scenario, batch: int, **layout: Any) -> MemoryPrediction:
-    """Per-GPU memory of ``scenario`` at ``batch``. ``layout``: ``max_memory`` (Accelerate:
-    auto, blog, even or a map, as ``--max-memory``), ``tp`` (tensor-parallel degree, DeepSpeed),
-    ``max_out_tokens`` (DeepSpeed-Inference), ``offload`` (ZeRO-3 parameters kept in CPU
-    memory)."""
-    backend, n_gpus = scenario.backend, scenario.n_gpus
-    if backend not in BACKEND_NAMES:
-        raise BloomperfError(f"--backends: unknown backend {backend!r}")
+    """Per-GPU memory of ``scenario`` at ``batch``, by the memory model its backend names.
+    ``layout``: ``max_memory`` (Accelerate: auto, blog, even or a map, as ``--max-memory``),
+    ``tp`` (tensor-parallel degree, DeepSpeed), ``max_out_tokens`` (DeepSpeed-Inference),
+    ``offload`` (ZeRO-3 parameters kept in CPU memory)."""
+    model = memory_model_of(scenario.backend)
+    if model is None:
+        raise BloomperfError(f"--backends {scenario.backend}: has no memory model to predict by")
     if scenario.dtype not in DTYPES:
         raise BloomperfError(f"--dtypes: unknown dtype {scenario.dtype!r}")
-    cell = _Cell(scenario, scenario.n_layer, batch)
-    if backend == "accelerate":
-        if scenario.nodes > 1:
-            # One process drives every GPU: it cannot reach another node's.
-            empty = [GpuMemory()] * n_gpus
-            return cell.result(empty, "Accelerate runs on one node only")
-        return _predict_accelerate(cell, str(layout.get("max_memory") or "auto"))
-    if backend == "ds-inference":
-        tp = int(layout.get("tp", n_gpus))
-        return _predict_ds_inference(cell, tp, int(layout.get("max_out_tokens", DS_MAX_OUT_TOKENS)))
-    if backend == "ds-autotp":
-        return _predict_ds_autotp(cell, int(layout.get("tp", n_gpus)))
-    return _predict_ds_zero(cell, bool(layout.get("offload", False)))
+    return model.predict(_Cell(scenario, scenario.n_layer, batch), layout)
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """How a backend places the model, as the memory model and the roofline count it. A backend
+    names its model by key (``Backend.memory_model``), one of ``MEMORY_MODELS``."""
+
+    predict: Callable[[_Cell, Mapping[str, Any]], MemoryPrediction]
+    tensor_parallel: bool  # a step uses every GPU at once (else one stage, or one rank's own)
+    batch_per_rank: bool  # every rank generates a batch of its own
+    one_process: bool  # one process holds the whole model: the CPU's RSS model applies
+
+
+def memory_model_of(backend: str) -> MemoryModel | None:
+    """The memory model ``backend`` names, or None (then nothing is predicted for it)."""
+    key = backend_class(backend).memory_model
+    if key is not None and key not in MEMORY_MODELS:
+        raise BloomperfError(f"--backends {backend}: unknown memory model {key!r}")
+    return None if key is None else MEMORY_MODELS[key]
 
 
 @dataclass(frozen=True)
@@ -201,10 +211,13 @@ class _Cell:
 # ---- Accelerate: naive pipeline over a max_memory map ---------------------------------------
 
 
-def _predict_accelerate(cell: _Cell, max_memory: str) -> MemoryPrediction:
+def _predict_device_map(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPrediction:
     """The split comes from ``bloomperf.catalog.accelerate_map``: the map the backend passes, and
     where accelerate then puts each block."""
     s = cell.scenario
+    if s.nodes > 1:  # one process drives every GPU: it cannot reach another node's
+        return cell.result([GpuMemory()] * s.n_gpus, "Accelerate runs on one node only")
+    max_memory = str(layout.get("max_memory") or "auto")
     shape, dtype = s.shape, s.dtype
     caps = weight_caps(max_memory, shape, cell.layers, dtype, s.n_gpus, s.gpus.memory_bytes)
     if len([k for k in caps if isinstance(k, int)]) != s.n_gpus:
@@ -250,8 +263,10 @@ def ds_workspace(
     return (activation + temp + cache) * tokens * elem, tokens
 
 
-def _predict_ds_inference(cell: _Cell, tp: int, max_out_tokens: int) -> MemoryPrediction:
+def _predict_ds_kernels(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPrediction:
     s = cell.scenario
+    tp = int(layout.get("tp", s.n_gpus))
+    max_out_tokens = int(layout.get("max_out_tokens", DS_MAX_OUT_TOKENS))
     shape, dtype = s.shape, s.dtype
     check_tp(shape, tp, s.n_gpus)
     # The blocks are sharded; the embedding (tied lm_head) stays whole on every rank.
@@ -286,8 +301,9 @@ def check_tp(shape: ModelShape, tp: int, n_gpus: int) -> None:
 # ---- DeepSpeed auto-TP: tensor parallel, plain torch modules --------------------------------
 
 
-def _predict_ds_autotp(cell: _Cell, tp: int) -> MemoryPrediction:
+def _predict_tensor_parallel(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPrediction:
     s = cell.scenario
+    tp = int(layout.get("tp", s.n_gpus))
     shape, dtype = s.shape, s.dtype
     check_tp(shape, tp, s.n_gpus)
     weights = cell.layers * layer_bytes(shape, dtype, tp) + embedding_bytes(shape, dtype)
@@ -300,8 +316,9 @@ def _predict_ds_autotp(cell: _Cell, tp: int) -> MemoryPrediction:
 # ---- DeepSpeed ZeRO-3: partitioned parameters, every rank runs its own batch ----------------
 
 
-def _predict_ds_zero(cell: _Cell, offload: bool) -> MemoryPrediction:
+def _predict_zero3(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPrediction:
     s = cell.scenario
+    offload = bool(layout.get("offload", False))
     shape, dtype = s.shape, s.dtype
     if dtype == "int8":
         return cell.result([GpuMemory()] * s.n_gpus, "ZeRO-3 has no int8 inference")
@@ -332,6 +349,14 @@ def zero_largest_gather(shape: ModelShape, dtype: str) -> int:
     """The largest single module's parameters: the embedding, or a block's 4h x h MLP matmul."""
     mlp = 4 * shape.hidden_size**2 * weight_bytes_per_param(dtype)
     return max(embedding_bytes(shape, dtype), mlp)
+
+
+MEMORY_MODELS: dict[str, MemoryModel] = {
+    DEVICE_MAP: MemoryModel(_predict_device_map, False, False, True),
+    "ds-kernels": MemoryModel(_predict_ds_kernels, True, False, False),
+    "tensor-parallel": MemoryModel(_predict_tensor_parallel, True, False, False),
+    "zero-3": MemoryModel(_predict_zero3, False, True, False),
+}
 
 
 # ---- CPU ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ MFU).
 
 from __future__ import annotations
 
-from bloomperf.analysis.memory_model import kv_bytes
+from bloomperf.analysis.memory_model import kv_bytes, memory_model_of
 from bloomperf.analysis.scenario import Scenario
 from bloomperf.catalog.weights import embedding_bytes, layer_bytes
 from bloomperf.core.errors import BloomperfError
@@ -29,14 +29,17 @@ def roofline_ms_per_token(scenario: Scenario, batch: int, *, streams: int | None
     flops = 2 * s.shape.parameters(s.n_layer) * batch
     compute_s = flops / (s.gpus.peak_rate(s.dtype) * parallel)
     if streams is None:
-        streams = s.n_gpus if s.backend == "ds-zero" else 1
+        model = memory_model_of(s.backend)
+        streams = s.n_gpus if model is not None and model.batch_per_rank else 1
     return max(memory_s, compute_s) * 1000.0 / (batch * streams)
 
 
 def parallel_gpus(backend: str, n_gpus: int) -> int:
     """GPUs whose bandwidth and FLOPs one step uses at once: every GPU under tensor
-    parallelism; one under Accelerate's pipeline (one stage at a time) and per ZeRO rank."""
-    return n_gpus if backend in ("ds-inference", "ds-autotp") else 1
+    parallelism; one under Accelerate's pipeline (one stage at a time) and per ZeRO rank (as
+    the backend's memory model says; one without a model is counted on one GPU)."""
+    model = memory_model_of(backend)
+    return n_gpus if model is not None and model.tensor_parallel else 1
 
 
 def decode_step_bytes(scenario: Scenario, batch: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bloomperf.analysis.boundaries import predict_boundary
-from bloomperf.analysis.memory_model import predict_cell, predict_cpu_rss
+from bloomperf.analysis.memory_model import memory_model_of, predict_cell, predict_cpu_rss
 from bloomperf.analysis.roofline import roofline_ms_per_token
 from bloomperf.analysis.scenario import SuiteCell
 from bloomperf.core.errors import BloomperfError
@@ -15,12 +15,14 @@ from bloomperf.core.errors import BloomperfError
 def cell_prediction(cell: SuiteCell) -> dict[str, Any]:
     """What the model predicts for a cell the suite measures, for its results' ``details``:
     peak memory (per GPU, or process RSS on CPU), whether it fits, and the roofline bound.
-    Empty where there is nothing to predict from (an external checkpoint, an unknown GPU)."""
-    if cell.shape is None:
+    Empty where there is nothing to predict from (an external checkpoint, an unknown GPU, a
+    backend without a memory model)."""
+    model = memory_model_of(cell.backend)
+    if cell.shape is None or model is None:
         return {}
     if cell.topology == "cpu":
         # The CPU model knows one process loading in fp32 (accelerate's path), not rank groups.
-        if cell.dtype != "fp32" or cell.backend != "accelerate":
+        if cell.dtype != "fp32" or not model.one_process:
             return {}
         rss = predict_cpu_rss(cell.shape, cell.layers, cell.batch, new_tokens=cell.new_tokens)
         return {"predicted_peak_bytes": rss, "predicted_peak_scope": "process RSS"}
@@ -49,8 +51,8 @@ def predicted_skip_reason(
     ``largest_ok`` (the largest batch of its group that ran). The step beyond still runs, so a
     pessimistic model shows up as a success there, and the sweep goes on from it."""
     scenario = cell.scenario()
-    if scenario is None:
-        return None
+    if scenario is None or memory_model_of(cell.backend) is None:
+        return None  # never skipped on a guess that no model of this backend makes
     try:
         boundary = predict_boundary(scenario, batch_sizes)
     except (BloomperfError, KeyError, ValueError):

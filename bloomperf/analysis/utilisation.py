@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bloomperf.analysis.memory_model import memory_model_of
 from bloomperf.analysis.roofline import decode_step_bytes, parallel_gpus
 from bloomperf.analysis.scenario import SuiteCell
 from bloomperf.core.errors import BloomperfError
@@ -36,6 +37,9 @@ def cell_utilisation(
         n_layer = scenario.n_layer
     except BloomperfError as exc:
         return {**none, "utilisation_reason": str(exc)}
+    if memory_model_of(scenario.backend) is None:
+        reason = f"{scenario.backend}: no memory model says how many GPUs a step uses"
+        return {**none, "utilisation_reason": reason}
     parallel = parallel_gpus(scenario.backend, scenario.n_gpus)
     step_bytes = decode_step_bytes(scenario, cell.batch)
     bandwidth = scenario.gpus.bandwidth_bytes_per_s * parallel

@@ -11,7 +11,7 @@ import logging
 import warnings
 from typing import Any, ClassVar
 
-from bloomperf.backends.base import Backend, LoadRequest
+from bloomperf.backends.base import Backend, DtypesByDevice, LoadRequest
 from bloomperf.backends.compat import dtype_argument, int8_on_cpu_reason
 from bloomperf.catalog.accelerate_map import max_memory_map, weight_caps
 from bloomperf.catalog.dtypes import load_torch_dtype
@@ -55,7 +55,15 @@ def silence_bitsandbytes() -> None:
 
 class AccelerateBackend(Backend):
     name: ClassVar[str] = "accelerate"
+    display_name: ClassVar[str] = "Accelerate"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16", "int8")
+    # The blog's rows on GPU; on CPU the tiny-model matrix that CI runs.
+    default_dtypes: ClassVar[DtypesByDevice] = {
+        "cuda": ("bf16", "int8"),
+        "cpu": ("fp32", "bf16", "int8"),
+    }
+    default_on: ClassVar[tuple[str, ...]] = ("cuda", "cpu")
+    memory_model: ClassVar[str | None] = "device-map"
     spans_visible_gpus: ClassVar[bool] = True
 
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,9 @@ from bloomperf.config.backend import BackendOptions
 
 if TYPE_CHECKING:
     import torch
+
+
+DtypesByDevice = Mapping[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -30,11 +34,21 @@ class LoadRequest:
 
 
 class Backend(ABC):
-    name: ClassVar[str]
-    dtypes: ClassVar[tuple[str, ...]]
+    """A backend's traits are all the core asks about it (docs/extending.md)."""
+
+    name: ClassVar[str]  # as given to --backends and stored in results
+    display_name: ClassVar[str]  # the row label in tables ("DeepSpeed-Inference")
+    dtypes: ClassVar[tuple[str, ...]]  # every dtype it can run
+    # Per device ("cuda", "cpu"), the dtypes a run without --dtypes measures.
+    default_dtypes: ClassVar[DtypesByDevice] = {}
+    default_on: ClassVar[tuple[str, ...]] = ()  # devices whose run without --backends has it
+    # A key of ``analysis.memory_model.MEMORY_MODELS``, or None: never predicted, so its cells
+    # are never skipped on a prediction (only on a measured OOM).
+    memory_model: ClassVar[str | None] = None
     # One process spreading the model over every visible GPU (accelerate's device map), rather
     # than one rank per GPU: decides which GPUs the group is given, sampled and locked.
     spans_visible_gpus: ClassVar[bool] = False
+    rank_per_gpu: ClassVar[bool] = False  # DeepSpeed's groups: a rank per GPU, or --tp ranks
     # Whether loading may JIT-build DeepSpeed ops (in TORCH_EXTENSIONS_DIR, under the build lock).
     builds_ops: ClassVar[bool] = False
     model: Any = None  # the loaded model (or DeepSpeed's module wrapping it), set by ``load``
@@ -54,13 +68,20 @@ class Backend(ABC):
     @classmethod
     def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
         """How many ranks the worker group needs (1: a plain process)."""
-        return 1
+        if not cls.rank_per_gpu:
+            return 1
+        return options.tp or (max(1, visible_devices) if device == "cuda" else 1)
 
     @classmethod
     def group_per_batch(cls, options: BackendOptions) -> bool:
         """Whether each batch size needs a worker group of its own (a fresh load) rather than
         the (backend, dtype) group that served the previous batch."""
         return False
+
+    @classmethod
+    def shard_mismatch(cls, marker: Mapping[str, Any], world_size: int) -> str | None:
+        """Why a ``--sharded`` folder (its marker) does not fit the group, or None."""
+        return None
 
     @classmethod
     def host_memory_reason(

@@ -20,11 +20,12 @@ Checkpoint paths (``details()["checkpoint"]``):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bloomperf.backends.base import Backend, LoadRequest
+from bloomperf.backends.base import Backend, DtypesByDevice, LoadRequest
 from bloomperf.backends.compat import dtype_argument, installed_version, version_tuple
 from bloomperf.backends.ds_checkpoint import (
     checkpoints_json,
@@ -57,13 +58,8 @@ INT8_NEEDS_CHECKPOINT = (
 
 class TensorParallelBackend(Backend):
     builds_ops: ClassVar[bool] = True
+    rank_per_gpu: ClassVar[bool] = True
     kernel_inject: ClassVar[bool]
-
-    @classmethod
-    def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
-        if options.tp:
-            return options.tp
-        return max(1, visible_devices) if device == "cuda" else 1
 
     @classmethod
     def host_memory_reason(
@@ -149,16 +145,24 @@ class TensorParallelBackend(Backend):
             model, request, checkpoint=str(description), base_dir=str(description.parent), **kwargs
         )
 
-    def _load_presharded(self, request: LoadRequest, folder: Path) -> Any:
-        marker = read_shard_marker(folder)
-        if marker["tp"] != request.world_size:
-            raise BloomperfError(
-                f"{folder}: sharded for TP={marker['tp']}, but this group has "
-                f"{request.world_size} ranks"
+    @classmethod
+    def shard_mismatch(cls, marker: Mapping[str, Any], world_size: int) -> str | None:
+        if marker["tp"] != world_size:
+            return (
+                f"sharded for TP={marker['tp']}, but {cls.name} runs {world_size} rank(s): "
+                f"pass --tp {marker['tp']}, or shard anew"
             )
-        if marker["kernel_inject"] != self.kernel_inject:
-            wanted = "ds-inference" if marker["kernel_inject"] else "ds-autotp"
-            raise BloomperfError(f"{folder}: written by {wanted}; load it with that backend")
+        if marker["kernel_inject"] != cls.kernel_inject:
+            wanted = (
+                DeepSpeedInferenceBackend if marker["kernel_inject"] else DeepSpeedAutoTPBackend
+            )
+            return f"written for {wanted.name}, not {cls.name}"
+        return None
+
+    def _load_presharded(self, request: LoadRequest, folder: Path) -> Any:
+        reason = self.shard_mismatch(read_shard_marker(folder), request.world_size)
+        if reason:
+            raise BloomperfError(f"{folder}: {reason}")
         model = meta_model(request.checkpoint, request.dtype)
         if self.kernel_inject:
             # DeepSpeed reads its own ds_inference_config.json: each rank its tp_RR_* files.
@@ -206,7 +210,11 @@ def qkv_shape(model: Any) -> list[int] | None:
 
 class DeepSpeedInferenceBackend(TensorParallelBackend):
     name: ClassVar[str] = "ds-inference"
+    display_name: ClassVar[str] = "DeepSpeed-Inference"
     dtypes: ClassVar[tuple[str, ...]] = ("fp16", "bf16", "int8")
+    default_dtypes: ClassVar[DtypesByDevice] = {"cuda": ("fp16", "int8"), "cpu": ("fp16",)}
+    default_on: ClassVar[tuple[str, ...]] = ("cuda",)
+    memory_model: ClassVar[str | None] = "ds-kernels"
     kernel_inject: ClassVar[bool] = True
 
     @classmethod
@@ -233,7 +241,10 @@ class DeepSpeedInferenceBackend(TensorParallelBackend):
 
 class DeepSpeedAutoTPBackend(TensorParallelBackend):
     name: ClassVar[str] = "ds-autotp"
+    display_name: ClassVar[str] = "DeepSpeed-AutoTP"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
+    default_dtypes: ClassVar[DtypesByDevice] = {"cuda": ("fp16",), "cpu": ("fp32",)}
+    memory_model: ClassVar[str | None] = "tensor-parallel"
     kernel_inject: ClassVar[bool] = False
 
     @classmethod

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bloomperf.backends.base import Backend, LoadRequest
+from bloomperf.backends.base import Backend, DtypesByDevice, LoadRequest
 from bloomperf.backends.compat import dtype_argument, installed_version
 from bloomperf.backends.ds_ranks import (
     deepspeed_missing,
@@ -34,8 +34,13 @@ OFFLOAD_CHOICES = ("none", "cpu", "nvme")
 
 class DeepSpeedZeroBackend(Backend):
     builds_ops: ClassVar[bool] = True
+    rank_per_gpu: ClassVar[bool] = True
     name: ClassVar[str] = "ds-zero"
+    display_name: ClassVar[str] = "DeepSpeed-ZeRO"
     dtypes: ClassVar[tuple[str, ...]] = ("fp32", "bf16", "fp16")
+    default_dtypes: ClassVar[DtypesByDevice] = {"cuda": ("bf16",), "cpu": ("fp32",)}
+    default_on: ClassVar[tuple[str, ...]] = ("cuda",)
+    memory_model: ClassVar[str | None] = "zero-3"
 
     @classmethod
     def unmet_requirement(cls, dtype: str, device: str, options: BackendOptions) -> str | None:
@@ -48,12 +53,6 @@ class DeepSpeedZeroBackend(Backend):
         if offload == "nvme":
             return nvme_unsupported(options)
         return None
-
-    @classmethod
-    def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
-        if options.tp:
-            return options.tp
-        return max(1, visible_devices) if device == "cuda" else 1
 
     def prepare(self, request: LoadRequest) -> None:
         """Importing DeepSpeed and joining the rank group (on CPU: the shared-memory all-reduce's

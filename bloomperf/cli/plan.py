@@ -16,9 +16,16 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
-from bloomperf.analysis.memory_model import CUDA_CONTEXT_BYTES, MemoryPrediction, predict_cell
+from bloomperf.analysis.memory_model import (
+    CUDA_CONTEXT_BYTES,
+    DEVICE_MAP,
+    MemoryPrediction,
+    memory_model_of,
+    predict_cell,
+)
 from bloomperf.analysis.scenario import Scenario
 from bloomperf.analysis.suite_prediction import cell_prediction
+from bloomperf.backends import backend_class
 from bloomperf.backends.accelerate import gpu_max_memory
 from bloomperf.catalog.accelerate_map import on_machine
 from bloomperf.catalog.checkpoints import (
@@ -103,7 +110,8 @@ def plan_group(session: Session, group: Group, gpu: GpuSpec | None, err: TextIO)
     indices = tuple(g.index for g in session.topology.gpus)
     devices = tuple(d.index for d in spec.devices)  # the GPUs the launch itself names
     device_map = None
-    if group.backend == "accelerate" and session.device == "cuda" and gpu is not None:
+    by_map = backend_class(group.backend).memory_model == DEVICE_MAP
+    if by_map and session.device == "cuda" and gpu is not None:
         print(f"  {group.backend} {group.dtype}: device map on the meta device...", file=err)
         device_map = plan_device_map(session, group.dtype, len(indices), gpu)
     # A multi-node launch names no local devices: it spans every GPU of every node.
@@ -160,7 +168,7 @@ def plan_cell(
 ) -> dict[str, Any]:
     planned: dict[str, Any] = {"batch_size": cell.batch_size, "skip": session.skip_reason(cell)}
     shape, layers = session.model.shape, session.model.layers
-    if gpu is None or shape is None:
+    if gpu is None or shape is None or memory_model_of(cell.backend) is None:
         suite_cell = session.suite_cell(cell.backend, cell.dtype, cell.batch_size)
         planned["predicted"] = cell_prediction(suite_cell)
         return planned

@@ -25,7 +25,7 @@ from bloomperf.analysis.memory_model import (
     MemoryPrediction,
 )
 from bloomperf.analysis.scenario import NEW_TOKENS, PROMPT_TOKENS, Scenario
-from bloomperf.backends import backend_class
+from bloomperf.backends import BACKEND_NAMES, backend_class
 from bloomperf.catalog.hardware import GiB, parse_topology_id, topology_id
 from bloomperf.catalog.models import MODEL_SHAPES
 from bloomperf.catalog.topology import detect_topology
@@ -54,9 +54,11 @@ def add_command(subparsers: Any) -> None:
         metavar="ID",
         help="[NODESx]GPUSxGPU, e.g. 8xA100-80GB, 2x8xA100-40GB, or 'detect' [detect]",
     )
-    # The blog's rows and GPU batch sizes; --batches is the older spelling of --batch-sizes.
+    # The blog's rows (the built-ins a GPU run measures: installed backends are only read when
+    # named) and GPU batch sizes; --batches is the older spelling of --batch-sizes.
+    blogs = [name for name in BACKEND_NAMES if "cuda" in backend_class(name).default_on]
     for name, default, *older in (
-        ("backends", "accelerate,ds-inference,ds-zero"),
+        ("backends", ",".join(blogs)),
         ("dtypes", "bf16,fp16,int8"),
         ("batch_sizes", ",".join(str(b) for b in DEFAULT_BATCH_SIZES["cuda"]), "--batches"),
         ("new_tokens", str(NEW_TOKENS)),

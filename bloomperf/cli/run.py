@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from bloomperf.analysis.compare import host_ram_headline
 from bloomperf.analysis.verdicts import Comparison
+from bloomperf.backends import backend_class
 from bloomperf.backends.ds_inference import read_shard_marker
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.plan import add_plan_arguments, run_dry
@@ -37,7 +38,6 @@ from bloomperf.render.terminal import terminal_width, wants_colour
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.results import CellResult, Outcome
 
-SHARDED_BACKENDS = ("ds-inference", "ds-autotp")  # the backends that read --sharded
 LATEST = "latest.json"  # beside the dated results file of a run without --output
 NEXT_STEPS = (
     ("diff {results}", "the verdicts again"),
@@ -121,17 +121,12 @@ def refuse_a_mismatched_shard(session: Session) -> None:
     marker = read_shard_marker(folder)
     for group in session.groups:
         first = Cell(group.backend, group.dtype, group.batch_sizes[0])
-        if group.backend not in SHARDED_BACKENDS or session.skip_reason(first):
+        if session.skip_reason(first):
             continue
         ranks = session.group_spec(first).world_size
-        if marker["tp"] != ranks:
-            raise BloomperfError(
-                f"--sharded {folder}: sharded for TP={marker['tp']}, but {group.backend} "
-                f"{group.dtype} runs {ranks} rank(s): pass --tp {marker['tp']}, or shard anew"
-            )
-        if marker["kernel_inject"] != (group.backend == "ds-inference"):
-            wanted = "ds-inference" if marker["kernel_inject"] else "ds-autotp"
-            raise BloomperfError(f"--sharded {folder}: written for {wanted}, not {group.backend}")
+        reason = backend_class(group.backend).shard_mismatch(marker, ranks)
+        if reason:
+            raise BloomperfError(f"--sharded {folder}: {reason}")
 
 
 def link_latest(output: Path, out: TextIO) -> Path:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bloomperf.backends.ds_inference import DeepSpeedAutoTPBackend, DeepSpeedInferenceBackend
 from bloomperf.catalog.dtypes import DTYPES
 from bloomperf.cli.arguments import add_out_argument, add_run_option
 from bloomperf.config.backend import BackendOptions
@@ -62,9 +63,9 @@ def add_command(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--backend",
-        default="ds-autotp",
-        choices=("ds-autotp", "ds-inference"),
-        help="whose layout: auto-TP, or the fused kernels' (GPU, reference profile) [ds-autotp]",
+        default=DeepSpeedAutoTPBackend.name,
+        choices=(DeepSpeedAutoTPBackend.name, DeepSpeedInferenceBackend.name),
+        help="whose layout: auto-TP, or the fused kernels' (GPU, reference profile) [%(default)s]",
     )
     parser.add_argument(
         "--device",
@@ -104,7 +105,7 @@ def run_shard(args: argparse.Namespace) -> int:
 
     args.dtype = args.dtype or DEFAULT_DTYPE[args.device]
     refuse_a_dtype_the_device_lacks(args.dtype, args.device)
-    if args.tp == 1 and args.backend == "ds-autotp":
+    if args.tp == 1 and args.backend == DeepSpeedAutoTPBackend.name:
         # inference/engine.py applies no auto-TP policy at TP=1, so nothing would be saved.
         raise BloomperfError(
             "--tp 1: DeepSpeed's auto-TP saves no shards at TP=1; load the checkpoint itself"

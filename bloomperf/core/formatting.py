@@ -16,14 +16,6 @@ from typing import Any
 GIB = 2**30
 MIB = 2**20
 
-# The blog's names for the rows of its tables.
-DISPLAY_NAMES = {
-    "accelerate": "Accelerate",
-    "ds-inference": "DeepSpeed-Inference",
-    "ds-autotp": "DeepSpeed-AutoTP",
-    "ds-zero": "DeepSpeed-ZeRO",
-}
-
 # CSI / OSC escape sequences and the other C0/C1 controls a hostile message could carry to a
 # terminal or a report; tabs and newlines are kept where text may span lines.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
@@ -54,10 +46,6 @@ def format_gib(value: float) -> str:
 
 def format_seconds(value: float) -> str:
     return f"{value:.3g} s" if value < 1000 else f"{value:.0f} s"
-
-
-def row_label(backend: str, dtype: str) -> str:
-    return f"{DISPLAY_NAMES.get(backend, backend)} {dtype}"
 
 
 def table_layout(cells: Iterable[Any]) -> tuple[list[tuple[str, str]], list[int]]:

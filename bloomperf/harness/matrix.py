@@ -1,6 +1,8 @@
 """The cells to measure: backend × dtype × batch size, grouped by (backend, dtype).
 
-Defaults follow the blog's rows on GPU; on CPU they are the tiny-model matrix that CI runs.
+Without --backends and --dtypes, each backend's own traits say where it runs and in which dtypes
+(``Backend.default_on``, ``Backend.default_dtypes``: the blog's rows on GPU, the tiny-model
+matrix that CI runs on CPU).
 A group is what one worker process group serves: it loads the model once.
 """
 
@@ -8,29 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bloomperf.backends import BACKEND_NAMES
+from bloomperf.backends import backend_class, backend_names
 from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
 from bloomperf.store.results import cell_id
 
-DEFAULT_BACKENDS: dict[str, tuple[str, ...]] = {
-    "cuda": ("accelerate", "ds-inference", "ds-zero"),
-    "cpu": ("accelerate",),
-}
-# The blog's rows: each backend with the dtypes it was measured in.
-DEFAULT_DTYPES: dict[str, dict[str, tuple[str, ...]]] = {
-    "cuda": {
-        "accelerate": ("bf16", "int8"),
-        "ds-inference": ("fp16", "int8"),
-        "ds-autotp": ("fp16",),
-        "ds-zero": ("bf16",),
-    },
-    "cpu": {
-        "accelerate": ("fp32", "bf16", "int8"),
-        "ds-inference": ("fp16",),
-        "ds-autotp": ("fp32",),
-        "ds-zero": ("fp32",),
-    },
-}
 DEFAULT_BATCH_SIZES: dict[str, tuple[int, ...]] = {
     "cuda": (1, 8, 16, 32, 64, 128, 256, 512),
     "cpu": (1, 8, 32),
@@ -64,10 +48,19 @@ class Group:
 
 def plan_groups(options: RunConfig, device: str) -> list[Group]:
     """Groups in table order (the blog's backend order), batch sizes ascending."""
-    backends = options.backends or DEFAULT_BACKENDS[device]
+    backends = options.backends or default_backends(device)
     batch_sizes = tuple(sorted(options.batch_sizes or DEFAULT_BATCH_SIZES[device]))
     groups: list[Group] = []
-    for backend in sorted(backends, key=BACKEND_NAMES.index):
-        dtypes = options.dtypes or DEFAULT_DTYPES[device][backend]
+    for backend in sorted(backends, key=backend_names().index):
+        # Loaded now, so that a bad entry point is refused before anything starts.
+        dtypes = backend_class(backend).default_dtypes.get(device) or ()
+        dtypes = options.dtypes or dtypes
+        if not dtypes:
+            raise BloomperfError(f"--backends {backend}: no default dtype on {device}: --dtypes")
         groups.extend(Group(backend, dtype, batch_sizes) for dtype in dtypes)
     return groups
+
+
+def default_backends(device: str) -> tuple[str, ...]:
+    """The backends a run on ``device`` measures unless --backends names others."""
+    return tuple(name for name in backend_names() if device in backend_class(name).default_on)

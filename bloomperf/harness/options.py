@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.backends import DTYPES, backend_names
 from bloomperf.backends.ds_inference import LOAD_CHOICES
 from bloomperf.catalog.sizes import parse_size
 from bloomperf.config.run import RunConfig
@@ -107,8 +107,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("layers", parse_positive_int, "truncate the model to N layers at full width [all]", "N"),
     Option(
         "backends",
-        parse_names(BACKEND_NAMES),
-        f"backends, comma-separated ({', '.join(BACKEND_NAMES)}) "
+        parse_names(backend_names()),
+        f"backends, comma-separated ({', '.join(backend_names())}) "
         "[gpu: the blog's, cpu: accelerate]",
         "LIST",
     ),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
+from bloomperf.backends import row_label
 from bloomperf.core.formatting import (
     format_gib,
     format_ms,
     format_table,
     plain,
-    row_label,
     table_layout,
 )
 from bloomperf.store.baseline import EXPECT_NOT_RUN, EXPECT_OOM, Baseline, BaselineCell

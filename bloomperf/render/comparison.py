@@ -22,6 +22,7 @@ from bloomperf.analysis.verdicts import (
     Comparison,
     MetricVerdict,
 )
+from bloomperf.backends import row_label
 from bloomperf.catalog.hardware import known_topology
 from bloomperf.core.formatting import (
     GIB,
@@ -29,7 +30,6 @@ from bloomperf.core.formatting import (
     markdown_table,
     markdown_text,
     plain,
-    row_label,
     table_layout,
 )
 from bloomperf.core.metrics import HEADLINE, Metric, metrics

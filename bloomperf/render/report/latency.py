@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bloomperf.core.formatting import row_label, table_layout
+from bloomperf.backends import row_label
+from bloomperf.core.formatting import table_layout
 from bloomperf.render.report.figure import (
     COLOURS,
     batch_axis,

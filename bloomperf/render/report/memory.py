@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bloomperf.backends import row_label
 from bloomperf.catalog.hardware import parse_topology_id
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import GIB, row_label, table_layout
+from bloomperf.core.formatting import GIB, table_layout
 from bloomperf.render.report.figure import (
     COLOURS,
     batch_axis,

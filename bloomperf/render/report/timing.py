@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bloomperf.core.formatting import format_seconds, row_label, table_layout
+from bloomperf.backends import row_label
+from bloomperf.core.formatting import format_seconds, table_layout
 from bloomperf.render.report.figure import (
     COLOURS,
     OOM_COLOUR,

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.backends import DTYPES, backend_names
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import get_str
 from bloomperf.store.contention import CycleLoad
@@ -43,7 +43,8 @@ def cell_id(backend: str, dtype: str, batch_size: int) -> str:
 def table_order(cell: Any) -> tuple[int, int, int]:
     """Where a cell (measured or expected) sorts: the backends' and dtypes' catalog order, then
     batch size; a name the catalog lacks goes last."""
-    backend = BACKEND_NAMES.index(cell.backend) if cell.backend in BACKEND_NAMES else 99
+    names = backend_names()
+    backend = names.index(cell.backend) if cell.backend in names else 99
     dtype = DTYPES.index(cell.dtype) if cell.dtype in DTYPES else 99
     return (backend, dtype, cell.batch_size)
 
@@ -54,9 +55,9 @@ def read_backend_and_dtype(data: Any, where: str, what: str) -> tuple[str, str]:
         raise BloomperfError(f"{where}: {what} must be an object")
     backend = get_str(data, "backend", where)
     dtype = get_str(data, "dtype", where)
-    if backend not in BACKEND_NAMES:
+    if backend not in backend_names():
         raise BloomperfError(
-            f"{where}: unknown backend {backend!r} (valid: {', '.join(BACKEND_NAMES)})"
+            f"{where}: unknown backend {backend!r} (valid: {', '.join(backend_names())})"
         )
     if dtype not in DTYPES:
         raise BloomperfError(f"{where}: unknown dtype {dtype!r} (valid: {', '.join(DTYPES)})")
