@@ -44,12 +44,20 @@ case "$REHEARSAL" in
 esac
 if [ -n "$REHEARSAL" ]; then DEVICE=cuda; fi  # the H200 run's own command lines
 OUT=${OUT:-$ROOT/gpu-check-out}
-WORK=$OUT/work
-mkdir -p "$WORK/tmp" || exit 3
+# The steps' files live outside $OUT (the device tool brings back only a few files from there):
+# gpu-check.tgz carries them, rewritten after every step.
+WORK=${GPU_CHECK_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/bloomperf-gpu-check.XXXXXX")/work}
+mkdir -p "$OUT" "$WORK/tmp" || exit 3
+: > "$OUT/progress.txt"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 T0=$(date +%s)
-BUDGET_S=${BUDGET_S:-540}
-DEADLINE=$((T0 + BUDGET_S))
+BUDGET_S=${BUDGET_S:-600}  # the device call's limit
+# The rehearsal prints and judges the H200's plan, but its CPU stand-ins of each step (a dry run
+# of the device map on a busy 2-core machine, pip's resolver) are not the H200's timings: it
+# enforces every box, and the deadline, REHEARSAL_SCALE times as long.
+ENFORCE_SCALE=1
+[ -n "$REHEARSAL" ] && ENFORCE_SCALE=${REHEARSAL_SCALE:-5}
+DEADLINE=$((T0 + BUDGET_S * ENFORCE_SCALE))
 PY=${PYTHON:-python3}
 KIT=${KIT:-$ROOT/.gpukit}
 SITE=${SITE:-/tmp/bloomperf-site}
@@ -61,6 +69,7 @@ export TMPDIR=$WORK/tmp
 
 if [ "$DEVICE" = cpu ]; then
   MODEL=(--model tiny)
+  HOST_RAM_ARGS=()
   INSTALL=${GPU_CHECK_INSTALL:-0}
   OOM_BATCHES=${OOM_BATCHES:-1,4}
   AUTOTP_DTYPE=bf16  # DeepSpeed's CPU accelerator refuses fp16
@@ -69,6 +78,9 @@ if [ "$DEVICE" = cpu ]; then
   TOPOLOGY=1xH200-141GB  # predict plans for a GPU it is not on; only the steps are checked
 else
   MODEL=(--model bloom-176b --layers "${LAYERS:-2}")
+  # The H200 machine is a Firecracker guest: its MemTotal starts far below its documented
+  # 128 GiB (H200.md), and the DeepSpeed groups' host-RAM skips would judge by that.
+  HOST_RAM_ARGS=(--host-ram "${GPU_CHECK_HOST_RAM:-128GiB}")
   INSTALL=${GPU_CHECK_INSTALL:-1}
   AUTOTP_DTYPE=fp16
   REF_GATE=()
@@ -99,76 +111,138 @@ export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
 # on the tiny model): the check asks whether each step runs and what it measures, and a step
 # fails on an error, a timeout or nothing measured, not for want of a baseline (docs/gate.md).
 COMMON=("${MODEL[@]}" --device "$DEVICE" --new-tokens "${NEW_TOKENS:-20}" --cycles 3 --warmup 1
-        --load-timeout 240 --cell-timeout 90 --no-lock --allow-no-baseline)
+        --load-timeout 240 --cell-timeout 90 --no-lock --allow-no-baseline "${HOST_RAM_ARGS[@]}")
 FAILED=()
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
 # ---- the plan: every box in the order the steps run (seconds on the H200, then on a CPU) -----
-# Worth most first: the NVML answers and accelerate's real peaks, then ds-inference (its JIT
-# build overlapped from the start), then the OOM boundary and the ZeRO / auto-TP cells. A busy
-# 2-core CPU machine needs other boxes than the H200 (DeepSpeed's CPU start-up alone takes a
-# minute there); BOX_SCALE multiplies either.
-PLAN=()
-plan() {  # label h200-seconds cpu-seconds
-  local seconds=$2
+# Each box INCLUDES its kill margin: a step gets SIGINT at (box - margin) and SIGKILL at the box,
+# so no step ends later than its box. The sum of the boxes (the JIT build's wait included) must
+# leave SLACK_PERCENT of BUDGET_S (the device call's limit, 600 s) for what runs between the steps
+# (the summary and archive after each) and for the machine itself; a plan that does not is
+# refused (exit 2) before anything runs.
+# Worth most first: the NVML answers and accelerate's real peaks, then the OOM boundary (it needs
+# no JIT build: while it runs the build finishes, so ds-inference waits for nothing), then
+# ds-inference, then the ZeRO / auto-TP cells. A busy 2-core CPU machine needs other boxes than
+# the H200 (DeepSpeed's CPU start-up alone takes a minute there); BOX_SCALE multiplies either, and
+# BOXES="label=seconds,..." sets single boxes (the tests kill a step at a tiny box this way).
+# ds-inference at TP=1 loads with from_pretrained and lets kernel injection copy the real weights
+# (backends/ds_inference.load_path): no 17 GB DeepSpeed copy. Its box is computed: 3 groups (one
+# per batch size) x (about 12 s to start a worker with torch and DeepSpeed + 17 GB from the page
+# cache at about 3 GB/s, 6 s + the injected copy to the GPU, 5 s + 3 cycles of 20 tokens, 2 s),
+# 75 s, plus a fourth of that for the unmeasured, plus its kill margin: 105 s.
+SLACK_PERCENT=10
+RUN_MARGIN=10  # bloomperf run on SIGINT: kills its groups after a 2 s grace, saves the file
+TOOL_MARGIN=5
+LABELS=()
+declare -A BOX MARGIN
+plan() {  # label h200-seconds cpu-seconds margin: a box, its kill margin inside it
+  local seconds=$2 override
   [ "$DEVICE" = cpu ] && seconds=$3
-  PLAN+=("$1 $((seconds * BOX_SCALE))")
+  seconds=$((seconds * BOX_SCALE))
+  for override in ${BOXES//,/ }; do
+    [ "${override%%=*}" = "$1" ] && seconds=${override#*=}
+  done
+  LABELS+=("$1")
+  BOX[$1]=$seconds
+  MARGIN[$1]=$4
+  ((MARGIN[$1] >= seconds)) && MARGIN[$1]=$((seconds / 2))
 }
+BOXES=${BOXES:-}
+# The install brings DeepSpeed, which the reference profile needs too: PHASES=ref installs it.
+[ "$INSTALL" = 1 ] && plan install 40 90 $TOOL_MARGIN
 if has_phase main; then
-  [ "$INSTALL" = 1 ] && plan install 45 90
-  plan doctor 30 60; plan topology 15 30; plan record-nvml 15 30; plan accelerate 150 300
+  plan doctor 25 60 $TOOL_MARGIN; plan topology 15 30 $TOOL_MARGIN
+  plan record-nvml 10 30 $TOOL_MARGIN; plan accelerate 135 300 $RUN_MARGIN
 fi
+has_phase ref && [ "$INSTALL" = 1 ] && plan install-ref 15 60 $TOOL_MARGIN
+if has_phase main; then
+  plan predict 10 30 $TOOL_MARGIN; plan oom 60 200 $RUN_MARGIN
+fi
+# The JIT build runs beside the steps from the end of the install, in a box of its own (its kill
+# margin inside); ds-inference waits for it: the wait's worst case is in the plan.
+JIT_BOX=$((240 * BOX_SCALE))
+JIT_MARGIN=10
 if has_phase ref; then
-  [ "$INSTALL" = 1 ] && plan install-ref 20 60
-  plan ds-inference 100 60
+  if [ "$DEVICE" = cuda ]; then
+    jit_end=$((${BOX[install]:-0} + JIT_BOX)) before=0
+    for label in "${LABELS[@]}"; do before=$((before + BOX[$label])); done
+    wait_s=$((jit_end - before))
+    ((wait_s < 0)) && wait_s=0
+    LABELS+=(jit-wait); BOX[jit-wait]=$wait_s; MARGIN[jit-wait]=0
+  fi
+  plan ds-inference 105 60 $RUN_MARGIN
 fi
 if has_phase main; then
-  plan predict 15 30; plan oom 70 200; plan ds-zero 40 300; plan ds-autotp 40 300
+  plan ds-zero 55 300 $RUN_MARGIN; plan ds-autotp 55 300 $RUN_MARGIN
 fi
-# The JIT build runs beside the steps, in a box of its own that ends before ds-inference's.
-JIT_BOX=$((300 * BOX_SCALE))
-box_of() {  # label: its planned seconds
-  local entry
-  for entry in "${PLAN[@]}"; do [ "${entry% *}" = "$1" ] && echo "${entry#* }" && return; done
-  echo 5
-}
 print_plan() {
-  local entry total=0
-  echo "plan ($DEVICE${REHEARSAL:+, rehearsal of the $REHEARSAL run}): budget $BUDGET_S s"
-  for entry in "${PLAN[@]}"; do
-    printf '  %-13s %5s s\n' "${entry% *}" "${entry#* }"
-    total=$((total + ${entry#* }))
+  local label total=0
+  echo "plan ($DEVICE${REHEARSAL:+, rehearsal of the $REHEARSAL run}): budget $BUDGET_S s," \
+    "slack kept >= $SLACK_PERCENT %"
+  printf '  %-13s %5s %7s %11s %6s\n' step box margin cumulative slack
+  for label in "${LABELS[@]}"; do
+    total=$((total + BOX[$label]))
+    printf '  %-13s %5s %7s %11s %6s\n' "$label" "${BOX[$label]}" "${MARGIN[$label]}" \
+      "$total" "$((BUDGET_S - total))"
   done
   if [ "$DEVICE" = cuda ] && has_phase ref; then
-    printf '  %-13s %5s s  (in the background from the start; not in the sum)\n' "JIT build" "$JIT_BOX"
+    printf '  %-13s %5s %7s  (beside the steps from the end of the install; its wait is jit-wait)\n' \
+      "JIT build" "$JIT_BOX" "$JIT_MARGIN"
   fi
-  printf '  %-13s %5s s of %s s\n' "sum" "$total" "$BUDGET_S"
+  printf '  %-13s %5s s of %s s: slack %s s (%s %%)\n' "sum" "$total" "$BUDGET_S" \
+    "$((BUDGET_S - total))" "$(((BUDGET_S - total) * 100 / BUDGET_S))"
   PLAN_TOTAL=$total
 }
 print_plan
-if ((PLAN_TOTAL > BUDGET_S)); then
-  echo "gpu_check: the plan's boxes add up to $PLAN_TOTAL s, over BUDGET_S=$BUDGET_S: not started"
+if ((PLAN_TOTAL * 100 > BUDGET_S * (100 - SLACK_PERCENT))); then
+  echo "gpu_check: the plan's boxes add up to $PLAN_TOTAL s, leaving less than" \
+    "$SLACK_PERCENT % of BUDGET_S=$BUDGET_S: not started"
   exit 2
 fi
 
-# Seconds left for a step: its planned box, keeping $2 (default 20) for the steps after it.
+# ---- what comes back: after every step, under $OUT --------------------------------------------
+# $OUT holds at most a few files (the device tool brings back 8, two folders deep): log.txt,
+# progress.txt (one line per step start and end: its last line says where the run stopped, also
+# when the call's limit killed it), summary.txt and gpu-check.tgz (every results JSON and log),
+# both rewritten when each step ends, and nvml-answers.json.
+CURRENT=
+progress() { echo "[+$(($(date +%s) - T0))s] $*" >> "$OUT/progress.txt"; }
+stopped() {  # a signal: say where, keep what ran
+  progress "stopped by SIG$1 during ${CURRENT:-no step}; the results of the steps before are kept"
+  trap - EXIT
+  exit $((128 + $2))
+}
+trap 'stopped TERM 15' TERM
+trap 'stopped INT 2' INT
+trap 'stopped HUP 1' HUP
+# Seconds a step may run: its planned box, never past the budget less what the summary needs.
 box() {
-  local left=$((DEADLINE - $(date +%s) - ${2:-20})) most
-  most=$(box_of "$1")
+  local left=$((DEADLINE - $(date +%s) - 10)) most=$((${BOX[$1]:-5} * ENFORCE_SCALE))
   ((left > most)) && left=$most
-  ((left < 5)) && left=5
+  ((left < 2)) && left=2
   echo "$left"
 }
 step() { echo; echo "=== [+$(($(date +%s) - T0))s] $*"; }
-# SIGINT first: bloomperf then kills its worker groups (allow it 45 s: its own kill waits up to
-# 40) and keeps the results file valid; SIGKILL only after that.
-timed() {  # label seconds command...: run it in its box; remember a failure, go on
-  local label=$1 seconds=$2 rc
-  shift 2
-  timeout -s INT -k 45 "$seconds" "$@"
+# SIGINT at the box less its margin (bloomperf then kills its worker groups and keeps its results
+# file valid), SIGKILL at the box.
+timed() {  # label command...: run it in its box; remember a failure, go on
+  local label=$1 seconds margin rc started
+  shift
+  seconds=$(box "$label")
+  margin=$((${MARGIN[$label]:-$TOOL_MARGIN} * ENFORCE_SCALE))
+  ((margin >= seconds)) && margin=$((seconds / 2))
+  CURRENT=$label
+  started=$(date +%s)
+  progress "running $label (box $seconds s, kill margin $margin s); if this is the last line," \
+    "the call ended during $label"
+  timeout -s INT -k "$margin" "$((seconds - margin))" "$@"
   rc=$?
   echo "rc=$rc" >&2
-  ((rc == 0)) || FAILED+=("$label (exit $rc$( ((rc == 124 || rc == 130)) && echo ', time box'))")
+  ((rc == 0)) || FAILED+=("$label (exit $rc$( ((rc == 124 || rc == 130 || rc == 137)) && echo ', time box'))")
+  progress "ended $label: rc=$rc after $(($(date +%s) - started)) s"
+  keep_results
+  CURRENT=
   return "$rc"
 }
 gpu_memory() {
@@ -178,14 +252,14 @@ bench() {  # name run-options...
   local name=$1
   shift
   step "bloomperf run $name: $*"
-  timed "run $name" "$(box "$name" 0)" "${EXEC[@]}" "$PY" -m bloomperf run "${COMMON[@]}" \
+  timed "$name" "${EXEC[@]}" "$PY" -m bloomperf run "${COMMON[@]}" \
     --output "$WORK/$name.json" "$@"
   gpu_memory
 }
 install() {  # label target wheel-folder
   [ "$INSTALL" = 1 ] || { echo "install skipped (GPU_CHECK_INSTALL=$INSTALL)"; return 0; }
   [ -f "$2/.done" ] && { echo "already installed in $2"; return 0; }
-  timed "$1 $3" "$(box "$1" 0)" "${EXEC[@]}" "$PY" -m pip install -q --no-index --no-deps \
+  timed "$1" "${EXEC[@]}" "$PY" -m pip install -q --no-index --no-deps \
     --no-compile --no-cache-dir --upgrade --target "$2" "$3"/*.whl || return 1
   [ -n "$REHEARSAL" ] || touch "$2/.done"
 }
@@ -195,41 +269,54 @@ start_jit_build() {  # DeepSpeed's fused kernels, built beside the measuring ste
   step "JIT-build DeepSpeed's fused kernels (InferenceBuilder) into $TORCH_EXTENSIONS_DIR," \
     "in the background: TORCH_CUDA_ARCH_LIST=9.0, MAX_JOBS=${JIT_JOBS:-8}"
   JIT_STARTED=$(date +%s)
-  TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${JIT_JOBS:-8} timeout -s INT -k 20 "$JIT_BOX" \
+  TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${JIT_JOBS:-8} timeout -s INT \
+    -k "$((JIT_MARGIN * ENFORCE_SCALE))" "$(((JIT_BOX - JIT_MARGIN) * ENFORCE_SCALE))" \
     "${EXEC[@]}" "$PY" -c "from deepspeed.ops.op_builder import InferenceBuilder
 InferenceBuilder().load(verbose=False)" > "$WORK/jit.log" 2>&1 &
   JIT_PID=$!
+  progress "JIT build started in the background (box $JIT_BOX s)"
 }
 wait_jit_build() {
   [ -n "$JIT_PID" ] || return 0
-  local rc=0
+  local rc=0 waited
+  waited=$(date +%s)
+  CURRENT=jit-wait
   wait "$JIT_PID" || rc=$?
-  echo "JIT build: rc=$rc after $(($(date +%s) - JIT_STARTED)) s"; tail -5 "$WORK/jit.log"
-  ((rc == 0)) || FAILED+=("JIT build (exit $rc$( ((rc == 124)) && echo ', time box'))")
+  echo "JIT build: rc=$rc after $(($(date +%s) - JIT_STARTED)) s" \
+    "(waited $(($(date +%s) - waited)) s for it)"
+  tail -5 "$WORK/jit.log"
+  ((rc == 0)) || FAILED+=("JIT build (exit $rc$( ((rc == 124 || rc == 137)) && echo ', time box'))")
+  progress "JIT build ended: rc=$rc; waited $(($(date +%s) - waited)) s for it"
+  CURRENT=
   JIT_PID=
 }
+# The table of every results file so far, and the archive of $WORK: rewritten after each step
+# (through a temporary name, so that a kill mid-write leaves the previous one).
+keep_results() {
+  "$PY" "$ROOT/benchmarks/gpu_check_summary.py" "$WORK" > "$OUT/.summary.txt" 2>&1 \
+    && mv "$OUT/.summary.txt" "$OUT/summary.txt"
+  tar czf "$OUT/.gpu-check.tgz" -C "$WORK/.." "$(basename "$WORK")" 2>/dev/null \
+    && mv "$OUT/.gpu-check.tgz" "$OUT/gpu-check.tgz"
+}
 
-if has_phase main; then
-  step "install $KIT/wheels into $SITE"
-  install install "$SITE" "$KIT/wheels"
-fi
+step "install $KIT/wheels into $SITE"
+install install "$SITE" "$KIT/wheels"
 start_jit_build
 if has_phase main; then
   step "bloomperf doctor"
   # Doctor sizes disk and RAM for what this check builds and loads, never the default full model.
-  timed doctor "$(box doctor)" "${EXEC[@]}" "$PY" -m bloomperf doctor "${MODEL[@]}" \
-    --device "$DEVICE" --format json > "$WORK/doctor.json"
+  timed doctor "${EXEC[@]}" "$PY" -m bloomperf doctor "${MODEL[@]}" \
+    "${HOST_RAM_ARGS[@]}" --device "$DEVICE" --format json > "$WORK/doctor.json"
   "$PY" -c "import json, sys
 for c in json.load(open(sys.argv[1]))['checks']: print(f\"{c['status']:<4}  {c['name']:<13} {c['reason']}\")" \
     "$WORK/doctor.json"
   step "bloomperf topology"
-  timed topology "$(box topology)" "${EXEC[@]}" "$PY" -m bloomperf topology --json \
-    > "$WORK/topology.json"
+  timed topology "${EXEC[@]}" "$PY" -m bloomperf topology --json > "$WORK/topology.json"
   head -c 1200 "$WORK/topology.json"; echo
   # The GPUs' real NVML answers, for the CPU suite's replay (copy to tests/data/nvml/).
   step "record NVML answers into $OUT/nvml-answers.json"
   if [ "$DEVICE" = cuda ]; then
-    timed record-nvml "$(box record-nvml)" "${EXEC[@]}" "$PY" benchmarks/record_nvml.py \
+    timed record-nvml "${EXEC[@]}" "$PY" benchmarks/record_nvml.py \
       --output "$OUT/nvml-answers.json"
   else  # a CPU machine may have no NVML: the recorder says why and exits 2, no failure here
     rc=0
@@ -239,13 +326,26 @@ for c in json.load(open(sys.argv[1]))['checks']: print(f\"{c['status']:<4}  {c['
   bench accelerate --backends accelerate --dtypes bf16,int8 --batch-sizes "$BATCHES"
 fi
 
+MAIN_PYTHONPATH=$PYTHONPATH
 if has_phase ref; then
   step "reference profile: transformers 4.43.4 from $KIT/wheels-reference"
-  [ -n "$REHEARSAL" ] && rehearse_with "$KIT/wheels" "$KIT/wheels-reference"
-  MAIN_PYTHONPATH=$PYTHONPATH
   install install-ref "$SITE-ref" "$KIT/wheels-reference"
+fi
+
+if has_phase main; then
+  step "OOM boundary: accelerate bf16 up to batch ${OOM_BATCHES##*,}, against bloomperf predict"
+  timed predict "${EXEC[@]}" "$PY" -m bloomperf predict "${MODEL[@]}" \
+    --topology "$TOPOLOGY" --backends accelerate --dtypes bf16 --batches "$OOM_BATCHES" \
+    --new-tokens 8 --format json > "$WORK/predict.json"
+  bench oom --backends accelerate --dtypes bf16 --batch-sizes "$OOM_BATCHES" --new-tokens 8 \
+    --cycles 1
+fi
+
+if has_phase ref; then
+  [ -n "$REHEARSAL" ] && rehearse_with "$KIT/wheels" "$KIT/wheels-reference"
   export PYTHONPATH=$ROOT:$SITE-ref:$SITE${PYTHONPATH:+:$PYTHONPATH}
   "${EXEC[@]}" "$PY" -c "import transformers; print('transformers', transformers.__version__)"
+  step "wait for the JIT build"
   wait_jit_build
   bench ds-inference --backends ds-inference --dtypes fp16 --batch-sizes "$BATCHES" \
     "${REF_GATE[@]}"
@@ -255,53 +355,17 @@ if has_phase ref; then
 fi
 
 if has_phase main; then
-  step "OOM boundary: accelerate bf16 up to batch ${OOM_BATCHES##*,}, against bloomperf predict"
-  timed predict "$(box predict)" "${EXEC[@]}" "$PY" -m bloomperf predict "${MODEL[@]}" \
-    --topology "$TOPOLOGY" --backends accelerate --dtypes bf16 --batches "$OOM_BATCHES" \
-    --new-tokens 8 --format json > "$WORK/predict.json"
-  bench oom --backends accelerate --dtypes bf16 --batch-sizes "$OOM_BATCHES" --new-tokens 8 \
-    --cycles 1
   bench ds-zero --backends ds-zero --dtypes bf16 --batch-sizes "$BATCHES"
   bench ds-autotp --backends ds-autotp --dtypes "$AUTOTP_DTYPE" --batch-sizes "$BATCHES"
 fi
 wait_jit_build
 
 step "summary"
-"$PY" - "$WORK" > "$OUT/summary.txt" <<'EOF'
-import json, sys
-from pathlib import Path
-from bloomperf.store.results.files import read_results
-
-work = Path(sys.argv[1])
-print(f"{'cell':<28} {'outcome':<8} {'ms/token':>9} {'peak GiB':>9} {'load s':>7}  note")
-measured_ok = None
-for path in sorted(work.glob("*.json")):
-    if path.stem in ("doctor", "topology", "predict"):
-        continue
-    try:
-        run = read_results(path)
-    except Exception as exc:  # a run killed before its first cell: say so, go on
-        print(f"{path.name}: unreadable ({exc})")
-        continue
-    for c in run.cells:
-        ms = f"{c.ms_per_token:.3f}" if c.ms_per_token else "-"
-        peak = f"{c.peak_memory_bytes / 2**30:.1f}" if c.peak_memory_bytes else "-"
-        load = f"{c.load_time_s:.1f}" if c.load_time_s else "-"
-        note = (c.message.splitlines() or [""])[0][:70]
-        print(f"{path.stem + ':' + c.id:<28} {c.outcome.value:<8} {ms:>9} {peak:>9} {load:>7}  {note}")
-        if path.stem == "oom" and c.outcome.value == "ok":
-            measured_ok = max(measured_ok or 0, c.batch_size)
-predicted = None
-if (work / "predict.json").is_file() and (work / "predict.json").stat().st_size:
-    rows = json.loads((work / "predict.json").read_text())["rows"]
-    predicted = rows[0]["boundary"] if rows else None
-print(f"OOM boundary, accelerate bf16: largest batch measured OK {measured_ok}, "
-      f"predicted {predicted}")
-EOF
+keep_results
 cat "$OUT/summary.txt"
-tar czf "$OUT/gpu-check.tgz" -C "$OUT" work
 [ -n "${GPU_CHECK_KEEP:-}" ] || rm -rf "$WORK"
 echo "done in $(($(date +%s) - T0)) s; results in $OUT"
+progress "finished: every step ended (${#FAILED[@]} failed)"
 if ((${#FAILED[@]})); then
   printf 'failed step: %s\n' "${FAILED[@]}"
   exit 1

@@ -48,10 +48,13 @@ from packaging.utils import canonicalize_name  # noqa: E402
 
 import bloomperf.catalog.topology as topology_module  # noqa: E402
 import bloomperf.doctor.nvml  # noqa: E402,F401
+from bloomperf.catalog.topology import HOST_RAM_GIVEN, HostRam  # noqa: E402
 from bloomperf.cli import build_parser  # noqa: E402
 from bloomperf.cli import main as bloomperf_main  # noqa: E402
 from bloomperf.cli.doctor import doctor_options, print_report, run_checks  # noqa: E402
+from bloomperf.config.backend import BackendOptions  # noqa: E402
 from bloomperf.doctor.host import HostFacts  # noqa: E402
+from bloomperf.harness.options import resolve_options  # noqa: E402
 
 STOPPED = "rehearse: stopped here on CPU:"
 
@@ -66,6 +69,8 @@ def load_facts(path: Path) -> dict[str, Any]:
 
 # Modules that imported a seam by name: each gets the machine's answer too.
 NVML_USERS = ("bloomperf.catalog.topology", "bloomperf.doctor.nvml")
+# Modules that judge host RAM through catalog.topology.host_ram.
+HOST_RAM_USERS = ("bloomperf.backends.ds_inference",)
 VERSION_USERS = (
     "bloomperf.backends.compat",
     "bloomperf.backends.ds_inference",
@@ -95,14 +100,34 @@ def use_machine(facts: dict[str, Any], kit: dict[str, str]) -> None:
 
     for name in NVML_USERS:
         vars(sys.modules[name])["load_nvml"] = load_nvml
+    for name in HOST_RAM_USERS:
+        vars(importlib.import_module(name))["host_ram"] = lambda given=None: machine_ram(
+            facts, given
+        )
     for name in VERSION_USERS:
         vars(importlib.import_module(name))["installed_version"] = installed_version
     topology_module.cpu_facts = lambda: {**cpu, "ram_bytes": int(host["ram_bytes"])}
 
 
-def host_facts(facts: dict[str, Any]) -> HostFacts:
+def machine_ram(facts: dict[str, Any], given: int | None) -> HostRam:
+    """The RAM bloomperf would judge by there: ``--host-ram`` when given; else MemTotal, which
+    the facts may put in doubt with no figure (a Firecracker guest's starts far lower than the
+    machine's RAM and grows with use): then the cautious case, nothing."""
+    if given:
+        return HostRam(given, HOST_RAM_GIVEN)
+    host = facts["host"]
+    doubt = str(host.get("memtotal_doubt") or "")
+    memtotal = host.get("memtotal_bytes", None if doubt else host["ram_bytes"])
+    return HostRam(int(memtotal or 0), "MemTotal", doubt)
+
+
+def host_facts(facts: dict[str, Any], given_ram: int | None) -> HostFacts:
+    ram = machine_ram(facts, given_ram)
     return HostFacts(
-        ram_bytes=int(facts["host"]["ram_bytes"]), disk_free_bytes=int(facts["host"]["disk_bytes"])
+        ram_bytes=ram.bytes,
+        disk_free_bytes=int(facts["host"]["disk_bytes"]),
+        ram_doubt=ram.doubt,
+        ram_source=ram.source,
     )
 
 
@@ -115,7 +140,9 @@ def rehearse_bloomperf(argv: list[str], facts: dict[str, Any], kit: dict[str, st
     if command == "doctor":
         args = build_parser().parse_args(argv)
         libraries = library_facts(facts, kit)
-        checks = run_checks(doctor_options(args), facts=libraries, host=host_facts(facts))
+        options = doctor_options(args)
+        host = host_facts(facts, options.host_ram)
+        checks = run_checks(options, facts=libraries, host=host)
         return print_report(checks, args.format, args.device)
     if command in ("topology", "predict"):
         return bloomperf_main(argv)
@@ -189,8 +216,9 @@ def rehearse_run(argv: list[str], facts: dict[str, Any]) -> int:
         print(f"rehearse: the plan refused this run (exit {code})")
         return code
     plan = json.loads(plan_text.getvalue())
-    print(plan_summary(plan))
-    failures = [*disk_needs(plan, facts), *ram_needs(plan)]
+    options = resolve_options(vars(args)).backend_options()
+    print(plan_summary(plan, options))
+    failures = [*disk_needs(plan, facts, options), *ram_needs(plan)]
     if not args.allow_incomplete:
         failures += nothing_measured(plan)
     for line in failures:
@@ -201,9 +229,10 @@ def rehearse_run(argv: list[str], facts: dict[str, Any]) -> int:
     return 0
 
 
-def plan_summary(plan: dict[str, Any]) -> str:
+def plan_summary(plan: dict[str, Any], options: BackendOptions) -> str:
     lines = [f"plan on {plan['topology']}, device {plan['device']}:"]
     for group in plan.get("groups", []):
+        load = group_load(group, options)
         cells = group.get("cells", [])
         skipped = [c for c in cells if c.get("skip")]
         batches = ",".join(str(c["batch_size"]) for c in cells)
@@ -211,13 +240,29 @@ def plan_summary(plan: dict[str, Any]) -> str:
             f"  {group.get('backend')} {group.get('dtype')} x{group.get('world_size')}: "
             f"batches {batches}, {len(skipped)} skipped"
             + (f" ({skipped[0]['skip']})" if skipped else "")
+            + (f"; load {load}" if load else "")
         )
     return "\n".join(lines)
 
 
-def disk_needs(plan: dict[str, Any], facts: dict[str, Any]) -> list[str]:
-    """The checkpoint build's disk need, by catalog/checkpoints' own rule."""
-    from bloomperf.catalog.checkpoints import check_free_space
+def group_load(group: dict[str, Any], options: BackendOptions) -> str | None:
+    """How a DeepSpeed tensor-parallel group loads (backends/ds_inference.load_path), and
+    whether that writes DeepSpeed's copy of the checkpoint first; None for other backends."""
+    from bloomperf.backends import backend_class
+    from bloomperf.backends.ds_inference import TensorParallelBackend, load_path
+
+    cls = backend_class(str(group.get("backend")))
+    if not issubclass(cls, TensorParallelBackend):
+        return None
+    path = load_path(cls.kernel_inject, int(group["world_size"]), options, str(group["dtype"]))
+    return f"{path}, writes DeepSpeed's copy" if path == "unsharded" else f"{path}, no copy"
+
+
+def disk_needs(plan: dict[str, Any], facts: dict[str, Any], options: BackendOptions) -> list[str]:
+    """What the run writes on the machine's disk: the checkpoint build (catalog/checkpoints'
+    own rule), and DeepSpeed's torch-pickle copy of it (as large again) where a group loads
+    the ``unsharded`` way (backends/ds_checkpoint)."""
+    from bloomperf.catalog.checkpoints import TORCH_BYTES, check_free_space
     from bloomperf.catalog.models import MODEL_SHAPES
     from bloomperf.core.errors import BloomperfError
 
@@ -230,7 +275,13 @@ def disk_needs(plan: dict[str, Any], facts: dict[str, Any]) -> list[str]:
         check_free_space(shape, layers, Path("/"), disk)
     except BloomperfError as exc:
         return [f"fail  disk: {exc}"]
-    return [f"ok    disk: {shape.name} with {layers} layers fits the {disk / 2**30:.0f} GiB disk"]
+    model = shape.parameters(layers) * TORCH_BYTES[shape.checkpoint_dtype]
+    copies = [g for g in plan.get("groups", []) if "writes" in (group_load(g, options) or "")]
+    need = model * (2 if copies else 1)
+    what = f"{shape.name} with {layers} layers" + (" and DeepSpeed's copy" if copies else "")
+    if need * 1.05 > disk:
+        return [f"fail  disk: {what} need {need / 2**30:.1f} GiB of the {disk / 2**30:.0f} GiB"]
+    return [f"ok    disk: {what} ({need / 2**30:.1f} GiB) fit the {disk / 2**30:.0f} GiB disk"]
 
 
 def nothing_measured(plan: dict[str, Any]) -> list[str]:

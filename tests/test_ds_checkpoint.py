@@ -6,6 +6,7 @@ against the plain model, with 2 ranks: tests/test_ds_backends.py.)"""
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import os
@@ -24,10 +25,11 @@ from bloomperf.backends.ds_checkpoint import (
     host_bytes_per_rank,
     host_memory_reason,
 )
-from bloomperf.backends.ds_inference import INT8_NEEDS_CHECKPOINT, host_memory_bytes
+from bloomperf.backends.ds_inference import INT8_NEEDS_CHECKPOINT, load_path
 from bloomperf.catalog.checkpoint_builder import split_shards, tensor_specs, write_tokenizer
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.catalog.models import MODEL_SHAPES, bloom_config
+from bloomperf.catalog.topology import host_ram
 from bloomperf.config.backend import BackendOptions
 from bloomperf.harness.protocol import WorkerSpec
 
@@ -113,7 +115,7 @@ def test_ranks_times_weights_beyond_host_ram_is_skipped_with_the_figures(tmp_pat
     # Through the backends, with this machine's RAM: from_pretrained on 8 ranks does not fit.
     for name in ("ds-inference", "ds-autotp"):
         reason = backend_class(name).host_memory_reason(folder, 8, "fp16", HF_LOAD)
-        assert reason is not None and f"{host_memory_bytes() / GIB:.1f} GiB RAM" in reason
+        assert reason is not None and f"{host_ram().bytes / GIB:.1f} GiB RAM" in reason
     # fp32 from a bf16 checkpoint doubles the figure.
     reason = backend_class("ds-autotp").host_memory_reason(folder, 2, "fp32", HF_LOAD)
     assert reason is not None and f"2 ranks x {2 * weights / GIB:.1f} GiB" in reason
@@ -219,7 +221,7 @@ def test_shard_refuses_what_would_swap_or_save_nothing(tmp_path: Path) -> None:
     assert f"--tp 8: host RAM: 8 ranks x {share:.1f} GiB host memory each (unsharded load)" in (
         result.stderr
     )
-    assert f"{host_memory_bytes() / GIB:.1f} GiB RAM: it would swap" in result.stderr
+    assert f"{host_ram().bytes / GIB:.1f} GiB RAM: it would swap" in result.stderr
     result = run_shard_command("--tp", "1", "--model", str(folder), "--out", out)
     assert result.returncode == 2
     assert "auto-TP saves no shards at TP=1" in result.stderr
@@ -242,7 +244,7 @@ def test_the_run_plan_skips_a_group_that_would_swap_with_the_figures(tmp_path: P
             g["backend"]: g["cells"][0]["skip"] for g in json.loads(out.getvalue())["groups"]
         }
     weights = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-    ram = f"GiB > {host_memory_bytes() / GIB:.1f} GiB RAM: it would swap"
+    ram = f"GiB > {host_ram().bytes / GIB:.1f} GiB RAM: it would swap"
     assert plans["hf"]["ds-autotp"].startswith(
         f"host RAM: 8 ranks x {weights / GIB:.1f} GiB host memory each (hf load)"
     )
@@ -252,3 +254,47 @@ def test_the_run_plan_skips_a_group_that_would_swap_with_the_figures(tmp_path: P
     assert plans["unsharded"]["ds-autotp"].startswith(
         f"host RAM: 8 ranks x {share:.1f} GiB host memory each"
     )
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "int8"])
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_tp1_loads_the_checkpoint_itself_and_writes_no_deepspeed_copy(dtype: str, tp: int) -> None:
+    """At TP=1 both DeepSpeed backends load with from_pretrained (no 17 GB DeepSpeed copy);
+    int8 with kernels needs the checkpoint load (DeepSpeed quantizes only there); more ranks
+    keep the meta-device load, one file at a time, or what was asked."""
+    for kernel_inject in (True, False):
+        path = load_path(kernel_inject, tp, BackendOptions(), dtype)
+        needs_copy = tp > 1 or (kernel_inject and dtype == "int8")
+        assert path == ("unsharded" if needs_copy else "hf"), (kernel_inject, tp, dtype)
+        assert load_path(kernel_inject, tp, HF_LOAD, dtype) == "hf"
+        assert load_path(kernel_inject, tp, BackendOptions(sharded="x"), dtype) == "pre-sharded"
+
+
+def test_kernel_injection_takes_the_real_weights_of_a_loaded_model(tiny: Path) -> None:
+    """What ds-inference at TP=1 relies on, read in the installed DeepSpeed and run where a CPU
+    allows: with no ``checkpoint=`` the engine reads no file, and BLOOM's injection policy hands
+    the container the loaded model's own tensors (the fused kernels themselves need CUDA)."""
+    from deepspeed.inference.engine import InferenceEngine
+    from deepspeed.module_inject.containers.bloom import BLOOMLayerPolicy
+    from transformers import AutoModelForCausalLM
+
+    engine = inspect.getsource(InferenceEngine._apply_injection_policy)
+    assert "if checkpoint_dir is not None else None" in engine
+    replace = (Path(deepspeed.__file__).parent / "module_inject/replace_module.py").read_text()
+    assert "if checkpoint_dict is not None and config.replace_with_kernel_inject:" in replace
+    assert "_container.copy_data_to_new_module()" in replace
+    model = AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float16)
+    block = model.transformer.h[0]
+    policy = BLOOMLayerPolicy(block, inference=True)
+    qkvw, _, dense_w, _ = policy.attention()
+    h4h_w, _, _4hh_w, _ = policy.mlp()
+    given = (qkvw, dense_w, h4h_w, _4hh_w)
+    own = (
+        block.self_attention.query_key_value.weight,
+        block.self_attention.dense.weight,
+        block.mlp.dense_h_to_4h.weight,
+        block.mlp.dense_4h_to_h.weight,
+    )
+    for tensor, weight in zip(given, own, strict=True):
+        assert not tensor.is_meta and tensor.data_ptr() == weight.data_ptr()
+        assert tensor.dtype == torch.float16

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bloomperf.analysis.compare import host_ram_headline, incompleteness
 from bloomperf.backends.ds_checkpoint import HOST_RAM_SKIP, host_memory_reason
 from bloomperf.catalog.models import MODEL_SHAPES
-from bloomperf.catalog.topology import ram_doubt
+from bloomperf.catalog.topology import HOST_RAM_GIVEN, host_ram, ram_doubt
 from bloomperf.catalog.weights import embedding_bytes, layer_bytes
 from bloomperf.doctor.host import check_ram
 from bloomperf.store.results import CellResult, Outcome
@@ -88,3 +89,65 @@ def test_a_run_that_skipped_every_cell_for_host_ram_says_so_first(batches: list[
     # One cell skipped for another reason: the run is not a host-RAM story.
     mixed = tiny_run(*(skipped(b, reason) for b in batches), skipped(99, "no GPU"))
     assert host_ram_headline(mixed) is None
+
+
+# ---- the machine's documented RAM over MemTotal (--host-ram / BLOOMPERF_HOST_RAM) ------------
+
+
+def test_the_host_ram_option_is_read_in_every_spelling() -> None:
+    from bloomperf.harness.options import resolve_options
+
+    assert resolve_options({"host_ram": "128GiB"}, env={}).host_ram == 128 * 2**30
+    env = resolve_options({}, env={"BLOOMPERF_HOST_RAM": "128GiB"})
+    assert env.host_ram == 128 * 2**30 and env.backend_options().host_ram == 128 * 2**30
+    assert resolve_options({}, env={}).host_ram is None
+
+
+def test_doctor_takes_the_given_ram_and_says_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bloomperf.cli import build_parser
+    from bloomperf.cli.doctor import doctor_options
+    from bloomperf.doctor.host import HostFacts, check_host_ram
+
+    monkeypatch.setenv("BLOOMPERF_HOST_RAM", "128GiB")
+    options = doctor_options(build_parser().parse_args(["doctor"]))
+    assert options.host_ram == 128 * 2**30
+    flag = doctor_options(build_parser().parse_args(["doctor", "--host-ram", "64GiB"]))
+    assert flag.host_ram == 64 * 2**30  # the command line over the environment
+    host = HostFacts.here(options.host_ram)
+    assert (host.ram_bytes, host.ram_doubt, host.ram_source) == (128 * 2**30, "", HOST_RAM_GIVEN)
+    check = check_host_ram("bloom-176b", 2, 1, host)
+    assert check.status == "ok" and check.reason.endswith(f"(RAM from {HOST_RAM_GIVEN})")
+    monkeypatch.delenv("BLOOMPERF_HOST_RAM")
+    here = HostFacts.here(doctor_options(build_parser().parse_args(["doctor"])).host_ram)
+    assert here.ram_source == "MemTotal" and here.ram_bytes == host_ram().bytes
+
+
+@given(given=st.integers(1, 10**13), size=st.integers(1, 10**6))
+@settings(max_examples=30, deadline=None)
+def test_the_skip_rule_judges_by_the_given_ram(given: int, size: int) -> None:
+    """A DeepSpeed group's host-RAM skip uses --host-ram when given, never MemTotal then."""
+    import tempfile
+
+    from bloomperf.backends.ds_inference import DeepSpeedInferenceBackend
+    from bloomperf.config.backend import BackendOptions
+
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = Path(folder)
+        (checkpoint / "model.safetensors").write_bytes(b"\0" * size)
+        (checkpoint / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+        options = BackendOptions(host_ram=given)
+        # TP=1 fp16: from_pretrained holds one whole copy (fp16 as large as the bf16 files).
+        reason = DeepSpeedInferenceBackend.host_memory_reason(checkpoint, 1, "fp16", options)
+    assert (reason is None) == (size <= given), reason
+    if reason:
+        assert reason.startswith(HOST_RAM_SKIP) and "may read low" not in reason
+
+
+def test_the_figure_says_where_it_came_from() -> None:
+    given = host_ram(128 * 2**30)
+    assert given.describe() == f"host RAM 128.0 GiB from {HOST_RAM_GIVEN}"
+    assert (
+        host_ram().describe().startswith("host RAM ") and "from MemTotal" in host_ram().describe()
+    )

@@ -38,7 +38,7 @@ from bloomperf.backends.ds_ranks import (
     timed_step,
 )
 from bloomperf.catalog.dtypes import DTYPE_TABLE, load_torch_dtype, stored_torch_dtype
-from bloomperf.catalog.topology import ram_doubt
+from bloomperf.catalog.topology import host_ram
 from bloomperf.config.backend import BackendOptions, TensorParallelOptions
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import get_bool, get_int, read_document
@@ -65,14 +65,15 @@ class TensorParallelBackend(Backend):
     def host_memory_reason(
         cls, checkpoint: Path, world_size: int, dtype: str, options: BackendOptions
     ) -> str | None:
-        load = load_path(cls.kernel_inject, world_size, options)
+        load = load_path(cls.kernel_inject, world_size, options, dtype)
         folder = Path(options.sharded) if options.sharded and load == "pre-sharded" else checkpoint
         scale = DTYPE_TABLE[dtype].load_bytes / file_bytes_per_weight(checkpoint)
         try:
             need = host_bytes_per_rank(load, folder, world_size, scale, not cls.kernel_inject)
         except (BloomperfError, OSError):
             return None  # a missing folder fails at load, with the loader's own message
-        return host_memory_reason(need, world_size, load, host_memory_bytes(), ram_doubt())
+        ram = host_ram(options.host_ram)
+        return host_memory_reason(need, world_size, load, ram.bytes, ram.doubt)
 
     def prepare(self, request: LoadRequest) -> None:
         """Everything that must not count as load time, each step timed on its own: importing
@@ -91,7 +92,9 @@ class TensorParallelBackend(Backend):
                 build_fused_kernels()
         self._device = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
         self._tp = request.world_size
-        self._checkpoint = load_path(self.kernel_inject, request.world_size, request.options)
+        self._checkpoint = load_path(
+            self.kernel_inject, request.world_size, request.options, request.dtype
+        )
         self._checkpoints_json: Path | None = None
         if self._checkpoint == "unsharded":
             # Timed on every rank: a rank that waited for another to write the copy waited as long.
@@ -234,7 +237,7 @@ class DeepSpeedInferenceBackend(TensorParallelBackend):
             return reason
         if device != "cuda":
             return "fused kernels need a CUDA GPU"
-        if dtype == "int8" and load_path(True, 1, options) == "hf":
+        if dtype == "int8" and options.load == "hf" and not options.sharded:
             return f"{INT8_NEEDS_CHECKPOINT}; --load hf gives it none"
         return fused_kernels_unsupported()
 
@@ -256,22 +259,27 @@ class DeepSpeedAutoTPBackend(TensorParallelBackend):
         return super().unmet_requirement(dtype, device, options) or deepspeed_missing()
 
 
-def load_path(kernel_inject: bool, world_size: int, options: TensorParallelOptions) -> str:
+def load_path(
+    kernel_inject: bool, world_size: int, options: TensorParallelOptions, dtype: str = "fp16"
+) -> str:
     """``pre-sharded`` with ``sharded=DIR``; else the blog's meta-device ``unsharded`` path,
-    unless ``load=hf`` asks for from_pretrained. Auto-TP at TP=1 reads with from_pretrained (one
-    copy): DeepSpeed applies no auto-TP policy at TP=1 (inference/engine.py), so it would never
-    read the checkpoints JSON and would leave the meta model empty."""
+    unless ``load=hf`` asks for from_pretrained. At TP=1, from_pretrained (one host copy, no
+    DeepSpeed copy of the checkpoint) for both backends:
+
+    - auto-TP: DeepSpeed applies no auto-TP policy at TP=1 (inference/engine.py), so it would
+      never read the checkpoints JSON and would leave the meta model empty;
+    - kernel injection: with no ``checkpoint=``, ``_apply_injection_policy`` reads no file and
+      ``replace_with_policy`` copies the model's own weights into the fused modules
+      (``copy_data_to_new_module``, module_inject/replace_module.py); the checkpoints JSON would
+      first need a 17 GB torch-pickle copy (``ds_checkpoint``) that every load reads again. Not
+      for int8: DeepSpeed quantizes only while loading a checkpoint (INT8_NEEDS_CHECKPOINT)."""
     if options.sharded:
         return "pre-sharded"
-    if options.load == "hf" or (not kernel_inject and world_size == 1):
+    if options.load == "hf":
+        return "hf"
+    if world_size == 1 and (not kernel_inject or dtype != "int8"):
         return "hf"
     return "unsharded"
-
-
-def host_memory_bytes() -> int:
-    import psutil
-
-    return int(psutil.virtual_memory().total)
 
 
 def file_bytes_per_weight(checkpoint: Path) -> int:

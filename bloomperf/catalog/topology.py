@@ -244,6 +244,30 @@ def ram_doubt(
     return ""
 
 
+HOST_RAM_GIVEN = "--host-ram / BLOOMPERF_HOST_RAM"
+
+
+@dataclass(frozen=True)
+class HostRam:
+    """The host RAM figure the skip rules and doctor judge by, and where it came from."""
+
+    bytes: int
+    source: str  # HOST_RAM_GIVEN, or "MemTotal"
+    doubt: str = ""  # why the figure may read far too low ("" when it is not in doubt)
+
+    def describe(self) -> str:
+        said = f"host RAM {self.bytes / GiB:.1f} GiB from {self.source}"
+        return said + (f" (may read low: {self.doubt})" if self.doubt else "")
+
+
+def host_ram(given: int | None = None) -> HostRam:
+    """The machine's RAM: ``given`` (the documented size, where MemTotal reads low, e.g. a
+    Firecracker guest's), else MemTotal with the reason to doubt it, if any."""
+    if given:
+        return HostRam(given, HOST_RAM_GIVEN)
+    return HostRam(int(psutil.virtual_memory().total), "MemTotal", ram_doubt())
+
+
 def cpu_model() -> str:
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")

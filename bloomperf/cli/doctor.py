@@ -15,16 +15,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import asdict
 from typing import Any
 
 from bloomperf.catalog.checkpoints import default_cache_dir, resolve_model
 from bloomperf.catalog.models import MODEL_SHAPES
-from bloomperf.cli.arguments import add_format_argument, add_run_option
+from bloomperf.cli.arguments import add_format_argument, add_run_option, run_option
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.doctor.check import STATUSES, Check
-from bloomperf.doctor.host import HostFacts, check_build_locks, check_disk, check_ram, check_shm
+from bloomperf.doctor.host import (
+    HostFacts,
+    check_build_locks,
+    check_disk,
+    check_host_ram,
+    check_shm,
+)
 from bloomperf.doctor.libraries import (
     check_bitsandbytes,
     check_deepspeed_jit,
@@ -45,7 +52,7 @@ def run_checks(
     host: HostFacts | None = None,
 ) -> list[Check]:
     device = options.device
-    host = host or HostFacts.here()
+    host = host or HostFacts.here(options.host_ram)
     checks, found = check_nvml(nvml, device)
     facts = facts if facts is not None else probe_libraries()
     model = options.model or ("bloom-176b" if found["gpus"] else "tiny")
@@ -59,7 +66,7 @@ def run_checks(
         check_fused_bloom(),
         check_shm(ranks),
         check_disk(model, options.layers, cache, host.disk_free_bytes),
-        check_ram(model, options.layers, ranks, host.ram_bytes, host.ram_doubt),
+        check_host_ram(model, options.layers, ranks, host),
         check_build_locks(),
     ]
 
@@ -103,6 +110,7 @@ def add_command(subparsers: Any) -> None:
     )
     add_run_option(parser, "layers", help="build the model with this many blocks [all]")
     add_run_option(parser, "tp", help="ranks per DeepSpeed group [GPU count]")
+    add_run_option(parser, "host_ram")
     add_run_option(
         parser,
         "cache_dir",
@@ -129,7 +137,22 @@ def doctor_options(args: argparse.Namespace) -> RunConfig:
         layers=args.layers,
         tp=args.tp,
         cache_dir=args.cache_dir,
+        host_ram=given_host_ram(args),
     )
+
+
+def given_host_ram(args: argparse.Namespace) -> int | None:
+    """``--host-ram``, else ``BLOOMPERF_HOST_RAM`` (parsed as a run parses it), else None."""
+    if args.host_ram is not None:
+        return int(args.host_ram)
+    option = run_option("host_ram")
+    text = os.environ.get(option.env_var)
+    if not text:
+        return None
+    try:
+        return int(option.parse(text))
+    except (ValueError, BloomperfError) as exc:
+        raise BloomperfError(f"{option.env_var}={text}: {exc}") from None
 
 
 def run_doctor_command(args: argparse.Namespace) -> int:

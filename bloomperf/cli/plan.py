@@ -221,7 +221,7 @@ def build_plan(options: RunConfig, topology_text: str | None, err: TextIO) -> di
         f"{len(session.groups)} groups",
         file=err,
     )
-    groups = [plan_group(session, group, gpu, err) for group in session.groups]
+    groups = [plan_group(session, group, gpu, err) for group in started_groups(session)]
     return {
         "kind": PLAN_KIND,
         "schema_version": SCHEMA_VERSION,
@@ -231,7 +231,20 @@ def build_plan(options: RunConfig, topology_text: str | None, err: TextIO) -> di
         "device": device,
         "gpus": [g.index for g in topology.gpus],
         "groups": [group_dict(g) for g in groups],
+        "loads": len(groups),  # one model load per group the run starts
     }
+
+
+def started_groups(session: Session) -> list[Group]:
+    """The worker groups the run will start, as the session starts them: one per batch size
+    where the backend asks for it (``Backend.group_per_batch``), each one load of the model."""
+    started: list[Group] = []
+    for group in session.groups:
+        if backend_class(group.backend).group_per_batch(session.backend_options):
+            started += [Group(group.backend, group.dtype, (b,)) for b in group.batch_sizes]
+        else:
+            started.append(group)
+    return started
 
 
 def group_dict(plan: GroupPlan) -> dict[str, Any]:
@@ -253,7 +266,8 @@ def render_text(plan: dict[str, Any]) -> str:
     model = plan["model"]
     lines = [
         f"plan: {model['name']} ({model['layers']} layers, {model['parameters']:,} parameters) "
-        f"on {plan['topology']} ({plan['planned_for']}), device {plan['device']}"
+        f"on {plan['topology']} ({plan['planned_for']}), device {plan['device']}",
+        f"{plan['loads']} worker groups, one model load each",
     ]
     for group in plan["groups"]:
         devices = ",".join(str(d) for d in group["devices"]) or (

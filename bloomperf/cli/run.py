@@ -19,7 +19,7 @@ from bloomperf.analysis.compare import host_ram_headline
 from bloomperf.analysis.verdicts import Comparison
 from bloomperf.backends import backend_class
 from bloomperf.backends.ds_inference import read_shard_marker
-from bloomperf.catalog.topology import detect_topology
+from bloomperf.catalog.topology import detect_topology, host_ram
 from bloomperf.cli.plan import add_plan_arguments, run_dry
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import clean, plain
@@ -81,6 +81,8 @@ def run_command(args: Any, out: TextIO | None = None, err: TextIO | None = None)
             f"{session.model.layers} layers) on {topology.id}, {total} cells",
             file=err,
         )
+        # The figure the host-RAM skips judged by, and where it came from (--host-ram or MemTotal)
+        print(f"bloomperf: {host_ram(options.host_ram).describe()}", file=err)
         done = 0
         started = time.monotonic()
         try:

@@ -27,6 +27,7 @@ class TensorParallelOptions:
     sharded: str | None = None  # a folder ``bloomperf shard`` wrote
     load: str | None = None  # unsharded | hf; None: the backend's own choice
     ds_load_once: bool = False  # ds-inference: one group serves every batch size
+    host_ram: int | None = None  # bytes: the machine's documented RAM; None: MemTotal
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class RunConfig(LaunchOptions):
     sharded: Path | None = None
     load: str | None = None
     ds_load_once: bool = BackendOptions.ds_load_once
+    host_ram: int | None = BackendOptions.host_ram
     nvme_path: Path | None = None
     ds_config: dict[str, Any] | None = None
     baselines: Path | None = None

@@ -6,12 +6,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from bloomperf.catalog.caches import build_in_progress, extensions_dir, stale_batons
 from bloomperf.catalog.checkpoints import check_free_space, checkpoint_folder_name
 from bloomperf.catalog.models import MODEL_SHAPES, check_layers
-from bloomperf.catalog.topology import ram_doubt
+from bloomperf.catalog.topology import host_ram
 from bloomperf.catalog.weights import embedding_bytes, layer_bytes
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import GIB, MIB
@@ -33,10 +31,13 @@ class HostFacts:
     ram_bytes: int
     disk_free_bytes: int | None = None  # None: measure the cache folder's file system
     ram_doubt: str = ""  # why the RAM figure may be far too low ("" when it is not in doubt)
+    ram_source: str = "MemTotal"  # where ram_bytes came from (catalog.topology.HostRam)
 
     @classmethod
-    def here(cls) -> HostFacts:
-        return cls(ram_bytes=int(psutil.virtual_memory().total), ram_doubt=ram_doubt())
+    def here(cls, given_ram: int | None = None) -> HostFacts:
+        """This machine; ``given_ram``: its documented RAM (``--host-ram``) over MemTotal."""
+        ram = host_ram(given_ram)
+        return cls(ram_bytes=ram.bytes, ram_doubt=ram.doubt, ram_source=ram.source)
 
 
 def check_shm(ranks: int, shm: Path = Path("/dev/shm")) -> Check:
@@ -125,6 +126,12 @@ def check_ram(model: str, layers: int | None, ranks: int, total: int, doubt: str
             "cannot run",
         )
     return Check("ram", "warn" if doubt else "ok", f"{need} fit in {ram}")
+
+
+def check_host_ram(model: str, layers: int | None, ranks: int, host: HostFacts) -> Check:
+    """check_ram on the host's figure, saying where the figure came from."""
+    check = check_ram(model, layers, ranks, host.ram_bytes, host.ram_doubt)
+    return Check(check.name, check.status, f"{check.reason} (RAM from {host.ram_source})")
 
 
 def check_build_locks(folder: Path | None = None) -> Check:

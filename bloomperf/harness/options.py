@@ -197,7 +197,7 @@ OPTIONS: tuple[Option, ...] = (
         "load",
         parse_choice(LOAD_CHOICES),
         f"ds-inference/ds-autotp loading: {', '.join(LOAD_CHOICES)} "
-        "[unsharded where DeepSpeed can read the files, else hf]",
+        "[hf at TP=1 (int8 with kernels aside), else unsharded]",
         "HOW",
     ),
     Option(
@@ -206,6 +206,13 @@ OPTIONS: tuple[Option, ...] = (
         "ds-inference: load once per dtype and serve every batch size from that group "
         "(DeepSpeed sizes its kernel workspace at a group's first forward) "
         "[off: a fresh group per batch size]",
+    ),
+    Option(
+        "host_ram",
+        parse_size,
+        "the machine's RAM (e.g. 128GiB), for host-RAM skips and doctor, where MemTotal reads "
+        "low (a Firecracker guest starts small and grows with use) [MemTotal]",
+        "SIZE",
     ),
     Option(
         "nvme_path", parse_work_folder, "folder on NVMe for ds-zero's nvme offload [none]", "DIR"
