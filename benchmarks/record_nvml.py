@@ -72,6 +72,8 @@ def record_device(nvml: Any, handle: Any) -> dict[str, Any]:
             device[key] = query()
         except nvml.NVMLError as exc:
             errors[key] = error_of(exc)
+        except AttributeError as exc:  # this nvidia-ml-py lacks the call: record, go on
+            errors[key] = missing_call(nvml, exc)
 
     sm, mem = nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM
     device["nvlink_state"] = nvlink_states(nvml, handle, errors)
@@ -125,6 +127,18 @@ def nvlink_states(nvml: Any, handle: Any, errors: dict[str, dict[str, Any]]) -> 
 def error_of(exc: Any) -> dict[str, Any]:
     """An NVMLError as the replay raises it again: NVML's code picks pynvml's class."""
     return {"error": type(exc).__name__, "value": int(exc.value), "text": str(exc)}
+
+
+def missing_call(nvml: Any, exc: AttributeError) -> dict[str, Any]:
+    """A call (or constant) the installed nvidia-ml-py lacks, as NVML's own answer for a
+    function the library does not have, so that the replay raises NVMLError_FunctionNotFound
+    there (bloomperf's telemetry treats both alike)."""
+    code = int(getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13))
+    return {
+        "error": "NVMLError_FunctionNotFound",
+        "value": code,
+        "text": f"nvidia-ml-py {nvidia_ml_py_version()} lacks it ({exc})",
+    }
 
 
 def applications_clock(query: Callable[[Any, Any], Any], handle: Any, clock: Any) -> int:

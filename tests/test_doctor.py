@@ -265,3 +265,26 @@ def test_run_checks_on_a_gpu_machine_sizes_for_its_ranks(tmp_path: Path) -> None
     assert got["torch-cuda"].status == "fail"  # the 8×A100 recording's driver is CUDA 12.2
     assert "8 ranks × " in got["ram"].reason  # ranks: the 8 visible GPUs
     assert "bloom-176b" in got["disk"].reason
+
+
+def test_a_build_lock_with_a_live_builder_is_no_stale_lock(tmp_path: Path) -> None:
+    """gpu_check.sh JIT-builds DeepSpeed's kernels in the background, outside bloomperf's own
+    lock: torch's baton is there while ninja runs in the op folder. Doctor tells that live
+    build (a process working in the folder) from a baton a killed build left."""
+    from bloomperf.catalog.caches import BATON_NAME, build_lock
+    from bloomperf.doctor.host import check_build_locks
+
+    baton = tmp_path / "transformer_inference" / BATON_NAME
+    baton.parent.mkdir()
+    baton.touch()
+    builder = subprocess.Popen(["sleep", "60"], cwd=baton.parent)  # ninja's stand-in: a process
+    try:
+        check = check_build_locks(tmp_path)
+        assert check.status == "ok" and f"held by PID {builder.pid}" in check.reason, check
+        with build_lock(tmp_path, 1.0) as removed:  # nor does a bloomperf group remove it
+            assert removed == [] and baton.exists()
+    finally:
+        builder.kill()
+        builder.wait()
+    check = check_build_locks(tmp_path)
+    assert check.status == "warn" and "left by a killed build" in check.reason, check

@@ -91,3 +91,41 @@ def test_without_nvml_it_exits_2_with_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stdout == f"record_nvml: no NVML on this machine: {why}\n"
     assert not out.exists()
+
+
+class WithoutCall:
+    """An NVML module whose nvidia-ml-py lacks one call (an older or newer release): every other
+    answer is the replay's."""
+
+    def __init__(self, replay: NvmlReplay, missing: str) -> None:
+        self._replay = replay
+        self._missing = missing
+
+    def __getattr__(self, name: str) -> object:
+        if name == self._missing:
+            raise AttributeError(f"module 'pynvml' has no attribute '{name}'")
+        return getattr(self._replay, name)
+
+
+@pytest.mark.parametrize(
+    ("call", "key"),
+    [
+        ("nvmlDeviceGetTotalEnergyConsumption", "energy_mj"),
+        ("nvmlDeviceGetMaxClockInfo", "max_clock_sm_mhz"),
+        ("nvmlDeviceGetPersistenceMode", "persistence_mode"),
+    ],
+)
+def test_a_call_the_library_lacks_is_recorded_not_fatal(call: str, key: str) -> None:
+    original = json.loads((ROOT / "tests/data/nvml/8xA100-SXM4-80GB.json").read_text())
+    recorded = record(WithoutCall(NvmlReplay(original), call), date=DATE)
+    error = recorded["devices"][0]["errors"][key]
+    assert error["error"] == "NVMLError_FunctionNotFound" and call in error["text"]
+    assert error["value"] == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    # Replayed, the call raises NVML's own error for a missing function.
+    replay = NvmlReplay(json.loads(json.dumps(recorded)))
+    replay.nvmlInit()
+    assert recorded["devices"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+    if key == "energy_mj":
+        handle = replay.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            replay.nvmlDeviceGetTotalEnergyConsumption(handle)

@@ -69,6 +69,22 @@ def stale_batons(folder: Path) -> list[Path]:
         return []
 
 
+def baton_builders(baton: Path) -> list[int]:
+    """PIDs of live processes building in the baton's op folder: torch's builder runs ninja
+    (and ninja its compilers) with that folder as the working directory, so a baton with such
+    a process is a build under way (one started outside bloomperf's lock, e.g. gpu_check.sh's
+    background JIT build), not one left by a killed build."""
+    import psutil
+
+    folder = os.path.realpath(baton.parent)
+    found = []
+    for process in psutil.process_iter(["pid", "cwd"]):
+        cwd = process.info.get("cwd")
+        if cwd and (cwd == folder or cwd.startswith(folder + os.sep)):
+            found.append(int(process.info["pid"]))
+    return found
+
+
 def build_in_progress(folder: Path) -> bool:
     """Whether a bloomperf process holds the build lock of ``folder`` now."""
     try:
@@ -101,6 +117,8 @@ def build_lock(folder: Path, wait_s: float) -> Iterator[list[Path]]:
             flock_within(fd, folder / BUILD_LOCK_NAME, wait_s, poll_s=0.2)
         removed = []
         for baton in stale_batons(folder):
+            if baton_builders(baton):  # a build outside bloomperf's lock, still running
+                continue
             with contextlib.suppress(FileNotFoundError):
                 baton.unlink()
                 removed.append(baton)

@@ -6,7 +6,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from bloomperf.catalog.caches import build_in_progress, extensions_dir, stale_batons
+from bloomperf.catalog.caches import (
+    baton_builders,
+    build_in_progress,
+    extensions_dir,
+    stale_batons,
+)
 from bloomperf.catalog.checkpoints import check_free_space, checkpoint_folder_name
 from bloomperf.catalog.models import MODEL_SHAPES, check_layers
 from bloomperf.catalog.topology import host_ram
@@ -134,11 +139,25 @@ def check_host_ram(model: str, layers: int | None, ranks: int, host: HostFacts) 
     return Check(check.name, check.status, f"{check.reason} (RAM from {host.ram_source})")
 
 
+def live_builds(batons: list[Path]) -> dict[Path, list[int]]:
+    """The batons a live process is building under (catalog.caches.baton_builders)."""
+    return {b: pids for b in batons for pids in [baton_builders(b)] if pids}
+
+
 def check_build_locks(folder: Path | None = None) -> Check:
     """A torch ``lock`` file in bloomperf's extensions folder while no bloomperf build runs was
     left by a killed build: torch's builder would wait on it forever (the next run removes it)."""
     folder = folder if folder is not None else extensions_dir()
-    stale = [] if build_in_progress(folder) else stale_batons(folder)
+    batons = [] if build_in_progress(folder) else stale_batons(folder)
+    live = live_builds(batons)
+    stale = [b for b in batons if b not in live]
+    if live and not stale:
+        baton, pids = next(iter(live.items()))
+        return Check(
+            "build-locks",
+            "ok",
+            f"a build is running: {baton} is held by PID {pids[0]} building there",
+        )
     if not stale:
         return Check("build-locks", "ok", f"no stale DeepSpeed build lock in {folder}")
     return Check(
