@@ -225,7 +225,7 @@ def test_a_step_killed_at_its_box_leaves_the_earlier_steps_results(tmp_path: Pat
         "PYTHON": sys.executable,
         "BATCHES": "1",
         "NEW_TOKENS": "2",
-        "BUDGET_S": "1500",
+        "BUDGET_S": "3000",
         # Room for the steps before on a busy CPU; accelerate cannot even import torch in 4 s.
         "BOXES": "doctor=400,topology=200,accelerate=4",
         "GPU_CHECK_WORK": str(tmp_path / "work"),

@@ -143,3 +143,22 @@ def test_sharded_and_load_are_options_in_every_spelling(tmp_path: Path) -> None:
         resolve_options({"sharded": str(tmp_path)}, env={}, flag_style="pytest")
     with pytest.raises(BloomperfError, match="environment variable BLOOMPERF_LOAD: unknown value"):
         resolve_options({}, env={"BLOOMPERF_LOAD": "lazy"})
+
+
+@pytest.mark.parametrize("load_once", [False, True])
+def test_the_dry_run_shows_every_group_the_run_starts(load_once: bool) -> None:
+    """ds-inference starts a fresh group per batch size (Backend.group_per_batch) unless
+    --ds-load-once: the plan lists those groups, and the loads they cost, as the run starts them."""
+    from bloomperf.cli.plan import render_text
+
+    batches = [1, 8, 64]
+    argv = ["--topology", "8xA100-80GB", "--backends", "ds-inference,ds-autotp"]
+    argv += ["--dtypes", "fp16", "--batch-sizes", ",".join(map(str, batches))]
+    code, plan, err = dry_run(*argv, *(["--ds-load-once"] if load_once else []))
+    assert code == 0, err
+    served = [(g["backend"], [c["batch_size"] for c in g["cells"]]) for g in plan["groups"]]
+    inference = [b for name, b in served if name == "ds-inference"]
+    assert inference == ([batches] if load_once else [[b] for b in batches])
+    assert [b for name, b in served if name == "ds-autotp"] == [batches]
+    assert plan["loads"] == len(plan["groups"]) == (2 if load_once else 4)
+    assert f"{plan['loads']} worker groups, one model load each" in render_text(plan)

@@ -111,3 +111,15 @@ def test_shard_refuses_more_ranks_than_visible_gpus_and_keeps_num_gpus_on_cpu() 
     argv, env = shard_command(2, None)
     assert "--num_gpus" in argv and "--include" not in argv and env["LOCAL_SIZE"] == "2"
     assert shard_command(1, [3])[0][-1] == "bloomperf.cli.shard"
+
+
+@given(visible=st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True))
+def test_shard_at_tp1_on_gpus_runs_on_the_first_visible_gpu_by_nvml_index(
+    visible: list[int],
+) -> None:
+    """One plain process, no launcher: it gets the first visible GPU by its NVML index, in PCI
+    order (CUDA's default FASTEST_FIRST may number the GPUs otherwise)."""
+    argv, env = shard_command(1, visible)
+    assert argv[-1] == "bloomperf.cli.shard" and "deepspeed.launcher.runner" not in argv
+    assert env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(visible[0])}
+    assert shard_command(1, None)[1] == {}  # on CPU run_shard hides every GPU itself
