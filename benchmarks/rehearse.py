@@ -155,7 +155,7 @@ def rehearse_bloomperf(argv: list[str], facts: dict[str, Any], kit: dict[str, st
 def library_facts(facts: dict[str, Any], kit: dict[str, str]) -> dict[str, Any]:
     """What doctor's library probe would find there once the kit is installed."""
     torch = facts["libraries"]["torch"]
-    found: dict[str, Any] = {"torch": torch}
+    found: dict[str, Any] = {"torch": torch, "build_tree": facts["libraries"].get("build_tree")}
     if "deepspeed" in kit:
         nvcc = facts["tools"].get("nvcc")
         ds: dict[str, Any] = {"version": kit["deepspeed"], "ninja": bool(facts["tools"]["ninja"])}
@@ -218,7 +218,11 @@ def rehearse_run(argv: list[str], facts: dict[str, Any]) -> int:
     plan = json.loads(plan_text.getvalue())
     options = resolve_options(vars(args)).backend_options()
     print(plan_summary(plan, options))
-    failures = [*disk_needs(plan, facts, options), *ram_needs(plan)]
+    failures = [
+        *disk_needs(plan, facts, options),
+        *ram_needs(plan),
+        *group_ram(plan, facts, options),
+    ]
     if not args.allow_incomplete:
         failures += nothing_measured(plan)
     for line in failures:
@@ -301,6 +305,40 @@ def ram_needs(plan: dict[str, Any]) -> list[str]:
             if "RAM" in reason:
                 where = f"{group.get('backend')} {group.get('dtype')} batch {cell['batch_size']}"
                 lines.append(f"fail  ram: {where}: {reason}")
+    return lines
+
+
+def group_ram(plan: dict[str, Any], facts: dict[str, Any], options: BackendOptions) -> list[str]:
+    """Each DeepSpeed tensor-parallel group's host-RAM need on the machine, by bloomperf's own
+    rule (ds_checkpoint.host_bytes_for, host_memory_reason) from the model's shape (the
+    checkpoint is not built here), against the RAM bloomperf would judge by there: a group the
+    machine would skip for host RAM fails the rehearsal."""
+    from bloomperf.backends import backend_class
+    from bloomperf.backends.ds_checkpoint import host_bytes_for, host_memory_reason
+    from bloomperf.backends.ds_inference import TensorParallelBackend, load_path
+    from bloomperf.catalog.dtypes import DTYPE_TABLE
+    from bloomperf.catalog.models import MODEL_SHAPES
+    from bloomperf.catalog.weights import embedding_bytes, layer_bytes
+
+    shape = MODEL_SHAPES.get(plan["model"]["name"])
+    if shape is None:
+        return []
+    layers = int(plan["model"]["layers"])
+    ram = machine_ram(facts, options.host_ram)
+    lines = []
+    for group in plan.get("groups", []):
+        cls = backend_class(str(group["backend"]))
+        if not issubclass(cls, TensorParallelBackend):
+            continue
+        dtype, ranks = str(group["dtype"]), int(group["world_size"])
+        path = load_path(cls.kernel_inject, ranks, options, dtype)
+        total = shape.parameters(layers) * DTYPE_TABLE[dtype].load_bytes
+        largest = max(embedding_bytes(shape, dtype), layer_bytes(shape, dtype))
+        need = host_bytes_for(path, total, largest, ranks, not cls.kernel_inject)
+        reason = host_memory_reason(need, ranks, path, ram.bytes, ram.doubt)
+        where = f"{group['backend']} {dtype} x{ranks}"
+        if reason:
+            lines.append(f"fail  ram: {where} ({ram.describe()}): {reason}")
     return lines
 
 

@@ -288,3 +288,52 @@ def test_a_build_lock_with_a_live_builder_is_no_stale_lock(tmp_path: Path) -> No
         builder.wait()
     check = check_build_locks(tmp_path)
     assert check.status == "warn" and "left by a killed build" in check.reason, check
+
+
+def toolkit(root: Path) -> Path:
+    """A CUDA toolkit's tree as the fused-kernel build looks into it: every header and library
+    it needs, as empty files."""
+    from bloomperf.doctor.build import HEADERS, LIBRARIES
+
+    (root / "include").mkdir(parents=True)
+    (root / "lib64").mkdir()
+    for name in HEADERS:
+        (root / "include" / name).touch()
+    for name in LIBRARIES:
+        (root / "lib64" / name).touch()
+    return root
+
+
+def test_doctor_names_each_header_or_library_the_kernel_build_would_miss(tmp_path: Path) -> None:
+    import sysconfig
+
+    from bloomperf.doctor.build import (
+        HEADERS,
+        LIBRARIES,
+        BuildTree,
+        check_build_files,
+        this_build_tree,
+    )
+
+    python_include = tmp_path / "python"
+    python_include.mkdir()
+    (python_include / "Python.h").touch()
+    cuda = toolkit(tmp_path / "cuda")
+    whole = BuildTree(cuda, python_include)
+    assert check_build_files(whole, "cuda").status == "ok"
+    for path in [cuda / "include" / h for h in HEADERS] + [cuda / "lib64" / n for n in LIBRARIES]:
+        path.unlink()
+        check = check_build_files(whole, "cuda")
+        assert check.status == "fail" and path.name in check.reason, check
+        assert check_build_files(whole, "cpu").status == "warn"
+        path.touch()
+    (cuda / "lib64" / "libcurand.so").unlink()
+    (cuda / "lib64" / "libcurand.so.10").touch()  # the runtime wheel's file: no link by -lcurand
+    assert "libcurand.so (not in" in check_build_files(whole, "cuda").reason
+    # Python.h as torch's builder finds it: sysconfig's include folder of this interpreter.
+    here = this_build_tree()
+    assert here.python_include == Path(sysconfig.get_paths()["include"])
+    found = (here.python_include / "Python.h").is_file()
+    assert (
+        "Python.h" in check_build_files(BuildTree(cuda, here.python_include), "cuda").reason
+    ) is not found

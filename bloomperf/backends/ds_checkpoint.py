@@ -158,6 +158,12 @@ def host_bytes_per_rank(
     files = weight_files(checkpoint)
     total = sum(path.stat().st_size for path in files) * scale
     largest = max(path.stat().st_size for path in files) * scale
+    return host_bytes_for(load, total, largest, ranks, share_on_host)
+
+
+def host_bytes_for(load: str, total: float, largest: float, ranks: int, share_on_host: bool) -> int:
+    """host_bytes_per_rank's rule on the sizes alone (``total`` and ``largest`` weight file, in
+    the loaded dtype): benchmarks/rehearse.py judges a machine's groups before any file exists."""
     if load == "hf":
         return int(total)
     if load == "unsharded":

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from bloomperf.catalog.checkpoints import default_cache_dir, resolve_model
@@ -24,6 +25,7 @@ from bloomperf.catalog.models import MODEL_SHAPES
 from bloomperf.cli.arguments import add_format_argument, add_run_option, run_option
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
+from bloomperf.doctor.build import BuildTree, check_build_files, this_build_tree
 from bloomperf.doctor.check import STATUSES, Check
 from bloomperf.doctor.host import (
     HostFacts,
@@ -68,7 +70,20 @@ def run_checks(
         check_disk(model, options.layers, cache, host.disk_free_bytes),
         check_host_ram(model, options.layers, ranks, host),
         check_build_locks(),
+        build_files_check(facts, device),
     ]
+
+
+def build_files_check(facts: dict[str, Any], device: str) -> Check:
+    """The fused-kernel build's headers and libraries: this machine's, or as ``facts`` give
+    them (``build_tree``: a machine's CUDA_HOME and Python include folder)."""
+    given = facts.get("build_tree")
+    if given is None:
+        return check_build_files(this_build_tree(), device)
+    if not given.get("cuda_home"):
+        return Check("build-files", "warn", f"not judged: {given.get('unknown', 'no facts')}")
+    tree = BuildTree(Path(given["cuda_home"]), Path(given["python_include"]))
+    return check_build_files(tree, device)
 
 
 def report_to_dict(checks: list[Check], device: str) -> dict[str, Any]:
