@@ -1,38 +1,44 @@
 #!/usr/bin/env bash
-# bloomperf's first check on a GPU: one command, at most 9 minutes on one H200 with no internet
-# (Python 3.12 with torch 2.11+cu130, transformers 5.x, accelerate, nvidia-ml-py, pytest installed),
-# from the project root, with ../shared/gpukit copied to .gpukit/:
+# bloomperf's first check on a GPU: one command inside one 600 s device call on one H200 with no
+# internet (Python 3.12 with torch 2.11+cu130, transformers 5.x, accelerate, nvidia-ml-py, pytest
+# installed), from the project root, with ../shared/gpukit copied to .gpukit/:
 #
 #     OUT=/some/dir bash benchmarks/gpu_check.sh
 #
-# Steps in priority order (if only part of it runs, what ran first is worth most), each in its
-# own time box (a hang costs its box, never the whole budget); the plan of boxes is printed
-# first, and a plan over BUDGET_S is refused (exit 2) before anything runs:
-#   1. install .gpukit/wheels offline into $SITE (deepspeed, bitsandbytes, DeepSpeed's needs),
-#      then DeepSpeed's JIT build of the fused kernels starts in the background
-#      (TORCH_CUDA_ARCH_LIST=9.0, MAX_JOBS capped), overlapped with everything up to step 5
-#   2. bloomperf doctor (sized for the model this check loads) and bloomperf topology; the
-#      GPUs' NVML answers (benchmarks/record_nvml.py)
+# Steps in order of value (if only part of it runs, what ran first is worth most), each in its
+# own time box with its kill margin inside (a hang costs its box, never the whole budget); the
+# plan (step, box, kill margin, cumulative, slack) is printed first, and a plan that leaves less
+# than 10 % of BUDGET_S as slack is refused (exit 2) before anything runs:
+#   1. install .gpukit/wheels offline into $SITE (deepspeed, bitsandbytes, DeepSpeed's needs;
+#      PHASES=ref alone installs it too), then DeepSpeed's JIT build of the fused kernels starts
+#      in the background (TORCH_CUDA_ARCH_LIST=9.0, MAX_JOBS capped)
+#   2. bloomperf doctor (sized for the model this check loads, --host-ram 128GiB) and bloomperf
+#      topology; the GPUs' NVML answers (benchmarks/record_nvml.py)
 #   3. a 2-layer bloom-176b: accelerate bf16 and int8 (real NVML peaks)
-#   4. the reference profile (transformers 4.43.4 from .gpukit/wheels-reference): ds-inference
-#      fp16, once the JIT build is done
-#   5. accelerate bf16 at batch sizes up to OOM, against `bloomperf predict`; ds-zero bf16 and
-#      ds-autotp fp16
-# Results, worker logs and a summary go to $OUT: log.txt (everything printed), summary.txt (the
-# table, the OOM boundary against the prediction), nvml-answers.json (the recorder's) and
-# gpu-check.tgz (every results JSON and log).
+#   4. the reference kit (transformers 4.43.4 from .gpukit/wheels-reference) installed
+#   5. accelerate bf16 at batch sizes up to OOM, against `bloomperf predict` (the JIT build
+#      finishes meanwhile)
+#   6. ds-inference fp16 in the reference profile, once the JIT build is done (its wait is in
+#      the plan): one group per batch size, each loading with from_pretrained (no DeepSpeed copy)
+#   7. ds-zero bf16 and ds-autotp fp16
+# What comes back: $OUT/progress.txt (a line as each step starts and ends: its last line says
+# where the run stopped, also when the call's limit killed it), summary.txt (the table so far,
+# the OOM boundary against the prediction) and gpu-check.tgz (every results JSON and log), both
+# rewritten as each step ends, log.txt (everything printed) and nvml-answers.json.
 #
-# GPU_CHECK_DEVICE=cpu runs the same steps on the tiny model on this CPU in a minute or two (no
-# install, no JIT build; ds-inference is skipped by bloomperf itself): tests/test_gpu_check.py.
+# GPU_CHECK_DEVICE=cpu runs the same steps on the tiny model on this CPU (no install, no JIT
+# build; ds-inference is skipped by bloomperf itself): tests/test_gpu_check.py.
 # GPU_CHECK_REHEARSAL=h200 runs the H200 run's own command lines on this CPU against the H200's
 # documented facts (benchmarks/h200-facts.json), each through benchmarks/rehearse.py: doctor,
-# topology, predict, the plans, the kit's resolution for Python 3.12 and the JIT flags run for
-# real; steps that need CUDA stop where they must and say so. Exit 0: the H200 run gets past
-# every step a CPU can judge (docs/gpu.md).
-# Other settings: BUDGET_S (default 540), PHASES ("main ref"), LAYERS (2), BATCHES (1,8,64),
-# OOM_BATCHES, NEW_TOKENS (20), PYTHON (python3), KIT (.gpukit), SITE (/tmp/bloomperf-site),
-# JIT_JOBS (MAX_JOBS of the JIT build, 8: half the cores, the runs keep the rest), BOX_SCALE
-# (1: multiplies every box).
+# topology, predict, the plans, each group's host RAM and disk, the kit's resolution for Python
+# 3.12 and the JIT flags run for real; steps that need CUDA stop where they must and say so.
+# Exit 0: the H200 run gets past every step a CPU can judge (docs/gpu.md).
+# Other settings: BUDGET_S (600: the device call's limit), PHASES ("main ref"), LAYERS (2),
+# BATCHES (1,8,64), OOM_BATCHES, NEW_TOKENS (20), PYTHON (python3), KIT (.gpukit), SITE
+# (/tmp/bloomperf-site), JIT_JOBS (MAX_JOBS of the JIT build, 8: half the cores, the runs keep
+# the rest), BOX_SCALE (1: multiplies every box), BOXES ("label=seconds,...": single boxes),
+# GPU_CHECK_HOST_RAM (128GiB), GPU_CHECK_WORK (the steps' folder, outside $OUT),
+# REHEARSAL_SCALE (5: the rehearsal's CPU stand-ins get that many times each box).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 3
@@ -111,7 +117,8 @@ export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
 # on the tiny model): the check asks whether each step runs and what it measures, and a step
 # fails on an error, a timeout or nothing measured, not for want of a baseline (docs/gate.md).
 COMMON=("${MODEL[@]}" --device "$DEVICE" --new-tokens "${NEW_TOKENS:-20}" --cycles 3 --warmup 1
-        --load-timeout 240 --cell-timeout 90 --no-lock --allow-no-baseline "${HOST_RAM_ARGS[@]}")
+        --load-timeout 240 --cell-timeout 90 --no-lock --allow-no-baseline
+        "${HOST_RAM_ARGS[@]}")
 FAILED=()
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
