@@ -73,6 +73,7 @@ def every_option_set(tmp_path: Path) -> RunConfig:
             "sharded": str(shards),
             "load": "hf",
             "ds_load_once": "1",
+            "host_ram": "128GiB",
             "zero_offload": "nvme",
             "nvme_path": str(tmp_path),
             "ds_config": str(tmp_path / "ds.json"),
