@@ -98,6 +98,7 @@ def test_the_pytest_plugin_runs_it(
     outside_package: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", outside_env(outside_package)["PYTHONPATH"])
+    monkeypatch.setenv("BLOOMPERF_OUTSIDE_SINK", str(pytester.path / "sink.jsonl"))
     pytester.makepyfile(
         test_matrix="""
         import pytest
@@ -114,3 +115,93 @@ def test_the_pytest_plugin_runs_it(
     )  # fmt: skip
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*test_cpu?{BACKEND}-fp32-bs1? PASSED*", f"*{DISPLAY} fp32*"])
+    # The outside metric measured the cell and the outside sink heard it and the finish.
+    (cell,) = json.loads((pytester.path / "r.json").read_text())["cells"]
+    assert len(cell["figures"]["tokens_per_cpu_s"]) == 1
+    events = (pytester.path / "sink.jsonl").read_text().splitlines()
+    assert [json.loads(e)["event"] for e in events] == ["cell", "finished"]
+
+
+# ---- all three together: the backend, the metric and the sink from one outside package ------
+
+METRIC, SINK_ENV = "tokens_per_cpu_s", "BLOOMPERF_OUTSIDE_SINK"
+
+
+@pytest.fixture(scope="module")
+def together(outside_package: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run of the outside backend alone: the outside metric measures its cycles, the
+    outside sink hears every cell and the finish, and the built-in history sink files it."""
+    folder = tmp_path_factory.mktemp("outside-together")
+    env = {**outside_env(outside_package), SINK_ENV: str(folder / "sink.jsonl")}
+    run = bloomperf(
+        env, "run", "--no-lock", "--backends", BACKEND, "--batch-sizes", "1", "--cycles", "3",
+        "--new-tokens", "4", "--output", str(folder / "results.json"),
+        "--history", str(folder / "history"), "--allow-no-baseline",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    accept = bloomperf(
+        env, "baseline", "accept", str(folder / "results.json"),
+        "--baselines", str(folder / "baselines"),
+    )  # fmt: skip
+    assert accept.returncode == 0, accept.stderr
+    return folder
+
+
+def test_the_backend_metric_and_sink_travel_together(together: Path) -> None:
+    (cell,) = json.loads((together / "results.json").read_text())["cells"]
+    assert (cell["backend"], cell["outcome"]) == (BACKEND, "ok")
+    assert len(cell["figures"][METRIC]) == 3 and min(cell["figures"][METRIC]) > 0
+    events = [json.loads(line) for line in (together / "sink.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["cell", "finished"]
+    assert events[0]["id"] == f"{BACKEND}-fp32-bs1" and events[1]["cells"] == 1
+    (night,) = (together / "history").rglob("*.json")
+    assert json.loads(night.read_text())["cells"][0]["figures"][METRIC] == cell["figures"][METRIC]
+
+
+@pytest.mark.parametrize(("factor", "code"), [(4.0, 1), (0.25, 0)])
+def test_the_gate_judges_the_outside_metric_of_the_outside_backend(
+    outside_package: Path, together: Path, factor: float, code: int
+) -> None:
+    """Expected four times the measured figure: the higher-is-better metric fell, the gate
+    fails; expected a quarter of it: it rose, the gate passes."""
+    (source,) = (together / "baselines").glob("*.json")
+    data = json.loads(source.read_text())
+    (expected,) = data["cells"]
+    expected["figures"][METRIC]["samples"] = [
+        v * factor for v in expected["figures"][METRIC]["samples"]
+    ]
+    planted = together / f"planted-{factor:g}.json"
+    planted.write_text(json.dumps(data))
+    env = outside_env(outside_package)
+    done = bloomperf(env, "diff", str(together / "results.json"), "--baseline", str(planted))
+    assert done.returncode == code, done.stdout + done.stderr
+    assert f"{DISPLAY} fp32" in done.stdout
+    word = "regressed" if code else "improved"
+    assert f"tokens per CPU-second {word}" in " ".join(done.stdout.split())
+
+
+def test_history_names_a_fall_of_the_outside_metric_as_worse(
+    outside_package: Path, together: Path, tmp_path: Path
+) -> None:
+    """Nights of the outside backend whose outside metric halves from night 9: ``history
+    changes`` reports that one step, on that backend's cell, as a change for the worse (a fall
+    of a higher-is-better figure)."""
+    run = json.loads((together / "results.json").read_text())
+    env = outside_env(outside_package)
+    history = tmp_path / "history"
+    for night in range(14):
+        factor = 1.0 if night < 8 else 0.5
+        cell = run["cells"][0]
+        document = {
+            **run,
+            "started_at": f"2026-11-{night + 1:02d}T02:00:00+00:00",
+            "cells": [{**cell, "figures": {METRIC: [v * factor for v in cell["figures"][METRIC]]}}],
+        }
+        path = tmp_path / f"night-{night}.json"
+        path.write_text(json.dumps(document))
+        added = bloomperf(env, "history", "add", str(path), "--history", str(history))
+        assert added.returncode == 0, added.stderr
+    changes = bloomperf(env, "history", "changes", "--history", str(history))
+    text = " ".join(changes.stdout.split())
+    assert f"2026-11-09 {BACKEND}-fp32-bs1 {METRIC} [worse]" in text, text
+    assert "(-50.0 %)" in text and "1 change(s)" in text, text
