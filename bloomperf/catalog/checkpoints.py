@@ -36,6 +36,7 @@ from bloomperf.catalog.models import (
 from bloomperf.catalog.names import MODEL_NAME, check_model_name
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import parse_json_text
+from bloomperf.core.paths import real_path
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def resolve_model(
     if folder.is_dir():
         # Results and baselines carry the model's name, which becomes part of a file name:
         # a local folder is named by its last part (its path is recorded beside it).
-        plain = folder.resolve().name if not MODEL_NAME.fullmatch(name) else name
+        plain = real_path(folder).name if not MODEL_NAME.fullmatch(name) else name
         return prepare_external(check_model_name(plain, "--model"), folder, layers)
     snapshot = find_cached_snapshot(name)
     if snapshot is None:
