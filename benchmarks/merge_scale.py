@@ -41,33 +41,37 @@ def write_nights(folder: Path, nights: int) -> None:
         target.write_text(json.dumps(run))
 
 
-def timed_merge(sources: list[Path], dest: Path) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS (MB) and exit status of one merge in a fresh process."""
+def timed_merge(sources: list[Path], dest: Path) -> tuple[str, int]:
+    """Wall and CPU seconds, peak RSS so far (MB), and the exit status of one merge in a fresh
+    process (CPU seconds say more than wall ones on a shared machine)."""
     command = [sys.executable, "-m", "bloomperf", "history", "merge"]
     command += [*map(str, sources), "--history", str(dest)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         print(done.stderr.strip(), file=sys.stderr)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return wall, peak, done.returncode
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    figures = f"{wall:6.1f} s wall, {cpu:6.1f} s CPU, peak RSS {after.ru_maxrss / 1024:.0f} MB"
+    return figures, done.returncode
 
 
 def measure(nights: int, work: Path) -> None:
     artifacts = work / f"artifacts-{nights}"
     write_nights(artifacts, nights)
     dest = work / f"history-{nights}"
-    wall, rss, code = timed_merge([artifacts], dest)
-    print(f"{nights:>5} nights  merge into empty: {wall:6.1f} s  (peak RSS so far {rss:.0f} MB)")
-    again, _, code2 = timed_merge([artifacts], dest)
-    print(f"{nights:>5} nights  merge again (all there): {again:6.1f} s")
+    first, code = timed_merge([artifacts], dest)
+    print(f"{nights:>5} nights  into an empty history: {first}")
+    again, code2 = timed_merge([artifacts], dest)
+    print(f"{nights:>5} nights  again (all there):     {again}")
     # A resume: half of each topology's nights already merged (an interrupted merge).
     for folder in sorted(dest.iterdir()):
         for path in sorted(folder.glob("*.json"))[len(list(folder.glob("*.json"))) // 2 :]:
             path.unlink()
-    resume, _, code3 = timed_merge([artifacts], dest)
-    print(f"{nights:>5} nights  resume after half: {resume:6.1f} s  exit {code, code2, code3}")
+    resume, code3 = timed_merge([artifacts], dest)
+    print(f"{nights:>5} nights  resumed after half:    {resume}  (exit {code}, {code2}, {code3})")
 
 
 def main() -> None:
