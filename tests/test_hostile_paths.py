@@ -207,7 +207,7 @@ def test_run_with_its_readers_gone_measures_and_saves_every_cell(tmp_path: Path)
         "--cycles",
         "1",
         "--warmup",
-        "0",
+        "1",
         "--no-lock",
         "--allow-no-baseline",
         "--output",
@@ -220,7 +220,7 @@ def test_run_with_its_readers_gone_measures_and_saves_every_cell(tmp_path: Path)
     finally:
         os.close(gone)
     assert done.returncode == 0
-    files = list(folder.iterdir())
+    files = list(folder.glob("*.json"))
     assert len(files) == 1 and files[0].name.endswith("Z.json"), files
     run = read_results(files[0])
     assert run.complete and len(run.cells) == 2
@@ -286,3 +286,16 @@ def test_temp_files_of_dead_writers_are_removed_by_the_next_write(tmp_path: Path
         assert dead_temps(tmp_path, "r.json") == [dead]
         write_json_atomic(target, {})
         assert not dead.exists() and busy.exists()
+
+
+def test_a_relative_xdg_folder_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bloomperf.catalog.checkpoints import default_cache_dir
+    from bloomperf.store.baseline.folders import user_baselines_dir
+
+    monkeypatch.delenv("BLOOMPERF_CACHE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/data")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert user_baselines_dir() == Path.home() / ".local/share/bloomperf/baselines"
+    assert default_cache_dir() == Path.home() / ".cache/bloomperf"
+    monkeypatch.setenv("XDG_DATA_HOME", "/abs/data")
+    assert user_baselines_dir() == Path("/abs/data/bloomperf/baselines")

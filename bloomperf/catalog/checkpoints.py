@@ -36,7 +36,7 @@ from bloomperf.catalog.models import (
 from bloomperf.catalog.names import MODEL_NAME, check_model_name
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import parse_json_text
-from bloomperf.core.paths import real_path
+from bloomperf.core.paths import real_path, xdg_home
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,7 @@ def default_cache_dir() -> Path:
     env = os.environ.get("BLOOMPERF_CACHE")
     if env:
         return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "bloomperf"
+    return xdg_home("XDG_CACHE_HOME", Path.home() / ".cache") / "bloomperf"
 
 
 def resolve_model(

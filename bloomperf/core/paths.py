@@ -21,3 +21,10 @@ def real_path(path: Path | str) -> Path:
 def path_key(path: Path | str) -> bytes:
     """The bytes of ``path``'s real path, for hashing into a lock file's name."""
     return os.fsencode(os.path.realpath(path))
+
+
+def xdg_home(variable: str, default: Path) -> Path:
+    """An XDG base folder: ``$variable`` when it is an absolute path, else ``default`` (the XDG
+    spec: a relative path in these variables is invalid and must be ignored)."""
+    value = os.environ.get(variable, "")
+    return Path(value) if os.path.isabs(value) else default

@@ -14,11 +14,10 @@ else the user folder: never into the package, whatever link leads there (a check
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from pathlib import Path
 
-from bloomperf.core.paths import real_path
+from bloomperf.core.paths import real_path, xdg_home
 
 
 def package_baselines_dir() -> Path:
@@ -27,8 +26,7 @@ def package_baselines_dir() -> Path:
 
 
 def user_baselines_dir() -> Path:
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "bloomperf" / "baselines"
+    return xdg_home("XDG_DATA_HOME", Path.home() / ".local" / "share") / "bloomperf" / "baselines"
 
 
 def search_folders(folder: Path | None = None) -> list[Path]:
