@@ -9,7 +9,6 @@ tests marked ``cpu`` the tiny-model CPU matrix.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +36,7 @@ from bloomperf.render.table import render_run_table
 from bloomperf.store.baseline.search import refuse_output_among_baselines
 from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
 from bloomperf.store.results.codec import cell_to_dict, run_to_dict, save_run
+from bloomperf.store.results.output import results_path
 
 MATRIX_FIXTURE = "bloomperf_cell"
 
@@ -221,8 +221,7 @@ class BloomperfController:
             set_sink(live_writer(self.config))
             # Always keep a complete results file: pytest-benchmark's JSON leaves out cells
             # that timed nothing (OOM, error, timeout).
-            stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-            output = options.output or Path("results") / f"pytest-{device}-{stamp}.json"
+            output = results_path(options.output, self.cli.get("output"), f"pytest-{device}")
             options = replace(options, output=output)
             inputs = input_files(self.cli, self.ini)
             refuse_overwriting_inputs([output], inputs, "--bloomperf-output")

@@ -188,3 +188,30 @@ def test_only_results_files_one_level_down_are_sources(tmp_path: Path) -> None:
 def write(path: Path, run: RunResult) -> Path:
     save_run(run, path)
     return path
+
+
+def test_merge_compares_each_run_with_its_own_identity_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Linear in nights: the costly comparison of stored forms (run_to_dict, a few ms a run)
+    is never made between two different runs. Each run used to be compared with every other:
+    3000 nights took 35 minutes."""
+    import bloomperf.store.history.merge as merge
+
+    calls = 0
+    real = merge.run_to_dict
+
+    def counted(run: RunResult) -> object:
+        nonlocal calls
+        calls += 1
+        return real(run)
+
+    monkeypatch.setattr(merge, "run_to_dict", counted)
+    n = 24
+    src = artifacts(tmp_path, {"runner": [night_of(EIGHT, d) for d in range(n)]})
+    dest = tmp_path / "history"
+    merged = merge_histories([src, src], dest)  # every run twice, and the first time
+    assert sum(len(m.added) for m in merged) == n
+    merge_histories([src], dest)  # again: every run already there
+    assert len(load_history(dest / EIGHT)) == n
+    assert calls == 0, f"{calls} run_to_dict comparisons for {n} nights"

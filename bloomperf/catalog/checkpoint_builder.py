@@ -101,10 +101,7 @@ def write_weights(shape: ModelShape, layers: int, folder: Path, seed: int) -> No
     fill = Fill(shape.checkpoint_dtype, shape.initializer_range, seed)
     item = TORCH_BYTES[fill.dtype]
     shards = split_shards(tensor_specs(shape, layers), item)
-    if len(shards) == 1:
-        names = ["model.safetensors"]
-    else:
-        names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    names = [plan.name for plan in plan_shards(shape, layers)]
     total = sum(s.numel for specs in shards for s in specs) * item
     progress = ByteProgress(f"building {shape.name} ({layers} layers)", total)
     try:
@@ -146,7 +143,14 @@ def write_shard(
     path: Path, specs: list[TensorSpec], fill: Fill, progress: ByteProgress | None = None
 ) -> None:
     """One safetensors file: 8-byte header length, JSON header, then the raw tensors."""
-    code, item = SAFETENSORS_CODES[fill.dtype], TORCH_BYTES[fill.dtype]
+    with open(path, "wb") as f:
+        f.write(shard_header(specs, fill.dtype))
+        write_values(f, specs, fill, progress)
+
+
+def shard_header(specs: list[TensorSpec], dtype: str) -> bytes:
+    """A shard's first bytes: its header's length (8 bytes, little-endian), then the header."""
+    code, item = SAFETENSORS_CODES[dtype], TORCH_BYTES[dtype]
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for spec in specs:
@@ -159,10 +163,32 @@ def write_shard(
         offset = end
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        write_values(f, specs, fill, progress)
+    return struct.pack("<Q", len(encoded)) + encoded
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """One weight file a build writes: its name, header bytes and total size."""
+
+    name: str
+    header: bytes
+    size: int
+
+
+def plan_shards(shape: ModelShape, layers: int) -> list[ShardPlan]:
+    """The weight files a build of ``shape`` with ``layers`` blocks writes (no values drawn)."""
+    dtype = shape.checkpoint_dtype
+    item = TORCH_BYTES[dtype]
+    shards = split_shards(tensor_specs(shape, layers), item)
+    if len(shards) == 1:
+        names = ["model.safetensors"]
+    else:
+        names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    plans = []
+    for name, specs in zip(names, shards, strict=True):
+        header = shard_header(specs, dtype)
+        plans.append(ShardPlan(name, header, len(header) + sum(s.numel for s in specs) * item))
+    return plans
 
 
 @dataclass(frozen=True)
@@ -239,4 +265,9 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     # Checkpoint files are built in a private temporary folder, renamed into place as a whole.
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    path.write_bytes(json_bytes(data))
+
+
+def json_bytes(data: dict[str, Any]) -> bytes:
+    """A checkpoint's JSON file as the build writes it (the manifest predicts config.json)."""
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")

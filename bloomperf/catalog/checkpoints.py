@@ -24,6 +24,7 @@ from typing import Any
 
 from bloomperf.catalog.checkpoint_builder import BUILDER_VERSION, build_checkpoint
 from bloomperf.catalog.dtypes import TORCH_BYTES
+from bloomperf.catalog.manifest import checkpoint_problem, write_manifest
 from bloomperf.catalog.models import (
     MODEL_SHAPES,
     ModelShape,
@@ -35,6 +36,7 @@ from bloomperf.catalog.models import (
 from bloomperf.catalog.names import MODEL_NAME, check_model_name
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import parse_json_text
+from bloomperf.core.paths import real_path, xdg_home
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,7 @@ def default_cache_dir() -> Path:
     env = os.environ.get("BLOOMPERF_CACHE")
     if env:
         return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "bloomperf"
+    return xdg_home("XDG_CACHE_HOME", Path.home() / ".cache") / "bloomperf"
 
 
 def resolve_model(
@@ -66,7 +67,7 @@ def resolve_model(
     if folder.is_dir():
         # Results and baselines carry the model's name, which becomes part of a file name:
         # a local folder is named by its last part (its path is recorded beside it).
-        plain = folder.resolve().name if not MODEL_NAME.fullmatch(name) else name
+        plain = real_path(folder).name if not MODEL_NAME.fullmatch(name) else name
         return prepare_external(check_model_name(plain, "--model"), folder, layers)
     snapshot = find_cached_snapshot(name)
     if snapshot is None:
@@ -81,7 +82,7 @@ def resolve_model(
 def prepare_shape(shape: ModelShape, layers: int | None, cache_dir: Path) -> PreparedModel:
     n_layer = check_layers(layers, shape.n_layer, shape.name)
     folder = cache_dir / "models" / checkpoint_folder_name(shape, n_layer)
-    if not folder.is_dir():
+    if checkpoint_problem(folder, shape, n_layer) is not None:
         build_into_cache(shape, n_layer, folder)
     return PreparedModel(shape.name, folder, n_layer, shape.parameters(n_layer), shape)
 
@@ -103,9 +104,12 @@ def build_into_cache(shape: ModelShape, layers: int, folder: Path) -> None:
         folder.parent.mkdir(parents=True, exist_ok=True)
         with open(folder.parent / f".{folder.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if folder.is_dir():  # another process built it while we waited
+            problem = checkpoint_problem(folder, shape, layers)
+            if problem is None:  # another process built (or rebuilt) it while we waited
                 return
             remove_stale_partials(folder)
+            if folder.exists() or folder.is_symlink():
+                set_aside(folder, problem)
             check_free_space(shape, layers, folder.parent)
             started = time.perf_counter()
             build_and_rename(shape, layers, folder)
@@ -127,6 +131,7 @@ def build_and_rename(shape: ModelShape, layers: int, folder: Path) -> None:
     )
     try:
         build_checkpoint(shape, layers, partial)
+        write_manifest(partial, shape, layers, seed=0)
         partial.chmod(0o755)  # mkdtemp makes it private; a shared cache must be readable
         os.rename(partial, folder)
     except BaseException:
@@ -138,6 +143,22 @@ def remove_stale_partials(folder: Path) -> None:
     # Only called while holding the folder's lock: any partial left is from a killed builder.
     for stale in folder.parent.glob(f".{folder.name}.*.partial"):
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def set_aside(folder: Path, problem: str) -> None:
+    """Move a cached folder that no longer holds its build out of the way (said once), so the
+    rebuild renames into its place; a run that still reads the old one keeps its files."""
+    try:
+        aside = Path(
+            tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent)
+        )
+        os.rename(folder, aside / "stale")
+    except OSError as exc:
+        raise BloomperfError(
+            f"--model: {folder}: {problem}, and it cannot be rebuilt: {exc.strerror or exc}"
+        ) from None
+    print(f"bloomperf: {folder}: {problem}; rebuilding it", file=sys.stderr)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def check_free_space(shape: ModelShape, layers: int, parent: Path, free: int | None = None) -> None:

@@ -19,6 +19,7 @@ from bloomperf import __version__
 from bloomperf.core.errors import EXIT_INTERNAL, EXIT_USAGE, BloomperfError
 from bloomperf.core.formatting import clean
 from bloomperf.core.interrupt import interruption, sigterm_as_interrupt
+from bloomperf.core.streams import flush_stdout, guarded_streams
 
 COMMAND_MODULES: tuple[str, ...] = (
     "bloomperf.cli.run",
@@ -85,7 +86,13 @@ def command_list(parser: argparse.ArgumentParser) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; whatever happens, the exit status keeps its meaning (see EXIT_CODES)."""
+    """Run one command; whatever happens, the exit status keeps its meaning (see EXIT_CODES),
+    whatever the locale's encoding and whether or not anyone still reads the output."""
+    with guarded_streams():
+        return run_main(argv)
+
+
+def run_main(argv: Sequence[str] | None) -> int:
     try:
         parser = build_parser()
         argv = list(sys.argv[1:] if argv is None else argv)
@@ -96,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         with sigterm_as_interrupt():
             code: int = args.func(args)
+        flush_stdout()
     except BloomperfError as exc:
         print(f"bloomperf: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code

@@ -7,7 +7,6 @@ The command line only: the run itself is ``bloomperf.harness.session.Session``, 
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import sys
 import time
@@ -37,6 +36,7 @@ from bloomperf.render.table import render_run_table
 from bloomperf.render.terminal import terminal_width, wants_colour
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.results import CellResult, Outcome
+from bloomperf.store.results.output import results_path
 
 LATEST = "latest.json"  # beside the dated results file of a run without --output
 NEXT_STEPS = (
@@ -64,8 +64,7 @@ def run_command(args: Any, out: TextIO | None = None, err: TextIO | None = None)
         )
     options = resolve_options(vars(args))
     default_output = options.output is None
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    output = options.output or Path("results") / f"bloomperf-{stamp}.json"
+    output = results_path(options.output, vars(args).get("output"), "bloomperf")
     options = replace(options, output=output)
     refuse_overwriting_inputs([output], input_files(vars(args)), "--output")
     topology = detect_topology()

@@ -26,6 +26,7 @@ from bloomperf.cli.arguments import add_out_argument, add_run_option
 from bloomperf.config.backend import BackendOptions
 from bloomperf.config.run import LaunchOptions
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.paths import real_path
 
 SPEC_ENV = "BLOOMPERF_SHARD_SPEC"
 
@@ -122,7 +123,7 @@ def run_shard(args: argparse.Namespace) -> int:
     if reason:
         raise BloomperfError(f"--tp {args.tp}: {reason}")
     spec = ShardSpec(
-        args.backend, args.dtype, args.device, str(checkpoint), str(args.out.resolve())
+        args.backend, args.dtype, args.device, str(checkpoint), str(real_path(args.out))
     )
     gpus = visible_gpus() if args.device == "cuda" else None
     argv, extra_env = shard_command(args.tp, gpus)

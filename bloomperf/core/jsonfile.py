@@ -7,13 +7,17 @@ and ``os.replace`` so a crash, a full disk or Ctrl-C never leaves half a file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import glob
 import json
 import math
 import os
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,7 +191,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     check_output_target(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(folder, path.name), suffix=".tmp", dir=folder)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held while written: a leftover nobody holds is dead
     except OSError as exc:
         raise BloomperfError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
@@ -209,6 +214,60 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         if isinstance(exc, OSError):
             raise BloomperfError(f"{path}: cannot write: {exc.strerror or exc}") from None
         raise
+    remove_dead_temps(folder, path.name)
+
+
+# mkstemp's part of a temporary name: 8 random characters and ".tmp", plus the leading dot and
+# the dot after the prefix.
+TEMP_EXTRA = 1 + 1 + 8 + len(".tmp")
+
+
+def temp_prefix(folder: Path, name: str) -> str:
+    """``.NAME.``, NAME cut so the temporary name fits the folder's name limit: a legal name of
+    242 to 255 bytes must be writable, and its temporary file with it."""
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    encoded = os.fsencode(name)[: max(1, limit - TEMP_EXTRA)]
+    return f".{os.fsdecode(encoded)}."
+
+
+def dead_temps(folder: Path, name: str, min_age_s: float = 2.0) -> list[Path]:
+    """Temporary files of ``name`` that a killed writer left beside it: nobody holds their
+    lock (a writer holds it until its rename) and they are not brand new."""
+    found = []
+    try:
+        candidates = list(folder.glob(glob.escape(temp_prefix(folder, name)) + "*.tmp"))
+    except OSError:
+        return []
+    for candidate in candidates:
+        if is_dead_temp(candidate, min_age_s):
+            found.append(candidate)
+    return sorted(found)
+
+
+def is_dead_temp(path: Path, min_age_s: float) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or time.time() - info.st_mtime < min_age_s:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def remove_dead_temps(folder: Path, name: str) -> None:
+    for leftover in dead_temps(folder, name):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.lockdir import lock_folder, make_lock_folder
+from bloomperf.core.paths import path_key, real_path
 
 WAIT_S = 120.0
 POLL_S = 0.02
@@ -32,7 +33,7 @@ ADVICE = "fix its permissions"
 
 def store_lock_path(folder: Path) -> Path:
     """The lock file of ``folder`` (by its real path: two spellings of it are one lock)."""
-    digest = hashlib.sha256(os.path.realpath(folder).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(path_key(folder)).hexdigest()[:16]
     return lock_folder() / f"bloomperf-store-{digest}.lock"
 
 
@@ -61,7 +62,7 @@ def store_lock(folder: Path, wait_s: float = WAIT_S) -> Iterator[None]:
 def store_locks(folders: list[Path], wait_s: float = WAIT_S) -> Iterator[None]:
     """Several folders' locks, always taken in one order, so two writers never deadlock."""
     with contextlib.ExitStack() as stack:
-        for folder in sorted({Path(f).resolve() for f in folders}):
+        for folder in sorted({real_path(f) for f in folders}):
             stack.enter_context(store_lock(folder, wait_s))
         yield
 

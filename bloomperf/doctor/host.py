@@ -13,6 +13,7 @@ from bloomperf.catalog.caches import (
     stale_batons,
 )
 from bloomperf.catalog.checkpoints import check_free_space, checkpoint_folder_name
+from bloomperf.catalog.manifest import checkpoint_problem
 from bloomperf.catalog.models import MODEL_SHAPES, check_layers
 from bloomperf.catalog.topology import host_ram
 from bloomperf.catalog.weights import embedding_bytes, layer_bytes
@@ -75,8 +76,11 @@ def check_disk(model: str, layers: int | None, cache_dir: Path, free: int | None
         return Check("disk", "ok", f"{model}: an existing checkpoint, nothing to build")
     n_layer = check_layers(layers, shape.n_layer, shape.name)
     folder = cache_dir / "models" / checkpoint_folder_name(shape, n_layer)
-    if folder.is_dir():
-        return Check("disk", "ok", f"{model} ({n_layer} layers) is already built in {folder}")
+    if folder.exists() or folder.is_symlink():
+        problem = checkpoint_problem(folder, shape, n_layer)
+        if problem is None:
+            return Check("disk", "ok", f"{model} ({n_layer} layers) is already built in {folder}")
+        return Check("disk", "warn", f"{folder}: {problem}; the next run rebuilds it")
     parent = existing_parent(cache_dir)
     free = free if free is not None else shutil.disk_usage(parent).free
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.lockdir import lock_folder, make_lock_folder
+from bloomperf.core.paths import path_key
 from bloomperf.harness.orphans import HELD_ENV, wait_for_survivors
 
 NO_LOCK_ADVICE = "pass --bloomperf-no-lock (pytest) or --no-lock (bloomperf run) to run anyway"
@@ -100,7 +101,7 @@ def hold_output_lock(output: Path, folder: Path | None = None) -> Iterator[None]
     folder = folder if folder is not None else lock_folder()
     make_lock_folder(folder, NO_LOCK_ADVICE)
     real = os.path.realpath(output)
-    digest = hashlib.sha256(real.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(path_key(real)).hexdigest()[:16]
     path = folder / f"bloomperf-output-{digest}.lock"
     with _hold_one(path, f"writes {real}", advice="give this run another --output"):
         yield

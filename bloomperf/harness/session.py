@@ -34,6 +34,7 @@ from bloomperf.harness.sinks import ResultsFile, Sink, tell
 from bloomperf.store.baseline import Baseline, beyond_boundary, oom_boundary
 from bloomperf.store.baseline.search import find_baseline, refuse_output_among_baselines
 from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
+from bloomperf.store.results.output import keep_previous
 
 DEFAULT_MODEL = {"cpu": "tiny", "cuda": "bloom-176b"}
 
@@ -114,7 +115,9 @@ class Session:
             backend_options=backend_options(options),
             sinks=tuple(sinks),
         )
-        if session.output is not None:  # an unwritable output fails now, not after a cell
+        if session.output is not None and keep_previous(session.output) is None:
+            # An unwritable output fails now, not after a cell; an existing one is kept aside
+            # and left in place until this run's first cell.
             ResultsFile(session.output).save(run)
         return session
 

@@ -30,6 +30,7 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import Html, html_table, utc_now
 from bloomperf.core.jsonfile import write_text_atomic
 from bloomperf.core.metrics import format_value
+from bloomperf.core.paths import real_path
 from bloomperf.core.progress import emit, format_duration, heartbeat_s, time_left
 from bloomperf.render.comparison import cell_text
 from bloomperf.render.history.changes import changed_at, describe_change
@@ -216,7 +217,7 @@ def read_topologies(root: Path, baselines: Path | None, settings: dict[str, Any]
 
 def publish_site(root: Path, out: Path, baselines: Path | None = None, **settings: Any) -> Site:
     """Write the site of the history ``root`` into ``out`` (see the module docstring)."""
-    if out.resolve() == root.resolve() or root.resolve() in out.resolve().parents:
+    if real_path(out) == real_path(root) or real_path(root) in real_path(out).parents:
         # Pages among the nights would be published from, and merged into, the history itself.
         raise BloomperfError(
             f"--out-dir {out}: is inside the history {root}; write the site elsewhere"

@@ -14,9 +14,10 @@ else the user folder: never into the package, whatever link leads there (a check
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from pathlib import Path
+
+from bloomperf.core.paths import real_path, xdg_home
 
 
 def package_baselines_dir() -> Path:
@@ -25,8 +26,7 @@ def package_baselines_dir() -> Path:
 
 
 def user_baselines_dir() -> Path:
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "bloomperf" / "baselines"
+    return xdg_home("XDG_DATA_HOME", Path.home() / ".local" / "share") / "bloomperf" / "baselines"
 
 
 def search_folders(folder: Path | None = None) -> list[Path]:
@@ -39,7 +39,7 @@ def search_folders(folder: Path | None = None) -> list[Path]:
     if not is_package_folder(project):  # a checkout's link: the shipped folder, searched last
         candidates.insert(0, project)
     for candidate in candidates:
-        if candidate.is_dir() and all(candidate.resolve() != f.resolve() for f in found):
+        if candidate.is_dir() and all(real_path(candidate) != real_path(f) for f in found):
             found.append(candidate)
     return found
 
@@ -47,8 +47,8 @@ def search_folders(folder: Path | None = None) -> list[Path]:
 def is_package_folder(folder: Path) -> bool:
     """True when ``folder`` is, or lies inside, the shipped baselines (through any link)."""
     try:
-        shipped = package_baselines_dir().resolve()
-        resolved = Path(folder).resolve()
+        shipped = real_path(package_baselines_dir())
+        resolved = real_path(folder)
     except (OSError, ValueError):  # a loop of links, a NUL: no folder, so not the package
         return False
     return resolved == shipped or shipped in resolved.parents

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.paths import real_path
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.codec import load_baseline
 from bloomperf.store.baseline.folders import describe_search, search_folders, writable_baselines_dir
@@ -92,7 +93,7 @@ def baseline_path_in(folder: Path, topology: str, model: str) -> Path:
     """Where a new baseline goes: inside ``folder``, whatever the names say, and never over a
     file that holds another pair's baseline (or anything else)."""
     path = folder / baseline_file_name(topology, model)
-    if path.resolve().parent != folder.resolve():
+    if real_path(path).parent != real_path(folder):
         raise BloomperfError(f"{path}: a baseline must be written inside {folder}")
     if path.exists() or path.is_symlink():
         held = load_baseline(path)  # not a baseline: refused by the reader, with its reason
@@ -108,7 +109,7 @@ def refuse_output_among_baselines(output: Path, folder: Path | None) -> None:
     """A results file written into a baselines folder would replace a baseline, or break
     every later lookup there (each *.json in it is read as a baseline)."""
     for where in search_folders(folder):
-        if where.is_dir() and Path(output).resolve().parent == where.resolve():
+        if where.is_dir() and real_path(output).parent == real_path(where):
             raise BloomperfError(
                 f"--output {output}: is inside the baselines folder {where}; refusing to write "
                 "results among the baselines"

@@ -12,7 +12,7 @@ import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 from bloomperf.core.errors import BloomperfError
@@ -43,14 +43,16 @@ class Night:
 
 
 def night_date(run: RunResult, where: str) -> date:
-    """The calendar date the run started, as written in its own ``started_at``."""
+    """The UTC calendar date the run started (``started_at`` in any offset): the same day as
+    the UTC stamp in the default results file's name, whatever the machine's time zone."""
     text = run.started_at.strip()
     if not text:
         raise BloomperfError(f"{where}: the run has no started_at; give its night with --date")
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).date()
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise BloomperfError(f"{where}: started_at {text!r} is not an ISO date-time") from None
+    return (moment.astimezone(timezone.utc) if moment.tzinfo else moment).date()
 
 
 def parse_date(text: str) -> date:
