@@ -201,6 +201,10 @@ DIRECT_WRITES = {
     "bloomperf/harness/launch.py": "the worker spec, in the group's private temp folder",
     "bloomperf/cli/shard.py": "the shard marker, inside DeepSpeed's own freshly written output",
     "bloomperf/measure/rss_sampler.py": "/proc/<pid>/clear_refs: a kernel control file",
+    # A child's output goes straight to its log as it runs: a stream the OS appends, which a
+    # crash leaves as far as it got (the log tail is what a timeout reports), never a document.
+    "bloomperf/harness/server.py": "the vLLM server's log, its stdout and stderr",
+    "bloomperf/harness/loadgen.py": "the load client's log, its stdout and stderr",
 }
 
 
