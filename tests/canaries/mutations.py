@@ -187,7 +187,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "step-dated-late",
-        "bloomperf/store/history/__init__.py",
+        "bloomperf/analysis/changes.py",
         "range(lo + 1, hi)",
         "range(k, hi)",
         (
@@ -381,7 +381,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "write-not-atomic",
         "bloomperf/core/jsonfile.py",
-        'fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)',
+        'fd, tmp = tempfile.mkstemp(prefix=temp_prefix(folder, path.name), suffix=".tmp", '
+        "dir=folder)",
         "fd, tmp = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), str(path)",
         (
             "tests/test_faults.py::test_full_disk_leaves_the_old_results_file_whole",
@@ -425,9 +426,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "results-not-saved-per-cell",
         "bloomperf/harness/session.py",
         "        if self.output is not None:\n"
-        "            save_run(self.run, self.output)\n"
-        "        return cell",
-        "        return cell",
+        "            ResultsFile(self.output).cell_recorded(cell, self.run)\n",
+        "",
         (
             "tests/test_faults.py::test_second_run_refuses_with_the_first_pid_then_ctrl_c_keeps_finished_cells",
         ),
