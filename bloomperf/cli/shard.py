@@ -66,7 +66,8 @@ def add_command(subparsers: Any) -> None:
         "--backend",
         default=DeepSpeedAutoTPBackend.name,
         choices=(DeepSpeedAutoTPBackend.name, DeepSpeedInferenceBackend.name),
-        help="whose layout: auto-TP, or the fused kernels' (GPU, reference profile) [%(default)s]",
+        help="whose layout: auto-TP, or the fused kernels' (GPU, reference profile) "
+        f"[{DeepSpeedAutoTPBackend.name}]",
     )
     parser.add_argument(
         "--device",
