@@ -212,10 +212,10 @@ def test_bad_pytest_benchmark_files_exit_2(
 
 def test_bad_baselines_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     good = json.loads((BLOG_BASELINE).read_text())
-    (tmp_path / "v2.json").write_text(json.dumps(good | {"schema_version": 2}))
-    code, _, err = bloomperf(capsys, "diff", BLOG_RESULTS, "--baseline", tmp_path / "v2.json")
+    (tmp_path / "v3.json").write_text(json.dumps(good | {"schema_version": 3}))
+    code, _, err = bloomperf(capsys, "diff", BLOG_RESULTS, "--baseline", tmp_path / "v3.json")
     assert code == 2
-    one_line_error(err, "v2.json", "schema_version 2 is not supported")
+    one_line_error(err, "v3.json", "schema_version 3 is not supported")
     (tmp_path / "broken.json").write_text('{"kind": ')
     code, _, err = bloomperf(capsys, "baseline", "show", tmp_path / "broken.json")
     assert code == 2
