@@ -48,6 +48,7 @@ SERIAL_FILES = frozenset(
         # Real DeepSpeed launches that JIT-build an op (g++) under fixed timeouts: two ran past
         # them beside another worker on a loaded machine.
         "test_ds_backends.py",
+        "test_ds_checkpoint.py",
         "test_progress.py",
         "test_security.py",
     }
