@@ -61,6 +61,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.serial)
 
 
+# bloomperf fits its text to the terminal's width: a CI runner's pseudo-terminal is 80 columns,
+# a captured shell none (100). Tests read wrapped lines at one width; a test of another width
+# sets COLUMNS itself.
+@pytest.fixture(autouse=True)
+def terminal_is_100_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+
+
 # What pytest-xdist tells a worker. pytest-benchmark turns itself off in any process that sees
 # PYTEST_XDIST_WORKER, so a pytest session a test starts (plugin sessions, in process or not)
 # would measure another way than it does alone.

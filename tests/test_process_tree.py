@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -238,11 +239,17 @@ def test_sigterm_during_a_ds_zero_load_stops_the_group_at_once(tmp_path: Path) -
 
 
 def test_a_stale_build_lock_is_reported_by_doctor_then_removed_by_the_next_run(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A build killed half-way leaves torch's ``lock`` file; DeepSpeed would wait on it until
     the load timeout. The next ds-zero group finds it, removes it, says so, and loads."""
     pytest.importorskip("deepspeed")
+    # A private copy of the extensions folder: in the shared one, another worker's ds-zero run
+    # would remove this lock first (or wait on it). The copy keeps the built op and its mtimes.
+    private = tmp_path / "torch_extensions"
+    if extensions_dir().is_dir():
+        shutil.copytree(extensions_dir(), private, symlinks=True)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(private))
     baton = extensions_dir() / "deepspeed_shm_comm" / BATON_NAME
     baton.parent.mkdir(parents=True, exist_ok=True)
     baton.touch()
