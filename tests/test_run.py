@@ -240,21 +240,24 @@ def signal_worker_soon(sess: Session, signum: int, delay: float) -> None:
     threading.Thread(target=send, daemon=True).start()
 
 
-# Enough new tokens that one cycle at batch 16 lasts well over the 0.3 s before the signal on a
-# fast machine too (200 tokens took 0.2 s on an AVX-512 EPYC, so the signal came after the cell).
-LONG_CYCLE = "3000"
-
-
 def kill_mid_cycle(sess: Session, signum: int) -> Any:
+    """Cycles run back to back until the signal has landed in one of them: the signal meets a
+    running cycle on a machine of any speed, and no cycle needs to be long (a cycle of 3000
+    tokens at batch 16 made this file's slowest minutes)."""
+
     def measure(one_cycle: Any, warmup: int, cycles: int) -> list[float]:
         signal_worker_soon(sess, signum, 0.3)
-        return [one_cycle()]  # LONG_CYCLE tokens at batch 16: the signal lands inside generate
+        deadline = time.monotonic() + 120  # the signal never landed: the cell reads ok, and fails
+        figures = []
+        while time.monotonic() < deadline:
+            figures.append(one_cycle())  # raises once the worker is killed or stopped
+        return figures
 
     return measure
 
 
 def test_a_killed_worker_is_an_error_and_the_run_goes_on(tmp_path: Path) -> None:
-    sess = session(tmp_path, new_tokens=LONG_CYCLE)
+    sess = session(tmp_path, new_tokens="50")
     before = worker_pids()
     try:
         killed = sess.measure_cell(
@@ -271,7 +274,7 @@ def test_a_killed_worker_is_an_error_and_the_run_goes_on(tmp_path: Path) -> None
 
 
 def test_a_hung_worker_times_out_and_its_group_is_killed(tmp_path: Path) -> None:
-    sess = session(tmp_path, cell_timeout="4", new_tokens=LONG_CYCLE)
+    sess = session(tmp_path, cell_timeout="4", new_tokens="50")
     before = worker_pids()
     try:
         hung = sess.measure_cell(
