@@ -35,7 +35,8 @@ if importlib.util.find_spec("hypothesis") is not None:
 # loaded machines), and the tiny-model matrix, whose cells run pytest-benchmark's loop (it turns
 # itself off in a pytest-xdist worker): .ci/run runs them alone (-m serial) after the parallel
 # pass (-n 2 -m "not serial"), so that another worker's tests never weigh on one arm of their
-# comparisons.
+# comparisons. (Files with real DeepSpeed launches run in the workers: .ci/run builds DeepSpeed's
+# CPU op before the tests, so that no launch builds it under a test's timeouts.)
 SERIAL_FILES = frozenset(
     {
         "test_ab.py",
@@ -45,12 +46,6 @@ SERIAL_FILES = frozenset(
         "test_contention.py",
         "test_latency.py",
         "test_slowdown.py",
-        # Real DeepSpeed launches that JIT-build an op (g++) under fixed timeouts: two ran past
-        # them beside another worker on a loaded machine.
-        "test_ds_backends.py",
-        "test_ds_checkpoint.py",
-        "test_progress.py",
-        "test_security.py",
     }
 )
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bloomperf.catalog.caches import extensions_dir
 from bloomperf.core import progress
 from bloomperf.store.results import Outcome
 from bloomperf.store.results.files import read_results
@@ -23,6 +24,7 @@ def test_bloomperf_run_prints_build_and_load_progress_before_the_first_cell(
     env = {
         **os.environ,
         "BLOOMPERF_CACHE": str(tmp_path / "cache"),
+        "TORCH_EXTENSIONS_DIR": str(extensions_dir()),  # a fresh cache, not a fresh op build
         "BLOOMPERF_HEARTBEAT_S": "0.1",
     }
     command = [sys.executable, "-m", "bloomperf", "run", "--no-lock", "--model", "tiny"]
@@ -101,6 +103,7 @@ def test_heartbeat_quotes_the_latest_state_of_the_log(
 
 def run_tiny(tmp_path: Path, *extra: str | Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BLOOMPERF_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    env["TORCH_EXTENSIONS_DIR"] = str(extensions_dir())  # DeepSpeed's op built once, shared
     command = [sys.executable, "-m", "bloomperf", "run", "--no-lock", "--backends", "accelerate"]
     command += ["--dtypes", "fp32", "--batch-sizes", "1", "--new-tokens", "3", "--cycles", "1"]
     command += ["--output", str(tmp_path / "r.json"), *map(str, extra)]

@@ -94,9 +94,11 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
         # The same requests seen from both ends. The client sends before the server's clock
         # starts, so its TTFT is at least the server's; how far above, and how far the ITLs
         # differ, depends on the machine's load (docs/serving.md: up to 1.35x and 2.4x at a
-        # load average of 15 on 2 cores), so the upper bounds are loose.
+        # load average of 15 on 2 cores), so the upper bounds are loose, and the client's wait
+        # for a core grows with the load measured here (it ran beside two other test workers).
         client, server = rate["mean_ms"], rate["server_mean_ms"]
-        assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 2 + 100
+        waiting_ms = 100 * (1 + os.getloadavg()[0] / (os.cpu_count() or 1))
+        assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 2 + waiting_ms
         assert server["itl"] / 3 <= client["itl"] <= server["itl"] * 3 + 10
     assert "effective throughput" in done.stdout
 
