@@ -5,6 +5,8 @@ a multi-file output (report, site) is swapped in whole or not at all."""
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,9 +17,14 @@ import psutil
 import pytest
 
 from bloomperf.catalog.leftovers import start_ms
+from bloomperf.cli import main
 from bloomperf.doctor.host import check_leftovers
 from bloomperf.harness.options import resolve_options
 from bloomperf.harness.session import Session
+from bloomperf.render.report import write_report
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.results.files import read_results
+from tests.builders import BLOG_RESULTS, RESULTS, night, on_night, scaled_run
 
 MAKE_FOLDER = (
     "import sys, time\n"
@@ -84,3 +91,57 @@ def test_the_next_run_removes_what_killed_runs_left_and_doctor_lists_it(
     finally:
         owner.kill()
         owner.wait()
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_report_replaces_the_old_one_whole(tmp_path: Path) -> None:
+    """Files were moved in one by one: a report without a history left the old trend.png
+    beside the new pages (and a stop half-way, a new index.html beside old PNGs)."""
+    run = read_results(BLOG_RESULTS)
+    history = tmp_path / "history"
+    save_run(on_night(run, night(0)), history / f"{night(0)}.json")
+    out = tmp_path / "report"
+    write_report(run, None, out, history)
+    assert (out / "trend.png").is_file()
+    write_report(run, None, out)
+    assert not (out / "trend.png").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    (out / "notes.txt").write_text("mine")  # a folder the report did not write is not replaced
+    code = main(["report", str(BLOG_RESULTS), "--out-dir", str(out)])
+    assert code == 2 and (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_full_disk_during_publish_leaves_the_old_site_whole(tmp_path: Path) -> None:
+    """Pages were written into the site one by one: a full disk at the report left new trend
+    pages under the old index.html."""
+    cpu = read_results(RESULTS / "cpu.tiny.steps.results.json")
+    history = tmp_path / "history"
+    for day in range(2):
+        save_run(on_night(cpu, night(day)), history / "cpu" / f"{night(day)}.json")
+    out = tmp_path / "site"
+    assert main(["history", "publish", "--history", str(history), "--out-dir", str(out)]) == 0
+    old = files_of(out)
+    save_run(on_night(scaled_run(cpu, 1.5), night(2)), history / "cpu" / f"{night(2)}.json")
+    pages = max(len(data) for name, data in old.items() if "/report/" not in name)
+    report = len(old["cpu/report/index.html"])
+    assert pages < report  # the trend pages fit under the limit, the report does not
+    limit = (pages + report) // 2
+
+    def fill_the_disk_at_limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # then EFBIG, as a full disk's ENOSPC
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    argv = ["history", "publish", "--history", str(history), "--out-dir", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "bloomperf", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=fill_the_disk_at_limit,
+    )
+    assert done.returncode == 2, done.stderr
+    assert files_of(out) == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history", "site"]
