@@ -97,3 +97,19 @@ def test_sigterm_before_the_first_cell_keeps_the_cells_already_in_the_output(
     assert "0 cells saved" in rest, rest
     assert keep.read_bytes() == old
     assert (tmp_path / "keep.previous.json").read_bytes() == old
+
+
+def test_run_in_an_ascii_locale_prints_its_verdicts_and_exits_0(tmp_path: Path) -> None:
+    """Under ``LC_ALL=C`` (no UTF-8 mode) ``run`` measured, saved, then exited 3 on the '·' of
+    its verdicts (judged against the shipped cpu baseline)."""
+    command = [sys.executable, "-m", "bloomperf", "run", *CHEAP[:-1], "--model", "tiny"]
+    done = subprocess.run(
+        [*command, "--batch-sizes", "1", "--output", str(tmp_path / "r.json")],
+        capture_output=True,
+        env={**os.environ, "LC_ALL": "C", "PYTHONIOENCODING": "ascii", "PYTHONUTF8": "0"},
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.isascii() and b"cpu - tiny" in done.stdout, done.stdout
+    assert len(read_results(tmp_path / "r.json").cells) == 1
