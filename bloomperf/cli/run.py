@@ -101,6 +101,9 @@ def run_command(args: Any, out: TextIO | None = None, err: TextIO | None = None)
             if default_output:
                 link_latest(output, err)
             return code
+        except BaseException:  # a full disk at a cell's save: no worker or folder outlives it
+            session.abort()
+            raise
         finished = finish_run(session, "run")
     run = finished.run
     headline = host_ram_headline(run)
