@@ -106,6 +106,9 @@ def test_a_report_replaces_the_old_one_whole(tmp_path: Path) -> None:
     out = tmp_path / "report"
     write_report(run, None, out, history)
     assert (out / "trend.png").is_file()
+    killed = tmp_path / ".report.abcd1234.tmp"  # the fresh folder of a killed report
+    (killed / "index.html").parent.mkdir()
+    aged(killed)
     write_report(run, None, out)
     assert not (out / "trend.png").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
@@ -145,3 +148,6 @@ def test_a_full_disk_during_publish_leaves_the_old_site_whole(tmp_path: Path) ->
     assert done.returncode == 2, done.stderr
     assert files_of(out) == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["history", "site"]
+    # A site is replaced whole: a folder holding the history itself is never taken for one.
+    argv = ["history", "publish", "--history", str(history), "--out-dir", str(tmp_path)]
+    assert main(argv) == 2 and len(list(history.rglob("*.json"))) == 3
