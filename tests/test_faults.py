@@ -556,6 +556,8 @@ def test_full_disk_leaves_the_old_results_file_whole(tmp_path: Path) -> None:
     save_run(old, out)
     old_bytes = out.read_bytes()
     limit = len(old_bytes) + 200  # the new file, with a cell and the environment, is larger
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
 
     def fill_the_disk_at_limit() -> None:
         # Writing past RLIMIT_FSIZE fails like a full disk does (EFBIG instead of ENOSPC) once
@@ -582,8 +584,10 @@ def test_full_disk_leaves_the_old_results_file_whole(tmp_path: Path) -> None:
         text=True,
         timeout=300,
         preexec_fn=fill_the_disk_at_limit,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert done.returncode == 2
+    assert list(scratch.iterdir()) == []  # the worker's folder too
     # The old file is left in place until the run's first cell, so the refusal comes then:
     # one error line, naming the file, after the progress lines.
     errors = [line for line in done.stderr.splitlines() if "error" in line]

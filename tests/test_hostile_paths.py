@@ -127,9 +127,11 @@ def test_a_symlink_loop_is_one_line_and_exit_2(tmp_path: Path) -> None:
         ["history", "merge", str(BLOG_RESULTS), "--history", str(looped)],
         ["report", str(BLOG_RESULTS), "--out-dir", str(looped)],
         ["history", "publish", "--history", str(looped), "--out-dir", str(tmp_path / "s")],
+        ["run", "--model", "tiny", "--device", "cpu", "--no-lock", "--output", str(looped)],
     ):
         code, _, err = run_in_process(argv, "utf-8")
-        assert code == 2 and err.count("\n") == 1 and "l1" in err, (argv, err)
+        errors = [line for line in err.splitlines() if "error" in line]
+        assert code == 2 and len(errors) == 1 and "l1" in errors[0], (argv, err)
 
 
 def test_a_folder_named_with_bytes_that_are_not_utf8_is_written(tmp_path: Path) -> None:
@@ -299,3 +301,53 @@ def test_a_relative_xdg_folder_is_ignored(monkeypatch: pytest.MonkeyPatch) -> No
     assert default_cache_dir() == Path.home() / ".cache/bloomperf"
     monkeypatch.setenv("XDG_DATA_HOME", "/abs/data")
     assert user_baselines_dir() == Path("/abs/data/bloomperf/baselines")
+
+
+def bash_words(line: str) -> list[bytes]:
+    """The words bash reads from ``line``, as bytes (each printed NUL-terminated)."""
+    done = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True)
+    return done.stdout.split(b"\0")[:-1]
+
+
+def test_printed_paths_paste_into_a_shell_as_one_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The "next:" commands and the success lines printed paths bare: a space made two words,
+    a newline two lines."""
+    from bloomperf.cli.run import print_next_steps
+    from bloomperf.core.paths import shell_word
+
+    for name in NAMES:
+        path = tmp_path / name / "r.json"
+        assert bash_words(shell_word(path)) == [os.fsencode(path)], name
+        out = io.StringIO()
+        print_next_steps(path, path, out)
+        commands = [line for line in out.getvalue().splitlines() if "bloomperf " in line]
+        assert len(commands) == 3
+        for command in commands:
+            assert os.fsencode(path) in bash_words(command.split("#")[0]), command
+    folder = tmp_path / "with space\nnew line"
+    folder.mkdir()
+    results = folder / "r.json"
+    shutil.copy(BLOG_RESULTS, results)
+    monkeypatch.chdir(tmp_path)
+    for argv in (
+        ["history", "add", str(results), "--history", str(folder / "h")],
+        ["baseline", "accept", str(results), "--baselines", str(folder / "b")],
+    ):
+        code, out_text, _ = run_in_process(argv, "utf-8")
+        assert code == 0 and out_text.count("\n") == 1, out_text
+        words = [w.rstrip(b":") for w in bash_words(out_text.strip())]  # "bloomperf: PATH: …"
+        assert os.fsencode(results) in words, words
+
+
+def test_an_xdg_data_home_that_is_a_file_is_named_not_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    data.write_text("a file")
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    monkeypatch.chdir(tmp_path)  # no ./baselines here
+    code, _, err = run_in_process(["baseline", "accept", str(BLOG_RESULTS)], "utf-8")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "XDG_DATA_HOME" in err and "--baselines" not in err, err

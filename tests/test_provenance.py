@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import replace
 from datetime import date
@@ -53,6 +54,17 @@ def test_git_state_reads_commit_and_dirty_flag_of_a_real_checkout(
     assert provenance.git_state([repo])["dirty"] is True
     missing = provenance.git_state([outside])
     assert missing["commit"] is None and "not a git checkout" in missing["reason"]
+
+
+def test_reading_the_git_state_never_writes_the_checkouts_index(repo: Path) -> None:
+    """``git status`` refreshes the index under index.lock: a run that killed it at its timeout
+    (or was killed itself) left the lock, and the user's next commit failed."""
+    old = 1_000_000_000
+    os.utime(repo / "a.txt", (old, old))  # stat data the index does not hold: a refresh
+    index = repo / ".git" / "index"
+    before = index.stat().st_mtime_ns
+    provenance.git_state([repo])
+    assert index.stat().st_mtime_ns == before
 
 
 def test_ci_run_url_only_with_all_github_variables() -> None:

@@ -60,10 +60,12 @@ def git_state(folders: list[Path]) -> dict[str, Any]:
 
 
 def _git(folder: Path, *args: str) -> str | None:
-    """git's answer in ``folder``, or None when git is absent or the folder is not a checkout."""
+    """git's answer in ``folder``, or None when git is absent or the folder is not a checkout.
+    Without optional locks: ``git status`` would refresh the index under index.lock, which a
+    kill at the timeout leaves behind in the user's checkout."""
     try:
         done = subprocess.run(
-            ["git", "-C", str(folder), *args],
+            ["git", "--no-optional-locks", "-C", str(folder), *args],
             capture_output=True,
             text=True,
             timeout=GIT_TIMEOUT_S,

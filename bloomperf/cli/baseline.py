@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
 from bloomperf.analysis.compare import incompleteness
 from bloomperf.cli.arguments import add_allow_arguments, add_format_argument, add_run_option
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.paths import shell_word
 from bloomperf.core.storelock import store_lock
 from bloomperf.render.baseline import render_baseline_json, render_baseline_text
 from bloomperf.store.baseline.accept import accept_run
@@ -73,6 +75,17 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def named_folder(folder: Path, given: Path | None) -> str:
+    """``folder`` as the option that named it, or as where the default came from: a user who
+    gave no --baselines must not be told that it is wrong."""
+    if given is not None:
+        return f"--baselines {folder}"
+    data = os.environ.get("XDG_DATA_HOME", "")
+    if os.path.isabs(data) and Path(data) in folder.parents:
+        return f"XDG_DATA_HOME={data}: the default baselines folder {folder}"
+    return f"the default baselines folder {folder}"
+
+
 def run_accept(args: argparse.Namespace) -> int:
     folder = args.baselines if args.baselines is not None else default_baselines_dir()
     if is_package_folder(folder):
@@ -85,7 +98,7 @@ def run_accept(args: argparse.Namespace) -> int:
         folder.mkdir(exist_ok=True, parents=args.baselines is None)
     except OSError as exc:
         raise BloomperfError(
-            f"--baselines {folder}: cannot create: {exc.strerror or exc}"
+            f"{named_folder(folder, args.baselines)}: cannot create: {exc.strerror or exc}"
         ) from None
     for text in args.results:
         run = refuse_synthetic(read_results(Path(text)), text, args.allow_synthetic)
@@ -104,5 +117,5 @@ def run_accept(args: argparse.Namespace) -> int:
             )
             save_baseline(updated, path)
         accepted = sum(c.outcome in (Outcome.OK, Outcome.OOM) for c in run.cells)
-        print(f"bloomperf: {path}: accepted {accepted} cells from {text}")
+        print(f"bloomperf: {shell_word(path)}: accepted {accepted} cells from {shell_word(text)}")
     return 0

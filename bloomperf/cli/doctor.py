@@ -32,6 +32,7 @@ from bloomperf.doctor.host import (
     check_build_locks,
     check_disk,
     check_host_ram,
+    check_leftovers,
     check_shm,
 )
 from bloomperf.doctor.libraries import (
@@ -70,6 +71,7 @@ def run_checks(
         check_disk(model, options.layers, cache, host.disk_free_bytes),
         check_host_ram(model, options.layers, ranks, host),
         check_build_locks(),
+        check_leftovers(),
         build_files_check(facts, device),
     ]
 

@@ -26,6 +26,7 @@ from bloomperf.cli.arguments import (
     detection_settings,
 )
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.paths import shell_word
 from bloomperf.render.history.changes import history_section
 from bloomperf.render.history.site import publish_site
 from bloomperf.store.history.merge import merge_histories
@@ -82,7 +83,7 @@ def add_command(subparsers: Any) -> None:
 def run_add(args: argparse.Namespace) -> int:
     path, added = add_to_history(args.result, args.history, args.date)
     verb = "added as" if added else "already in the history as"
-    print(f"bloomperf: {args.result}: {verb} {path}")
+    print(f"bloomperf: {shell_word(args.result)}: {verb} {shell_word(path)}")
     return 0
 
 
@@ -118,7 +119,7 @@ def run_publish(args: argparse.Namespace) -> int:
         raise BloomperfError("history publish: --history DIR is required")
     site = publish_site(history, args.out, args.baselines, **detection_settings(args))
     print(
-        f"bloomperf: site written to {site.index}: {len(site.pages)} trend pages, "
+        f"bloomperf: site written to {shell_word(site.index)}: {len(site.pages)} trend pages, "
         f"{len(site.reports)} report(s)"
     )
     return 0

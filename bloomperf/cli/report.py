@@ -17,6 +17,7 @@ from bloomperf.cli.arguments import (
 )
 from bloomperf.cli.inputs import add_input_arguments, baseline_for
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
+from bloomperf.core.paths import shell_word
 from bloomperf.render.report import REPORT_FILES, write_report
 from bloomperf.store.results.files import read_many
 
@@ -42,5 +43,7 @@ def run_report(args: argparse.Namespace) -> int:
     outputs = [args.out / name for name in REPORT_FILES]
     refuse_overwriting_inputs(outputs, inputs, "--out-dir")
     report = write_report(run, baseline, args.out, args.history, **settings)
-    print(f"bloomperf: report written to {report.html} and {report.markdown}")
+    print(
+        f"bloomperf: report written to {shell_word(report.html)} and {shell_word(report.markdown)}"
+    )
     return 0

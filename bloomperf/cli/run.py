@@ -24,6 +24,7 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import clean, plain
 from bloomperf.core.interrupt import interruption
 from bloomperf.core.jsonfile import refuse_overwriting_inputs
+from bloomperf.core.paths import shell_word
 from bloomperf.core.progress import emit, time_left
 from bloomperf.harness.finish import Finished, finish_run
 from bloomperf.harness.lock import hold_device_lock, hold_output_lock
@@ -96,10 +97,13 @@ def run_command(args: Any, out: TextIO | None = None, err: TextIO | None = None)
         except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (bloomperf.core.interrupt)
             session.abort()
             how, code = interruption(stop)
-            print(f"bloomperf: {how}; {done} cells saved in {output}", file=err)
+            print(f"bloomperf: {how}; {done} cells saved in {shell_word(output)}", file=err)
             if default_output:
                 link_latest(output, err)
             return code
+        except BaseException:  # a full disk at a cell's save: no worker or folder outlives it
+            session.abort()
+            raise
         finished = finish_run(session, "run")
     run = finished.run
     headline = host_ram_headline(run)
@@ -151,10 +155,10 @@ def link_latest(output: Path, out: TextIO) -> Path:
 
 def print_next_steps(output: Path, shown: Path, out: TextIO) -> None:
     """Where the results are, and the commands that read them next (each on its own line)."""
-    also = f" ({shown})" if shown != output else ""
-    print(f"\nresults: {output}{also}", file=out)
+    also = f" ({shell_word(shown)})" if shown != output else ""
+    print(f"\nresults: {shell_word(output)}{also}", file=out)
     print("next:", file=out)
-    commands = [(command.format(results=shown), why) for command, why in NEXT_STEPS]
+    commands = [(command.format(results=shell_word(shown)), why) for command, why in NEXT_STEPS]
     width = max(len(command) for command, _ in commands)
     for command, why in commands:
         print(f"  bloomperf {command:<{width}}  # {why}", file=out)
@@ -162,7 +166,7 @@ def print_next_steps(output: Path, shown: Path, out: TextIO) -> None:
 
 def report_sink_failures(finished: Finished, output: Path, err: TextIO) -> None:
     for line in finished.sink_failures:
-        print(f"bloomperf: {plain(line)}; the results are safe in {output}", file=err)
+        print(f"bloomperf: {plain(line)}; the results are safe in {shell_word(output)}", file=err)
 
 
 def print_verdicts(comparison: Comparison, baseline: Baseline | None, out: TextIO) -> None:

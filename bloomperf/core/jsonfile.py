@@ -14,6 +14,8 @@ import glob
 import json
 import math
 import os
+import re
+import shutil
 import stat
 import sys
 import tempfile
@@ -233,18 +235,20 @@ def temp_prefix(folder: Path, name: str) -> str:
     return f".{os.fsdecode(encoded)}."
 
 
-def dead_temps(folder: Path, name: str, min_age_s: float = 2.0) -> list[Path]:
-    """Temporary files of ``name`` that a killed writer left beside it: nobody holds their
-    lock (a writer holds it until its rename) and they are not brand new."""
-    found = []
+# A temporary name as mkstemp and mkdtemp make it from ``temp_prefix``: ``.NAME.XXXXXXXX.tmp``.
+TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+
+
+def dead_temps(folder: Path, name: str | None = None, min_age_s: float = 2.0) -> list[Path]:
+    """Temporary files (and folders) of ``name``, or of any name, that a killed writer left in
+    ``folder``: nobody holds their lock (a writer holds it until its rename) and they are not
+    brand new."""
+    pattern = glob.escape(temp_prefix(folder, name)) + "*.tmp" if name else ".*.json.*.tmp"
     try:
-        candidates = list(folder.glob(glob.escape(temp_prefix(folder, name)) + "*.tmp"))
+        candidates = [p for p in folder.glob(pattern) if TEMP_NAME.fullmatch(p.name)]
     except OSError:
         return []
-    for candidate in candidates:
-        if is_dead_temp(candidate, min_age_s):
-            found.append(candidate)
-    return sorted(found)
+    return sorted(c for c in candidates if is_dead_temp(c, min_age_s))
 
 
 def is_dead_temp(path: Path, min_age_s: float) -> bool:
@@ -254,7 +258,8 @@ def is_dead_temp(path: Path, min_age_s: float) -> bool:
         return False
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or time.time() - info.st_mtime < min_age_s:
+        ours = stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)
+        if not ours or time.time() - info.st_mtime < min_age_s:
             return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
@@ -264,8 +269,10 @@ def is_dead_temp(path: Path, min_age_s: float) -> bool:
         os.close(fd)
 
 
-def remove_dead_temps(folder: Path, name: str) -> None:
+def remove_dead_temps(folder: Path, name: str | None = None) -> None:
     for leftover in dead_temps(folder, name):
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
         with contextlib.suppress(OSError):
             leftover.unlink()
 

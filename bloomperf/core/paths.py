@@ -10,6 +10,7 @@ folder named with a byte that is not UTF-8 (``caf\\xe9``) reaches Python as a su
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 
@@ -28,3 +29,24 @@ def xdg_home(variable: str, default: Path) -> Path:
     spec: a relative path in these variables is invalid and must be ignored)."""
     value = os.environ.get(variable, "")
     return Path(value) if os.path.isabs(value) else default
+
+
+def shell_word(path: Path | str) -> str:
+    """``path`` as one word to paste into a shell: ``shlex.quote``, or bash's ``$'...'`` when
+    it holds a newline, another control character or a byte that is not UTF-8 (printed as it
+    is, a newline would split the line and break the command)."""
+    text = os.fspath(path)
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + "".join(escaped(c) for c in text) + "'"
+
+
+def escaped(char: str) -> str:
+    code = ord(char)
+    if char in "'\\":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, as os.fsdecode gives it
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

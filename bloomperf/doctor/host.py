@@ -13,12 +13,14 @@ from bloomperf.catalog.caches import (
     stale_batons,
 )
 from bloomperf.catalog.checkpoints import check_free_space, checkpoint_folder_name
+from bloomperf.catalog.leftovers import dead_run_folders
 from bloomperf.catalog.manifest import checkpoint_problem
 from bloomperf.catalog.models import MODEL_SHAPES, check_layers
 from bloomperf.catalog.topology import host_ram
 from bloomperf.catalog.weights import embedding_bytes, layer_bytes
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import GIB, MIB
+from bloomperf.core.jsonfile import dead_temps
 from bloomperf.doctor.check import Check
 
 GB = 1e9
@@ -171,4 +173,18 @@ def check_build_locks(folder: Path | None = None) -> Check:
         + (f" and {len(stale) - 1} more" if len(stale) > 1 else "")
         + " left by a killed build: DeepSpeed would wait on it; the next bloomperf run removes "
         "it (or delete it)",
+    )
+
+
+def check_leftovers(tmp: Path | None = None, results: Path = Path("results")) -> Check:
+    """Temporary folders (``$TMPDIR``) and files (beside the default results) of killed runs,
+    which the next run removes: a few are harmless, a disk-offload folder can be large."""
+    found = [*dead_run_folders(tmp), *dead_temps(results)]
+    if not found:
+        return Check("leftovers", "ok", "no temporary file or folder of a killed run")
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    return Check(
+        "leftovers",
+        "warn",
+        f"{found[0]}{more} left by killed runs; the next bloomperf run removes them",
     )

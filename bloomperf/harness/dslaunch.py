@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import socket
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from bloomperf.catalog.caches import worker_caches
 from bloomperf.catalog.devices import ORDER_ENV, PCI_ORDER, VISIBLE_ENV
+from bloomperf.catalog.leftovers import owned_temp_folder
 from bloomperf.config.run import LaunchOptions
 from bloomperf.core.errors import BloomperfError
 
@@ -81,7 +81,7 @@ def rank_group_command(
     if options.hostfile is not None:
         from bloomperf.harness.multinode import multinode_command
 
-        folder = workdir or Path(tempfile.mkdtemp(prefix="bloomperf-group-"))
+        folder = workdir or owned_temp_folder("group")
         return multinode_command(
             world_size, options, python, module, env, port, folder / ".deepspeed_env"
         )

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from bloomperf.backends import backend_class
 from bloomperf.catalog.caches import build_lock, extensions_dir, worker_caches
 from bloomperf.catalog.devices import VisibleDevice, worker_environment
 from bloomperf.catalog.failures import read_rank_reports, root_cause
+from bloomperf.catalog.leftovers import owned_temp_folder
 from bloomperf.config.backend import BackendOptions
 from bloomperf.config.run import LaunchOptions, RunConfig
 from bloomperf.core.errors import BloomperfError
@@ -104,7 +104,7 @@ class WorkerGroup:
         self.lost: str | None = None  # why a multi-node group lost a node (NodeWatch)
         self.watch: Any = None
         self.group_id = ""  # a multi-node group's id, in every rank's environment
-        self._workdir = Path(tempfile.mkdtemp(prefix="bloomperf-worker-"))
+        self._workdir = owned_temp_folder("worker")
         self.failed = False
         self.awaiting = ""  # the event the controller waits for from the worker ("" idle)
         self._shm_before: set[str] = set()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,12 +20,14 @@ from bloomperf.backends.base import Backend
 from bloomperf.catalog.checkpoints import PreparedModel, resolve_model
 from bloomperf.catalog.devices import VisibleDevice, group_indices
 from bloomperf.catalog.fingerprint import environment_fingerprint
+from bloomperf.catalog.leftovers import owned_temp_folder, remove_dead_run_folders
 from bloomperf.catalog.topology import Topology, detect_topology
 from bloomperf.catalog.workload import PROMPTS
 from bloomperf.config.backend import BackendOptions
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import utc_now
+from bloomperf.core.jsonfile import remove_dead_temps
 from bloomperf.harness.launch import GroupSpec
 from bloomperf.harness.matrix import Cell, Group, plan_groups
 from bloomperf.harness.runner import GroupRunner, Measure, measure_plainly
@@ -49,7 +50,7 @@ def backend_options(config: RunConfig) -> BackendOptions:
     """What the run's backends read; disk offload without a folder gets a temporary one."""
     folder = None
     if config.offload == "disk" and config.offload_folder is None:
-        folder = Path(tempfile.mkdtemp(prefix="bloomperf-offload-"))
+        folder = owned_temp_folder("offload")
     return config.backend_options(folder)
 
 
@@ -115,6 +116,9 @@ class Session:
             backend_options=backend_options(options),
             sinks=tuple(sinks),
         )
+        remove_dead_run_folders()  # those of killed runs, in $TMPDIR
+        if session.output is not None:
+            remove_dead_temps(session.output.parent)  # any name: killed runs' names differ
         if session.output is not None and keep_previous(session.output) is None:
             # An unwritable output fails now, not after a cell; an existing one is kept aside
             # and left in place until this run's first cell.

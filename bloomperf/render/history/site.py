@@ -10,8 +10,9 @@ from any static host (GitHub Pages, an artifact, a folder), with relative links 
 HISTORY is a history root (one folder of nights per topology, as ``history merge`` writes it) or
 one history folder. The verdicts come from ``bloomperf.analysis.compare`` against the topology's
 baseline, the persistent changes and what changed on their night from ``bloomperf.analysis.changes``
-(the same as ``history changes`` lists): the site draws, it does not judge. Every file is written
-atomically.
+(the same as ``history changes`` lists): the site draws, it does not judge. The site is written
+into a fresh folder and swapped in whole (``bloomperf.core.swapdir``): a stop or a full disk
+half-way leaves the old site as it was.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from bloomperf.core.jsonfile import write_text_atomic
 from bloomperf.core.metrics import format_value
 from bloomperf.core.paths import real_path
 from bloomperf.core.progress import emit, format_duration, heartbeat_s, time_left
+from bloomperf.core.swapdir import fresh_folder
 from bloomperf.render.comparison import cell_text
 from bloomperf.render.history.changes import changed_at, describe_change
 from bloomperf.render.history.trend import Topology, cell_changes, plot_cell, shown_panels
@@ -226,6 +228,28 @@ def publish_site(root: Path, out: Path, baselines: Path | None = None, **setting
     topologies = sorted(
         read_topologies(root, baselines, settings), key=lambda t: not t.latest.failed
     )
+    with fresh_folder(out, "--out-dir", is_site) as staging:
+        site = write_site(topologies, staging, settings)
+
+    def moved(paths: tuple[Path, ...]) -> tuple[Path, ...]:
+        return tuple(out / p.relative_to(staging) for p in paths)
+
+    return Site(out / "index.html", moved(site.pages), moved(site.plots), moved(site.reports))
+
+
+def is_site(folder: Path) -> bool:
+    """Whether ``folder`` holds only what a site is made of: the index, and a folder of pages
+    and plots with its report per topology (never a history's nights)."""
+
+    def page_folder(path: Path) -> bool:
+        return path.is_dir() and all(
+            p.suffix in (".html", ".png") or p.name == "report" for p in path.iterdir()
+        )
+
+    return all(p.name == "index.html" or page_folder(p) for p in folder.iterdir())
+
+
+def write_site(topologies: list[Topology], out: Path, settings: dict[str, Any]) -> Site:
     sections: list[str] = []
     pages: list[Path] = []
     reports: list[Path] = []

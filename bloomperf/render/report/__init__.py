@@ -2,7 +2,8 @@
 
 Writes into DIR: ``index.html`` (self-contained: the plots are embedded, so it can be mailed or
 uploaded as one artifact file), ``report.md`` (the same content for a pull request or a job
-summary, next to the PNG files it links) and the PNGs themselves:
+summary, next to the PNG files it links) and the PNGs themselves, replacing the folder whole
+(``bloomperf.core.swapdir``; one holding other files is refused):
 
 * ``ratio_heatmap.png``: measured ÷ baseline per cell and judged metric, coloured by verdict.
 * ``ms_per_token.png``: ms/token against batch size, one colour per backend and dtype, log axes
@@ -25,9 +26,6 @@ draws, it does not judge.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from bloomperf.analysis.changes import DEFAULT_TOLERANCE, Change, detect_changes
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.stats import REGRESSED
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.jsonfile import check_output_target
+from bloomperf.core.swapdir import fresh_folder
 from bloomperf.render.report.changes import WhatChanged, what_changed_since
 from bloomperf.render.report.figure import save_figure
 from bloomperf.render.report.heatmap import ratio_heatmap
@@ -82,32 +80,13 @@ def write_report(
     **settings: Any,
 ) -> Report:
     """Render the report of ``run`` (against ``baseline``) into the folder ``out``."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BloomperfError(f"--out-dir {out}: cannot create: {exc.strerror or exc}") from None
     if not run.cells:
         raise BloomperfError("report: the results hold no cells")
-    # Drawn in a private folder first and moved in only when whole: a report that fails
-    # half-way leaves no PNG behind, and a previous report stays as it was.
-    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
-    try:
-        return publish(render_report(run, baseline, staging, history, **settings), out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def publish(report: Report, out: Path) -> Report:
-    """Move a finished report's files into ``out``, every target checked before the first move
-    (a link or a folder planted there is refused, never followed)."""
-    files = sorted(report.html.parent.iterdir())
-    for staged in files:
-        check_output_target(out / staged.name)
-    for staged in files:
-        os.replace(staged, out / staged.name)
+    with fresh_folder(out, "--out-dir", is_report) as staging:
+        report = render_report(run, baseline, staging, history, **settings)
 
     def moved(path: Path) -> Path:
-        return out / path.name
+        return out / path.relative_to(staging)
 
     return replace(
         report,
@@ -115,6 +94,11 @@ def publish(report: Report, out: Path) -> Report:
         markdown=moved(report.markdown),
         plots=tuple(moved(p) for p in report.plots),
     )
+
+
+def is_report(folder: Path) -> bool:
+    """Whether ``folder`` holds only what a report writes (an older one's, or its staging)."""
+    return all(p.name in REPORT_FILES or p.name.startswith(".report-") for p in folder.iterdir())
 
 
 def render_report(
