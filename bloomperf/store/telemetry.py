@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.jsonfile import entries, get_float, get_int, get_list, get_str
+from bloomperf.core.jsonfile import entries, get_float, get_int, get_list, get_str, get_strings
 
 # NVML's clocks-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
 SW_POWER_CAP = 0x4
@@ -123,9 +123,6 @@ def telemetry_from_dict(data: Any, where: str) -> Telemetry | None:
         max_power_w=get_float(data, "max_power_w", where, optional=True),
         max_temperature_c=get_int(data, "max_temperature_c", where, optional=True),
         reasons=int(get_int(data, "reasons", where, optional=True) or 0),
-        flags=tuple(
-            get_str(entry, name, where)
-            for entry, name in entries(get_list(data, "flags", where, []), "flags")
-        ),
+        flags=get_strings(get_list(data, "flags", where, []), "flags", where),
         reason=get_str(data, "reason", where, default=""),
     )
