@@ -32,7 +32,7 @@ from bloomperf.catalog.devices import (
 from bloomperf.catalog.hardware import parse_topology_id
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import GIB as GiB
-from bloomperf.core.jsonfile import get_int, get_list, get_str
+from bloomperf.core.jsonfile import get_int, get_list, get_str, json_fields
 
 # Vendor words that NVML puts in front of the model name and that say nothing about the chip.
 _VENDOR_PREFIX = re.compile(r"^((NVIDIA|Tesla|GeForce|Quadro)\s+)+", re.IGNORECASE)
@@ -297,29 +297,7 @@ def _text(value: Any) -> str:
 
 
 def topology_to_dict(t: Topology) -> dict[str, Any]:
-    return {
-        "id": t.id,
-        "aliases": list(t.aliases),
-        "device": t.device,
-        "gpus": [
-            {
-                "index": g.index,
-                "name": g.name,
-                "memory_bytes": g.memory_bytes,
-                "nvlinks_up": g.nvlinks_up,
-                "uuid": g.uuid,
-                "mig_uuid": g.mig_uuid,
-            }
-            for g in t.gpus
-        ],
-        "nodes": t.nodes,
-        "driver": t.driver,
-        "cuda": t.cuda,
-        "cpu_model": t.cpu_model,
-        "cpu_cores": t.cpu_cores,
-        "ram_bytes": t.ram_bytes,
-        "nvml_reason": t.nvml_reason,
-    }
+    return json_fields(t)
 
 
 def topology_from_dict(d: Any, where: str = "topology") -> Topology:

@@ -109,18 +109,8 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
         "started_at": run.started_at,
         "finished_at": run.finished_at,
         "topology": run.topology,
-        "model": {
-            "name": run.model.name,
-            "path": run.model.path,
-            "layers": run.model.layers,
-            "parameters": run.model.parameters,
-        },
-        "workload": {
-            "new_tokens": run.workload.new_tokens,
-            "cycles": run.workload.cycles,
-            "warmup": run.workload.warmup,
-            "prompts": list(run.workload.prompts),
-        },
+        "model": json_fields(run.model),
+        "workload": json_fields(run.workload),
         "environment": run.environment,
         "cells": [cell_to_dict(c) for c in run.cells],
     }
