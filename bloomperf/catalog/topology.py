@@ -26,6 +26,7 @@ from bloomperf.catalog.devices import (
     VisibleDevice,
     cuda_visible_devices,
     measured_handle,
+    nvml_text,
     plan_visible,
     resolve_visible,
 )
@@ -95,7 +96,7 @@ def detect_topology(nvml: Any = None, nodes: int | None = None) -> Topology:
         gpus = tuple(read_gpu(nvml, d) for d in resolve_visible(nvml, visible))
         if not gpus:
             return cpu_topology(node_count, f"no visible GPU (CUDA_VISIBLE_DEVICES={visible!r})")
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        driver = nvml_text(nvml.nvmlSystemGetDriverVersion())
         cuda = cuda_version_text(int(nvml.nvmlSystemGetCudaDriverVersion()))
     except nvml.NVMLError as exc:
         return cpu_topology(node_count, f"NVML failed: {exc}")
@@ -109,7 +110,7 @@ def read_gpu(nvml: Any, device: VisibleDevice) -> Gpu:
     memory = measured_handle(nvml, device.index, device.mig_uuid)  # a MIG instance: its share
     return Gpu(
         index=device.index,
-        name=_text(nvml.nvmlDeviceGetName(handle)),
+        name=nvml_text(nvml.nvmlDeviceGetName(handle)),
         memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(memory).total),
         nvlinks_up=count_nvlinks_up(nvml, handle),
         uuid=device_uuid(nvml, handle),
@@ -285,12 +286,7 @@ def load_nvml() -> Any:
 
 
 def device_uuid(nvml: Any, handle: Any) -> str:
-    return _text(nvml.nvmlDeviceGetUUID(handle))
-
-
-def _text(value: Any) -> str:
-    """Old nvidia-ml-py releases return bytes where newer ones return str."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return nvml_text(nvml.nvmlDeviceGetUUID(handle))
 
 
 # ---- JSON ----------------------------------------------------------------------------------
