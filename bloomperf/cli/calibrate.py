@@ -23,7 +23,7 @@ from bloomperf.analysis.stats import suggest_tolerance as tolerance_for
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import format_table
-from bloomperf.core.jsonfile import write_json_atomic
+from bloomperf.core.jsonfile import json_fields, write_json_atomic
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.options import add_cli_options, resolve_options
 from bloomperf.harness.session import Session, all_cells, lock_key
@@ -157,9 +157,6 @@ def _pct(value: float) -> str:
 def noise_to_dict(
     cells: list[CellNoise], repeats: int, topology: str, model: str
 ) -> dict[str, Any]:
-    def spread(s: SpreadOfValue | None) -> dict[str, float] | None:
-        return None if s is None else s.__dict__.copy()
-
     return {
         "kind": "bloomperf-calibration",
         "schema_version": 1,
@@ -171,9 +168,9 @@ def noise_to_dict(
                 "id": c.id,
                 "runs_ok": c.runs_ok,
                 "median_ms_per_token": c.median_ms_per_token,
-                "ms_per_token": c.ms_per_token.__dict__.copy(),
-                "peak_memory": spread(c.peak_memory),
-                "load_time": spread(c.load_time),
+                "ms_per_token": json_fields(c.ms_per_token),
+                "peak_memory": json_fields(c.peak_memory) if c.peak_memory else None,
+                "load_time": json_fields(c.load_time) if c.load_time else None,
             }
             for c in cells
         ],
