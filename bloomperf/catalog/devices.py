@@ -62,7 +62,7 @@ def resolve_visible(
         return [VisibleDevice(i) for i in range(count)]
     order = order or cuda_device_order()
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
+    uuids = [nvml_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
     entries = [e.strip() for e in visible.split(",")]
     if order != PCI_ORDER and any(e.isdigit() for e in entries):
         check_same_models(nvml, handles, visible)
@@ -77,7 +77,7 @@ def resolve_visible(
 
 def check_same_models(nvml: Any, handles: list[Any], visible: str) -> None:
     """Integer ids under FASTEST_FIRST are NVML indices only when every GPU is the same model."""
-    names = sorted({_text(nvml.nvmlDeviceGetName(h)) for h in handles})
+    names = sorted({nvml_text(nvml.nvmlDeviceGetName(h)) for h in handles})
     if len(names) > 1:
         raise BloomperfError(
             f"{VISIBLE_ENV}={visible}: integer ids follow CUDA's default FASTEST_FIRST order, "
@@ -113,7 +113,7 @@ def _find_mig(nvml: Any, entry: str, handles: list[Any]) -> VisibleDevice | None
 
 def mig_uuids(nvml: Any, handle: Any) -> list[str]:
     """UUIDs of the MIG instances on a GPU; [] where MIG is off or unsupported."""
-    return [_text(nvml.nvmlDeviceGetUUID(h)) for h in mig_handles(nvml, handle)]
+    return [nvml_text(nvml.nvmlDeviceGetUUID(h)) for h in mig_handles(nvml, handle)]
 
 
 def mig_handles(nvml: Any, handle: Any) -> list[Any]:
@@ -139,7 +139,7 @@ def measured_handle(nvml: Any, index: int, mig_uuid: str = "") -> Any:
     if not mig_uuid:
         return handle
     for mig in mig_handles(nvml, handle):
-        if _text(nvml.nvmlDeviceGetUUID(mig)) == mig_uuid:
+        if nvml_text(nvml.nvmlDeviceGetUUID(mig)) == mig_uuid:
             return mig
     raise nvml.NVMLError(nvml.NVML_ERROR_NOT_FOUND)
 
@@ -184,6 +184,6 @@ def worker_environment(devices: Sequence[VisibleDevice]) -> dict[str, str]:
     return {ORDER_ENV: PCI_ORDER, VISIBLE_ENV: ",".join(ids)}
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
     """Old nvidia-ml-py releases return bytes where newer ones return str."""
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -44,16 +44,14 @@ class GpuSpec:
 
 def _spec(
     name: str,
-    memory_mib: int,
-    bandwidth_gb_s: float,
-    fp32: float,
-    tf32: float | None,
-    fp16: float,
-    bf16: float | None,
-    int8: float | None,
+    figures: tuple[int, float, float, float | None, float, float | None, float | None],
     source: str,
     aliases: tuple[str, ...] = (),
 ) -> GpuSpec:
+    """``figures``: memory MiB, bandwidth GB/s, then dense FP32, TF32, FP16, BF16 and INT8
+    peaks in TFLOPS (TOPS), None where the chip has no such unit."""
+    memory_mib, bandwidth_gb_s, fp32, tf32, fp16, bf16, int8 = figures
+
     def rate(tflops: float | None) -> float | None:
         return None if tflops is None else tflops * TERA
 
@@ -76,104 +74,56 @@ GPU_SPECS: dict[str, GpuSpec] = {
     for spec in (
         _spec(
             "A100-40GB",
-            40960,
-            1555,
-            19.5,
-            156,
-            312,
-            312,
-            624,
+            (40960, 1555, 19.5, 156, 312, 312, 624),
             "NVIDIA A100 Tensor Core GPU datasheet (2021): A100 40GB SXM, 1,555 GB/s; "
             "dense FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS, INT8 624 TOPS",
             ("A100-SXM4-40GB",),
         ),
         _spec(
             "A100-80GB",
-            81920,
-            2039,
-            19.5,
-            156,
-            312,
-            312,
-            624,
+            (81920, 2039, 19.5, 156, 312, 312, 624),
             "NVIDIA A100 Tensor Core GPU datasheet (2021): A100 80GB SXM, 2,039 GB/s; "
             "dense FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS, INT8 624 TOPS",
             ("A100-SXM4-80GB", "A100-SXM-80GB"),
         ),
         _spec(
             "A100-PCIe-80GB",
-            81920,
-            1935,
-            19.5,
-            156,
-            312,
-            312,
-            624,
+            (81920, 1935, 19.5, 156, 312, 312, 624),
             "NVIDIA A100 Tensor Core GPU datasheet (2021): A100 80GB PCIe, 1,935 GB/s; "
             "dense FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS, INT8 624 TOPS",
             ("A100-80GB-PCIe", "A100-PCIE-80GB"),
         ),
         _spec(
             "H100-80GB",
-            81559,
-            3350,
-            67,
-            494.5,
-            989.5,
-            989.5,
-            1979,
+            (81559, 3350, 67, 494.5, 989.5, 989.5, 1979),
             "NVIDIA H100 Tensor Core GPU datasheet (2023): H100 SXM, 3.35 TB/s; FP32 67, "
             "TF32 989 / BF16 1,979 / INT8 3,958 with sparsity, halved for dense",
             ("H100-SXM5-80GB", "H100-SXM-80GB", "H100-80GB-HBM3"),
         ),
         _spec(
             "H200-141GB",
-            143771,
-            4800,
-            67,
-            494.5,
-            989.5,
-            989.5,
-            1979,
+            (143771, 4800, 67, 494.5, 989.5, 989.5, 1979),
             "NVIDIA H200 Tensor Core GPU datasheet (2024): H200 SXM 141 GB, 4.8 TB/s; FP32 67, "
             "TF32 989 / BF16 1,979 / INT8 3,958 with sparsity, halved for dense",
             ("H200-SXM-141GB", "H200"),
         ),
         _spec(
             "V100-32GB",
-            32768,
-            900,
-            15.7,
-            None,
-            125,
-            None,
-            None,
+            (32768, 900, 15.7, None, 125, None, None),
             "NVIDIA Tesla V100 GPU datasheet (2020): V100 SXM2 32GB, 900 GB/s; FP32 15.7, "
             "tensor (FP16) 125 TFLOPS; no BF16, TF32 or INT8 tensor cores",
             ("V100-SXM2-32GB", "Tesla-V100-SXM2-32GB"),
         ),
         _spec(
             "A6000-48GB",
-            49140,
-            768,
-            38.7,
-            77.4,
-            154.8,
-            154.8,
-            309.7,
+            (49140, 768, 38.7, 77.4, 154.8, 154.8, 309.7),
             "NVIDIA RTX A6000 datasheet (2021): 48 GB GDDR6, 768 GB/s; FP32 38.7, tensor "
             "309.7 TFLOPS with sparsity (FP16/BF16 154.8 dense), INT8 309.7 TOPS dense",
             ("RTX-A6000-48GB", "RTX-A6000"),
         ),
         _spec(
             "L40S-48GB",
-            46068,
-            864,
-            91.6,
-            183,
-            362,
-            362,
-            733,
+            (46068, 864, 91.6, 183, 362, 362, 733),
             "NVIDIA L40S GPU datasheet (2023): 48 GB GDDR6, 864 GB/s; FP32 91.6, TF32 366 / "
             "BF16 733 / INT8 1,466 with sparsity, halved for dense",
             ("L40S",),

@@ -26,13 +26,14 @@ from bloomperf.catalog.devices import (
     VisibleDevice,
     cuda_visible_devices,
     measured_handle,
+    nvml_text,
     plan_visible,
     resolve_visible,
 )
 from bloomperf.catalog.hardware import parse_topology_id
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import GIB as GiB
-from bloomperf.core.jsonfile import get_int, get_list, get_str
+from bloomperf.core.jsonfile import get_int, get_list, get_str, json_fields
 
 # Vendor words that NVML puts in front of the model name and that say nothing about the chip.
 _VENDOR_PREFIX = re.compile(r"^((NVIDIA|Tesla|GeForce|Quadro)\s+)+", re.IGNORECASE)
@@ -95,7 +96,7 @@ def detect_topology(nvml: Any = None, nodes: int | None = None) -> Topology:
         gpus = tuple(read_gpu(nvml, d) for d in resolve_visible(nvml, visible))
         if not gpus:
             return cpu_topology(node_count, f"no visible GPU (CUDA_VISIBLE_DEVICES={visible!r})")
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        driver = nvml_text(nvml.nvmlSystemGetDriverVersion())
         cuda = cuda_version_text(int(nvml.nvmlSystemGetCudaDriverVersion()))
     except nvml.NVMLError as exc:
         return cpu_topology(node_count, f"NVML failed: {exc}")
@@ -109,7 +110,7 @@ def read_gpu(nvml: Any, device: VisibleDevice) -> Gpu:
     memory = measured_handle(nvml, device.index, device.mig_uuid)  # a MIG instance: its share
     return Gpu(
         index=device.index,
-        name=_text(nvml.nvmlDeviceGetName(handle)),
+        name=nvml_text(nvml.nvmlDeviceGetName(handle)),
         memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(memory).total),
         nvlinks_up=count_nvlinks_up(nvml, handle),
         uuid=device_uuid(nvml, handle),
@@ -285,41 +286,14 @@ def load_nvml() -> Any:
 
 
 def device_uuid(nvml: Any, handle: Any) -> str:
-    return _text(nvml.nvmlDeviceGetUUID(handle))
-
-
-def _text(value: Any) -> str:
-    """Old nvidia-ml-py releases return bytes where newer ones return str."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return nvml_text(nvml.nvmlDeviceGetUUID(handle))
 
 
 # ---- JSON ----------------------------------------------------------------------------------
 
 
 def topology_to_dict(t: Topology) -> dict[str, Any]:
-    return {
-        "id": t.id,
-        "aliases": list(t.aliases),
-        "device": t.device,
-        "gpus": [
-            {
-                "index": g.index,
-                "name": g.name,
-                "memory_bytes": g.memory_bytes,
-                "nvlinks_up": g.nvlinks_up,
-                "uuid": g.uuid,
-                "mig_uuid": g.mig_uuid,
-            }
-            for g in t.gpus
-        ],
-        "nodes": t.nodes,
-        "driver": t.driver,
-        "cuda": t.cuda,
-        "cpu_model": t.cpu_model,
-        "cpu_cores": t.cpu_cores,
-        "ram_bytes": t.ram_bytes,
-        "nvml_reason": t.nvml_reason,
-    }
+    return json_fields(t)
 
 
 def topology_from_dict(d: Any, where: str = "topology") -> Topology:

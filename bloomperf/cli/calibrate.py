@@ -23,11 +23,11 @@ from bloomperf.analysis.stats import suggest_tolerance as tolerance_for
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import format_table
-from bloomperf.core.jsonfile import write_json_atomic
+from bloomperf.core.jsonfile import json_fields, write_json_atomic
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.options import add_cli_options, resolve_options
 from bloomperf.harness.session import Session, all_cells, lock_key
-from bloomperf.store.baseline import BaselineCell
+from bloomperf.store.baseline import OWN_FIELDS, BaselineCell, expected_figure, with_figures
 from bloomperf.store.baseline.codec import load_baseline, save_baseline
 from bloomperf.store.results import CellResult, Outcome
 
@@ -133,20 +133,19 @@ def render_table(cells: list[CellNoise], repeats: int) -> str:
         "tol memory",
         "tol load",
     )
-    rows = []
-    for c in cells:
-        rows.append(
-            (
-                c.id,
-                f"{c.median_ms_per_token:.3f}",
-                _pct(c.ms_per_token.cycle_cv),
-                _pct(c.ms_per_token.run_cv),
-                _pct(c.ms_per_token.run_spread),
-                _pct(c.ms_per_token.suggested_tolerance),
-                _pct(c.peak_memory.suggested_tolerance) if c.peak_memory else "-",
-                _pct(c.load_time.suggested_tolerance) if c.load_time else "-",
-            )
+    rows = [
+        (
+            c.id,
+            f"{c.median_ms_per_token:.3f}",
+            _pct(c.ms_per_token.cycle_cv),
+            _pct(c.ms_per_token.run_cv),
+            _pct(c.ms_per_token.run_spread),
+            _pct(c.ms_per_token.suggested_tolerance),
+            _pct(c.peak_memory.suggested_tolerance) if c.peak_memory else "-",
+            _pct(c.load_time.suggested_tolerance) if c.load_time else "-",
         )
+        for c in cells
+    ]
     title = f"noise floor over {repeats} runs (A/A; run CV: the medians' run-to-run variation)"
     return "\n".join([title, format_table(header, rows, numbers_right=True, rule=True)])
 
@@ -158,9 +157,6 @@ def _pct(value: float) -> str:
 def noise_to_dict(
     cells: list[CellNoise], repeats: int, topology: str, model: str
 ) -> dict[str, Any]:
-    def spread(s: SpreadOfValue | None) -> dict[str, float] | None:
-        return None if s is None else s.__dict__.copy()
-
     return {
         "kind": "bloomperf-calibration",
         "schema_version": 1,
@@ -172,9 +168,9 @@ def noise_to_dict(
                 "id": c.id,
                 "runs_ok": c.runs_ok,
                 "median_ms_per_token": c.median_ms_per_token,
-                "ms_per_token": c.ms_per_token.__dict__.copy(),
-                "peak_memory": spread(c.peak_memory),
-                "load_time": spread(c.load_time),
+                "ms_per_token": json_fields(c.ms_per_token),
+                "peak_memory": json_fields(c.peak_memory) if c.peak_memory else None,
+                "load_time": json_fields(c.load_time) if c.load_time else None,
             }
             for c in cells
         ],
@@ -200,24 +196,14 @@ def write_tolerances(path: Path, cells: list[CellNoise]) -> int:
 
 
 def tolerances_into(cell: BaselineCell, noise: CellNoise) -> BaselineCell:
-    return replace(
-        cell,
-        ms_per_token_tolerance=(
-            noise.ms_per_token.suggested_tolerance
-            if cell.ms_per_token is not None
-            else cell.ms_per_token_tolerance
-        ),
-        peak_memory_tolerance=(
-            noise.peak_memory.suggested_tolerance
-            if noise.peak_memory and cell.peak_memory_bytes is not None
-            else cell.peak_memory_tolerance
-        ),
-        load_time_tolerance=(
-            noise.load_time.suggested_tolerance
-            if noise.load_time and cell.load_time_s is not None
-            else cell.load_time_tolerance
-        ),
-    )
+    suggested = {m: getattr(noise, m) for m in ("ms_per_token", "peak_memory", "load_time")}
+    figures = {}
+    for name in (*OWN_FIELDS, *cell.figure_samples):
+        figure, found = expected_figure(cell, name), suggested.get(name)
+        if found is not None and figure.value is not None:
+            figure = replace(figure, tolerance=found.suggested_tolerance)
+        figures[name] = figure
+    return with_figures(cell, figures)
 
 
 def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -15,6 +15,7 @@ topology, model or workload; no measured cell); 3 on an internal error. See docs
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from dataclasses import replace
@@ -73,38 +74,25 @@ def diff(
     allow_synthetic: bool = False,
     allow_no_baseline: bool = False,
 ) -> Comparison:
+    judged = functools.partial(
+        judge, strict=strict, allow_incomplete=allow_incomplete, allow_no_baseline=allow_no_baseline
+    )
     if baseline_arg is None and len(results) == 2:
         before = refuse_synthetic(read_results(Path(results[0])), results[0], allow_synthetic)
         after = refuse_synthetic(read_results(Path(results[1])), results[1], allow_synthetic)
         refuse_empty_before(before, results[0])
         expected = baseline_of_run(before, results[0], tolerance)
-        comparison = judge(
-            after,
-            expected,
-            strict=strict,
-            allow_incomplete=allow_incomplete,
-            allow_no_baseline=allow_no_baseline,
-        )
-        return refuse_incomparable(comparison, results[0])
+        return refuse_incomparable(judged(after, expected), results[0])
     if baseline_arg is None and len(results) > 2:
         raise BloomperfError(
             "diff: give --baseline to compare several result files, or exactly two to diff them"
         )
     run = refuse_synthetic(read_many(results), ", ".join(results), allow_synthetic)
     baseline, why = baseline_for(run, baseline_arg, baselines_dir)
-    comparison = judge(
-        run,
-        baseline,
-        strict=strict,
-        allow_incomplete=allow_incomplete,
-        allow_no_baseline=allow_no_baseline,
-        no_baseline=why,
-    )
-    return (
-        refuse_incomparable(comparison, f"--baseline {baseline_arg}")
-        if baseline_arg
-        else (comparison)
-    )
+    comparison = judged(run, baseline, no_baseline=why)
+    if baseline_arg:
+        return refuse_incomparable(comparison, f"--baseline {baseline_arg}")
+    return comparison
 
 
 def refuse_empty_before(before: RunResult, where: str) -> None:

@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TextIO
 
 from bloomperf.analysis.memory_model import (
@@ -92,23 +92,13 @@ def planned_model(options: RunConfig, device: str) -> PreparedModel:
 # ---- the plan ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GroupPlan:
-    backend: str
-    dtype: str
-    world_size: int
-    devices: tuple[int, ...]  # the GPU indices the group uses (empty on CPU)
-    launch_argv: tuple[str, ...]
-    launch_env: dict[str, str]
-    device_map: dict[str, Any] | None  # accelerate on GPU only
-    cells: tuple[dict[str, Any], ...]
-
-
-def plan_group(session: Session, group: Group, gpu: GpuSpec | None, err: TextIO) -> GroupPlan:
+def plan_group(session: Session, group: Group, gpu: GpuSpec | None, err: TextIO) -> dict[str, Any]:
+    """A worker group's plan: its ranks, the GPUs its launch names (none on CPU), the launch,
+    accelerate's device map (on GPU only) and each cell."""
     spec = session.group_spec(Cell(group.backend, group.dtype, group.batch_sizes[0]))
     argv, env = group_command(spec)
     indices = tuple(g.index for g in session.topology.gpus)
-    devices = tuple(d.index for d in spec.devices)  # the GPUs the launch itself names
+    devices = [d.index for d in spec.devices]  # the GPUs the launch itself names
     device_map = None
     by_map = backend_class(group.backend).memory_model == DEVICE_MAP
     if by_map and session.device == "cuda" and gpu is not None:
@@ -116,17 +106,16 @@ def plan_group(session: Session, group: Group, gpu: GpuSpec | None, err: TextIO)
         device_map = plan_device_map(session, group.dtype, len(indices), gpu)
     # A multi-node launch names no local devices: it spans every GPU of every node.
     n_gpus = len(devices) or len(indices) * session.topology.nodes
-    cells = tuple(plan_cell(session, cell, gpu, n_gpus, spec.world_size) for cell in group.cells())
-    return GroupPlan(
-        group.backend,
-        group.dtype,
-        spec.world_size,
-        devices,
-        tuple(argv),
-        env,
-        device_map,
-        cells,
-    )
+    cells = [plan_cell(session, cell, gpu, n_gpus, spec.world_size) for cell in group.cells()]
+    return {
+        "backend": group.backend,
+        "dtype": group.dtype,
+        "world_size": spec.world_size,
+        "devices": devices,
+        "launch": {"argv": list(argv), "env": env},
+        "device_map": device_map,
+        "cells": cells,
+    }
 
 
 def plan_device_map(session: Session, dtype: str, n_gpus: int, gpu: GpuSpec) -> dict[str, Any]:
@@ -230,7 +219,7 @@ def build_plan(options: RunConfig, topology_text: str | None, err: TextIO) -> di
         "planned_for": f"--topology {topology_text}" if topology_text else "this machine",
         "device": device,
         "gpus": [g.index for g in topology.gpus],
-        "groups": [group_dict(g) for g in groups],
+        "groups": groups,
         "loads": len(groups),  # one model load per group the run starts
     }
 
@@ -245,18 +234,6 @@ def started_groups(session: Session) -> list[Group]:
         else:
             started.append(group)
     return started
-
-
-def group_dict(plan: GroupPlan) -> dict[str, Any]:
-    return {
-        "backend": plan.backend,
-        "dtype": plan.dtype,
-        "world_size": plan.world_size,
-        "devices": list(plan.devices),
-        "launch": {"argv": list(plan.launch_argv), "env": plan.launch_env},
-        "device_map": plan.device_map,
-        "cells": list(plan.cells),
-    }
 
 
 # ---- output -----------------------------------------------------------------------------------

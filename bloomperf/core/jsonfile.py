@@ -315,6 +315,18 @@ def entries(values: list[Any], key: str) -> Iterator[tuple[dict[str, Any], str]]
         yield {name: value}, name
 
 
+def get_strings(values: list[Any], key: str, where: str) -> tuple[str, ...]:
+    return tuple(get_str(entry, name, where) for entry, name in entries(values, key))
+
+
+def get_figures(values: list[Any], key: str, where: str) -> tuple[float, ...]:
+    """Each entry of the list field ``key`` as a positive measured figure."""
+    return tuple(
+        float(get_float(entry, name, where, positive=True) or 0.0)
+        for entry, name in entries(values, key)
+    )
+
+
 def get_str(obj: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
     value = obj.get(key, default)
     if not isinstance(value, str):

@@ -28,11 +28,11 @@ all-reduce op JIT-builds once (about 35 s), not in every group. Every rank leave
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bloomperf.backends.ds_ranks import free_port
 from bloomperf.catalog.caches import worker_caches
 from bloomperf.catalog.devices import ORDER_ENV, PCI_ORDER, VISIBLE_ENV
 from bloomperf.catalog.leftovers import owned_temp_folder
@@ -118,10 +118,3 @@ def without_visible_devices() -> list[str]:
 def check_world(world_size: int, slots: int, where: str) -> None:
     if slots != world_size:
         raise BloomperfError(f"{where}: gives {slots} ranks, but the group needs {world_size}")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port

@@ -29,6 +29,7 @@ from bloomperf.catalog.topology import (
 )
 from bloomperf.config.run import LaunchOptions
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.jsonfile import json_fields
 
 IB_ROOT = Path("/sys/class/infiniband")
 NCCL_CONF = Path("/etc/nccl.conf")
@@ -180,16 +181,7 @@ def nodes_to_dict(
         "kind": TOPOLOGY_KIND,
         "schema_version": TOPOLOGY_SCHEMA_VERSION,
         "topology": topology_to_dict(topology),
-        "nodes": [
-            {
-                "host": n.host,
-                "hostname": n.hostname,
-                "topology": topology_to_dict(n.topology),
-                "infiniband": list(n.infiniband),
-                "nccl": n.nccl,
-            }
-            for n in nodes
-        ],
+        "nodes": [json_fields(n) for n in nodes],
         "ranks_get": sent,
     }
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bloomperf.catalog.devices import nvml_text
 from bloomperf.measure.rss_sampler import read_peak_rss, reset_peak_rss
 from bloomperf.store.results import MemoryReading
 
@@ -84,7 +85,7 @@ def nvml_process_bytes(nvml: Any, pid: int, uuids: Sequence[str]) -> int | None:
     try:
         count = int(nvml.nvmlDeviceGetCount())
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        by_uuid = {text(nvml.nvmlDeviceGetUUID(h)): h for h in handles}
+        by_uuid = {nvml_text(nvml.nvmlDeviceGetUUID(h)): h for h in handles}
         total = 0
         for uuid in uuids:
             if uuid not in by_uuid:
@@ -99,10 +100,6 @@ def nvml_process_bytes(nvml: Any, pid: int, uuids: Sequence[str]) -> int | None:
         return None
     finally:
         nvml.nvmlShutdown()
-
-
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def gather_peaks(own: RankPeak, world_size: int) -> list[dict[str, Any]]:

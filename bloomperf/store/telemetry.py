@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.jsonfile import entries, get_float, get_int, get_list, get_str
+from bloomperf.core.jsonfile import (
+    entries,
+    get_float,
+    get_int,
+    get_list,
+    get_str,
+    get_strings,
+    json_fields,
+)
 
 # NVML's clocks-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*).
 SW_POWER_CAP = 0x4
@@ -85,18 +93,7 @@ def flags_for(reasons: int, sm_min: int, sm_max: int) -> tuple[str, ...]:
 
 
 def telemetry_to_dict(t: Telemetry | None) -> dict[str, Any] | None:
-    if t is None:
-        return None
-    return {
-        "samples": t.samples,
-        "sm_clock_mhz": list(t.sm_clock_mhz) if t.sm_clock_mhz else None,
-        "mem_clock_mhz": list(t.mem_clock_mhz) if t.mem_clock_mhz else None,
-        "max_power_w": t.max_power_w,
-        "max_temperature_c": t.max_temperature_c,
-        "reasons": t.reasons,
-        "flags": list(t.flags),
-        "reason": t.reason,
-    }
+    return None if t is None else json_fields(t)
 
 
 def telemetry_from_dict(data: Any, where: str) -> Telemetry | None:
@@ -123,9 +120,6 @@ def telemetry_from_dict(data: Any, where: str) -> Telemetry | None:
         max_power_w=get_float(data, "max_power_w", where, optional=True),
         max_temperature_c=get_int(data, "max_temperature_c", where, optional=True),
         reasons=int(get_int(data, "reasons", where, optional=True) or 0),
-        flags=tuple(
-            get_str(entry, name, where)
-            for entry, name in entries(get_list(data, "flags", where, []), "flags")
-        ),
+        flags=get_strings(get_list(data, "flags", where, []), "flags", where),
         reason=get_str(data, "reason", where, default=""),
     )

@@ -95,7 +95,7 @@ def with_figures(cell: BaselineCell, figures: dict[str, Expected]) -> BaselineCe
         ms_per_token=ms.value if ms else None,
         ms_per_token_tolerance=ms.tolerance if ms else None,
         ms_per_token_samples=ms.samples if ms else (),
-        peak_memory_bytes=int(memory.value) if memory and memory.value else None,
+        peak_memory_bytes=int(memory.value) if memory and memory.value is not None else None,
         peak_memory_tolerance=memory.tolerance if memory else None,
         load_time_s=load.value if load else None,
         load_time_tolerance=load.tolerance if load else None,

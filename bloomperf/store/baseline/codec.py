@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bloomperf.catalog.names import check_model_name, check_topology_id
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import (
-    entries,
     get_dict,
+    get_figures,
     get_float,
     get_int,
     get_list,
     get_str,
+    get_strings,
     json_fields,
 )
 from bloomperf.core.metrics import metric_names
@@ -58,17 +60,6 @@ def _tolerance(data: dict[str, Any], key: str, where: str) -> float | None:
     return value
 
 
-def _floats(values: list[Any], key: str, where: str) -> tuple[float, ...]:
-    return tuple(
-        float(get_float(entry, name, where, positive=True) or 0.0)
-        for entry, name in entries(values, key)
-    )
-
-
-def _strings(values: list[Any], key: str, where: str) -> tuple[str, ...]:
-    return tuple(get_str(entry, name, where) for entry, name in entries(values, key))
-
-
 def cell_from_dict(data: Any, where: str) -> BaselineCell:
     backend, dtype = read_backend_and_dtype(data, where, "a cell")
     outcome = get_str(data, "outcome", where)
@@ -89,7 +80,7 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
         ms_per_token_decimals=get_int(
             data, "ms_per_token_decimals", where, optional=True, maximum=12
         ),
-        ms_per_token_samples=_floats(
+        ms_per_token_samples=get_figures(
             bounded_list(data, "ms_per_token_samples", where, MAX_CYCLES),
             "ms_per_token_samples",
             where,
@@ -111,7 +102,7 @@ def figures_from_dict(data: dict[str, Any], where: str) -> dict[str, Any]:
         if "samples" not in entry:
             raise BloomperfError(f"{where}: {metric} has no samples")
         values = bounded_list(entry, "samples", where, MAX_CYCLES)
-        samples[metric] = _floats(values, f"{metric} samples", where)
+        samples[metric] = get_figures(values, f"{metric} samples", where)
         tolerances[metric] = _tolerance(entry, "tolerance", where)
     return {"figure_samples": samples, "figure_tolerances": tolerances}
 
@@ -193,28 +184,27 @@ def baseline_from_dict(data: dict[str, Any], where: str) -> Baseline:
     )
     baseline = Baseline(
         topology=check_topology_id(get_str(topology, "id", where), where),
-        topology_aliases=tuple(
-            check_topology_id(a, f"{where} topology aliases[{i}]")
-            for i, a in enumerate(
-                _strings(get_list(topology, "aliases", where, []), "aliases", where)
-            )
-        ),
+        topology_aliases=aliases(topology, check_topology_id, f"{where} topology", where),
         topology_description=get_str(topology, "description", where, default=""),
         model=check_model_name(get_str(model, "name", where), where),
-        model_aliases=tuple(
-            check_model_name(a, f"{where} model aliases[{i}]")
-            for i, a in enumerate(_strings(get_list(model, "aliases", where, []), "aliases", where))
-        ),
+        model_aliases=aliases(model, check_model_name, f"{where} model", where),
         model_layers=get_int(model, "layers", where, optional=True),
         new_tokens=get_int(workload, "new_tokens", where, optional=True, minimum=1),
         provenance=provenance,
         cells=cells,
         load_times=load_times,
-        notes=_strings(get_list(data, "notes", where, []), "notes", where),
+        notes=get_strings(get_list(data, "notes", where, []), "notes", where),
         path=where,
     )
     check_consistent(baseline, where)
     return baseline
+
+
+def aliases(
+    data: dict[str, Any], check: Callable[[str, str], str], what: str, where: str
+) -> tuple[str, ...]:
+    names = get_strings(get_list(data, "aliases", where, []), "aliases", where)
+    return tuple(check(a, f"{what} aliases[{i}]") for i, a in enumerate(names))
 
 
 def check_consistent(baseline: Baseline, where: str) -> None:

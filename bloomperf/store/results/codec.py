@@ -14,10 +14,12 @@ from bloomperf.core.jsonfile import (
     entries,
     get_bool,
     get_dict,
+    get_figures,
     get_float,
     get_int,
     get_list,
     get_str,
+    get_strings,
     json_fields,
 )
 from bloomperf.store.contention import CycleLoad, load_from_dict, load_to_dict
@@ -107,18 +109,8 @@ def run_to_dict(run: RunResult) -> dict[str, Any]:
         "started_at": run.started_at,
         "finished_at": run.finished_at,
         "topology": run.topology,
-        "model": {
-            "name": run.model.name,
-            "path": run.model.path,
-            "layers": run.model.layers,
-            "parameters": run.model.parameters,
-        },
-        "workload": {
-            "new_tokens": run.workload.new_tokens,
-            "cycles": run.workload.cycles,
-            "warmup": run.workload.warmup,
-            "prompts": list(run.workload.prompts),
-        },
+        "model": json_fields(run.model),
+        "workload": json_fields(run.workload),
         "environment": run.environment,
         "cells": [cell_to_dict(c) for c in run.cells],
     }
@@ -179,10 +171,7 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
         dtype=dtype,
         batch_size=int(get_int(data, "batch_size", where, minimum=1, maximum=MAX_BATCH_SIZE) or 0),
         outcome=outcome,
-        samples_ms_per_token=tuple(
-            float(get_float(entry, name, where, positive=True) or 0.0)
-            for entry, name in entries(samples, "samples_ms_per_token")
-        ),
+        samples_ms_per_token=get_figures(samples, "samples_ms_per_token", where),
         load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
         load_memory=memory_from_dict(data, "load_memory", where),
         generate_memory=memory_from_dict(data, "generate_memory", where),
@@ -202,9 +191,8 @@ def figures_from_dict(data: dict[str, Any], where: str) -> dict[str, tuple[float
     """Per-cycle figures by metric name; a name no installed metric has is kept (the package
     that measured it may be missing here), never judged."""
     return {
-        str(name): tuple(
-            float(get_float(entry, key, f"{where} figures", positive=True) or 0.0)
-            for entry, key in entries(bounded_list(data, name, where, MAX_CYCLES), str(name))
+        str(name): get_figures(
+            bounded_list(data, name, where, MAX_CYCLES), str(name), f"{where} figures"
         )
         for name in data
     }
@@ -263,12 +251,7 @@ def steps_from_list(cycles: list[Any], where: str) -> tuple[tuple[float, ...], .
             raise BloomperfError(
                 f"{what}: a cycle of {len(steps)} steps, over {MAX_NEW_TOKENS + 1}"
             )
-        read.append(
-            tuple(
-                float(get_float(entry, name, where, positive=True) or 0.0)
-                for entry, name in entries(steps, f"samples_step_ms[{len(read)}]")
-            )
-        )
+        read.append(get_figures(steps, f"samples_step_ms[{len(read)}]", where))
     return tuple(read)
 
 
@@ -295,11 +278,8 @@ def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
             ),
             cycles=int(get_int(workload, "cycles", where, minimum=1, maximum=MAX_CYCLES) or 0),
             warmup=int(get_int(workload, "warmup", where, maximum=MAX_CYCLES) or 0),
-            prompts=tuple(
-                get_str(entry, name, f"{where} workload")
-                for entry, name in entries(
-                    get_list(workload, "prompts", where, default=[]), "prompts"
-                )
+            prompts=get_strings(
+                get_list(workload, "prompts", where, default=[]), "prompts", f"{where} workload"
             ),
         ),
         topology=check_topology_id(get_str(data, "topology", where), where),
