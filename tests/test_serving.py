@@ -134,6 +134,7 @@ def judge_the_real_sweep(out: Path, figures: dict[str, list[float]]) -> None:
     )
     assert report.returncode == 0, report.stderr
     assert "serve-fastgen-1200-128 fp32" in (folder / "rep" / "report.md").read_text()
+    assert (folder / "rep" / "serving_curve.png").stat().st_size > 10_000
 
 
 def bloomperf_cli(*argv: str) -> subprocess.CompletedProcess[str]:

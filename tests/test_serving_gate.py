@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.serving import effective_throughput
+from bloomperf.render.report.curve import curve_of, plot_serving_curves
 from bloomperf.store.baseline.accept import accept_run
 from bloomperf.store.results import ModelInfo, RunResult
 from bloomperf.store.results.codec import save_run
@@ -154,6 +155,16 @@ def test_a_version_1_serving_file_still_reads_as_a_run(tmp_path: Path) -> None:
     (cell,) = run.cells
     assert run.topology == "unrecorded" and run.complete
     assert cell.figures == sweep_run(DEFAULT_SERVER).cells[0].figures
-    assert read_sweep(cell) == (SLA, DEFAULT_SERVER, 6.0)
+    assert read_sweep(cell.details) == (SLA, DEFAULT_SERVER, 6.0)
     report = bloomperf("diff", str(path), "--allow-no-baseline")
     assert report.returncode == 0, report.stdout + report.stderr
+
+
+def test_the_report_draws_the_curve_against_the_baselines(tmp_path: Path) -> None:
+    """The baseline keeps the sweep's rates; the report draws both curves from them."""
+    path = tmp_path / "curve.png"
+    drawn = plot_serving_curves(sweep_run(ONE_SEQUENCE), BASELINE, path)
+    row = "serve-fastgen-1200-128 fp32"
+    assert drawn == {row: curve_of(ONE_SEQUENCE), f"{row}, baseline": curve_of(DEFAULT_SERVER)}
+    assert drawn[f"{row}, baseline"][0] == (1.82, 385, 175) and path.stat().st_size > 10_000
+    assert not plot_serving_curves(replace(sweep_run([]), cells=()), BASELINE, tmp_path / "x.png")

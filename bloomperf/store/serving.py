@@ -130,9 +130,8 @@ def sweep_figures(
     if ran:
         figures[TTFT_P99] = ran[0].ttft_ms.get("p99")
         figures[ITL_P99] = ran[0].itl_ms.get("p99")
-    return {
-        k: (v,) if v is not None and math.isfinite(v) and v > 0 else () for k, v in figures.items()
-    }
+    # A figure there is none of is left out: the gate says "not measured" where a baseline has it.
+    return {k: (v,) for k, v in figures.items() if v is not None and math.isfinite(v) and v > 0}
 
 
 def sweep_details(
@@ -185,9 +184,10 @@ def sweep_workload(settings: dict[str, Any]) -> WorkloadInfo:
     return WorkloadInfo(new_tokens=max(1, round(output)), cycles=1, warmup=0, prompts=())
 
 
-def read_sweep(cell: CellResult) -> tuple[Sla, list[RateSummary], float | None] | None:
-    """A serving cell's SLA, rates and effective throughput; None for any other cell."""
-    data = cell.details.get("serving")
+def read_sweep(details: dict[str, Any]) -> tuple[Sla, list[RateSummary], float | None] | None:
+    """The SLA, rates and effective throughput in a serving cell's details (a result's or a
+    baseline's); None for any other cell."""
+    data = details.get("serving")
     if not isinstance(data, dict):
         return None
     effective = data.get("effective_rps")
