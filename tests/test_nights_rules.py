@@ -35,7 +35,14 @@ from tests.builders import bloom_run, night, night_run, nvml, ok_cell
 
 STEPS = ((50.0, 10.0, 12.0), (52.0, 11.0, 13.0), (51.0, 10.0, 12.0))
 METRICS = metric_names()
-CELL = replace(ok_cell(2.0), samples_step_ms=STEPS, load_memory=nvml(30.0))
+# A serving sweep's figures too (a real cell has either, never both; the reading is the same).
+SERVED = {"serving_effective_rps": 6.0, "serving_ttft_p99_ms": 385.0, "serving_itl_p99_ms": 175.0}
+CELL = replace(
+    ok_cell(2.0),
+    samples_step_ms=STEPS,
+    load_memory=nvml(30.0),
+    figures={name: (value,) for name, value in SERVED.items()},
+)
 
 
 def test_each_metric_reads_the_cells_own_figure() -> None:
@@ -49,6 +56,7 @@ def test_each_metric_reads_the_cells_own_figure() -> None:
         # The registry's per-cycle figure: the median over cycles of each cycle's median step.
         "tpot_ms": statistics.median(statistics.median(s[1:]) for s in STEPS),
         "tpot_p99_ms": statistics.median(CELL.latency_cycles["tpot_p99_ms"]),
+        **SERVED,
     }
     assert set(expected) == set(METRICS)
     assert {m: metric_value(CELL, m) for m in METRICS} == expected
@@ -58,7 +66,7 @@ def test_each_metric_reads_the_cells_own_figure() -> None:
 
 @pytest.mark.parametrize("metric", METRICS)
 def test_a_figure_the_cell_lacks_is_none(metric: str) -> None:
-    bare = replace(CELL, samples_step_ms=(), load_memory=None, generate_memory=None)
+    bare = replace(CELL, samples_step_ms=(), load_memory=None, generate_memory=None, figures={})
     bare = replace(bare, samples_ms_per_token=(), load_time_s=None)
     assert metric_value(bare, metric) is None
     for outcome in (Outcome.OOM, Outcome.ERROR, Outcome.TIMEOUT, Outcome.SKIPPED):
@@ -70,7 +78,7 @@ def test_an_unknown_metric_is_refused() -> None:
         metric_value(CELL, "tokens_per_s")
     assert str(refused.value) == (
         "metric: unknown 'tokens_per_s' (valid: ms_per_token, peak_memory, load_time, ttft_ms, "
-        "tpot_ms, tpot_p99_ms)"
+        "tpot_ms, tpot_p99_ms, serving_effective_rps, serving_ttft_p99_ms, serving_itl_p99_ms)"
     )
 
 

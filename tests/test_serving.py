@@ -85,8 +85,10 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
         str(out),
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    sweep = json.loads(out.read_text())
-    assert sweep["complete"] and sweep["effective_rps"] == "inf"  # this SLA holds even at inf
+    results = json.loads(out.read_text())
+    (cell,) = results["cells"]
+    sweep = cell["details"]["serving"]
+    assert results["complete"] and sweep["effective_rps"] == "inf"  # this SLA holds even at inf
     for rate in sweep["rates"]:
         assert rate["outcome"] == "ok" and rate["completed"] == rate["requests"] == 6
         assert rate["ttft_ms"]["p50"] <= rate["ttft_ms"]["p90"] <= rate["ttft_ms"]["p99"]
@@ -101,6 +103,44 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
         assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 2 + waiting_ms
         assert server["itl"] / 3 <= client["itl"] <= server["itl"] * 3 + 10
     assert "effective throughput" in done.stdout
+    judge_the_real_sweep(out, cell["figures"])
+
+
+def judge_the_real_sweep(out: Path, figures: dict[str, list[float]]) -> None:
+    """The sweep's results file through the one gate: accepted as a baseline, it is the same
+    as itself; its effective throughput planted at a third fails (exit 1), at three times
+    passes; a doubled p99 ITL fails; history keeps it and the report shows it."""
+    # Every rate met the SLA: the effective throughput is what the server completed at inf.
+    assert set(figures) == {"serving_effective_rps", "serving_ttft_p99_ms", "serving_itl_p99_ms"}
+    assert all(len(v) == 1 and v[0] > 0 for v in figures.values())
+    folder = out.parent
+    accept = bloomperf_cli("baseline", "accept", str(out), "--baselines", str(folder / "bl"))
+    assert accept.returncode == 0, accept.stderr
+    for metric, factor, code in [
+        (None, 1.0, 0),
+        ("serving_effective_rps", 1 / 3, 1),
+        ("serving_effective_rps", 3.0, 0),
+        ("serving_itl_p99_ms", 2.5, 1),
+    ]:
+        data = json.loads(out.read_text())
+        if metric is not None:
+            data["cells"][0]["figures"][metric] = [v * factor for v in figures[metric]]
+        planted = folder / f"planted-{metric}-{factor:g}.json"
+        planted.write_text(json.dumps(data))
+        done = bloomperf_cli("diff", str(planted), "--baselines", str(folder / "bl"))
+        assert done.returncode == code, f"{metric} x{factor:g}: {done.stdout}{done.stderr}"
+    history = bloomperf_cli("history", "add", str(out), "--history", str(folder / "history"))
+    assert history.returncode == 0, history.stderr
+    report = bloomperf_cli(
+        "report", str(out), "--baselines", str(folder / "bl"), "--out-dir", str(folder / "rep")
+    )
+    assert report.returncode == 0, report.stderr
+    assert "serve-fastgen-1200-128 fp32" in (folder / "rep" / "report.md").read_text()
+    assert (folder / "rep" / "serving_curve.png").stat().st_size > 10_000
+
+
+def bloomperf_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BLOOMPERF, *argv], capture_output=True, text=True, timeout=300)
 
 
 def test_an_unmeetable_sla_gives_no_effective_throughput_and_fails(served, tmp_path):
@@ -158,8 +198,10 @@ def test_a_server_never_ready_is_a_timeout_with_its_log_and_leaves_nothing(tmp_p
         env=private_env(tmp_path, mark),
     )
     assert done.returncode == 1, done.stdout + done.stderr
-    (rate,) = json.loads(out.read_text())["rates"]
+    (cell,) = json.loads(out.read_text())["cells"]
+    (rate,) = cell["details"]["serving"]["rates"]
     assert rate["outcome"] == "timeout" and "log tail" in rate["message"]
+    assert cell["outcome"] == "timeout" and not cell["figures"]  # the gate fails it
     assert not marked_processes(mark, wait_s=10)
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bloomperf.backends import BACKEND_NAMES, DTYPES
+from bloomperf.backends import BACKEND_NAMES, DTYPES, row_names
 from bloomperf.core.errors import BloomperfError
 from bloomperf.store.baseline import EXPECT_OK, BaselineCell
 from bloomperf.store.baseline.codec import load_baseline, save_baseline
@@ -57,7 +57,7 @@ def write_baseline(folder: Path) -> Path:
     return path
 
 
-VALID = {"backend": ", ".join(BACKEND_NAMES), "dtype": ", ".join(DTYPES)}
+VALID = {"backend": ", ".join(row_names()), "dtype": ", ".join(DTYPES)}
 WRONG = [
     ("backend", "vllm", "unknown backend 'vllm' (valid: {valid})"),
     ("dtype", "fp8", "unknown dtype 'fp8' (valid: {valid})"),

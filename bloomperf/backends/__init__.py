@@ -11,6 +11,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
 
 from bloomperf.catalog.dtypes import DTYPES as DTYPES  # the registry's callers read both names here
+from bloomperf.catalog.serving_workload import SHAPES
 from bloomperf.core.errors import BloomperfError
 
 if TYPE_CHECKING:
@@ -40,6 +41,16 @@ def installed_entry_points() -> dict[str, EntryPoint]:
 
 def backend_names() -> tuple[str, ...]:
     return (*BACKEND_CLASSES, *installed_entry_points())
+
+
+def row_names() -> tuple[str, ...]:
+    """What a stored cell's ``backend`` may name: a backend, or the row of a serving workload
+    that `bloomperf serve` swept (no backend runs it; docs/serving.md)."""
+    return (*backend_names(), *(serving_row(shape) for shape in SHAPES))
+
+
+def serving_row(workload: str) -> str:
+    return f"serve-{workload}"
 
 
 def backend_class(name: str) -> type[Backend]:

@@ -18,19 +18,25 @@ import os
 import shlex
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bloomperf.analysis.serving import effective_throughput
-from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.catalog.checkpoints import PreparedModel, resolve_model
+from bloomperf.catalog.fingerprint import environment_fingerprint
 from bloomperf.catalog.serving_workload import DEFAULT_SHAPE, SHAPES
+from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.arguments import checked
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import utc_now
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.server import Server, ServerSpec
 from bloomperf.harness.sweep import Endpoint, Managed, SweepSpec, parse_rates, run_sweep
 from bloomperf.render.serving import render_agreement, render_sweep
-from bloomperf.store.serving import RateSummary, Sla, save_sweep, sweep_document
+from bloomperf.store.results import ModelInfo, RunResult
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.serving import RateSummary, Sla, sweep_cell, sweep_workload
 
 SERVING_PYTHON_ENV = "BLOOMPERF_SERVING_PYTHON"
 DEFAULT_RATES = "0.5,1,2,4"
@@ -118,13 +124,15 @@ def serve_command(args: argparse.Namespace) -> int:
     sla = Sla(args.sla_ttft, args.sla_token_rate, args.sla_attainment)
     rates = parse_rates(args.rates)
     python = serving_python(args.python)
-    model = resolve_model(args.model).path
+    prepared = resolve_model(args.model)
+    model = prepared.path
     try:
         engine_args = tuple(shlex.split(args.engine_args))
     except ValueError as exc:
         raise BloomperfError(f"--engine-args: {exc}") from None
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     settings.pop("func", None)
+    settings["python"] = str(python)  # the interpreter used, whichever way it was chosen
     spec = SweepSpec(
         rates=rates,
         requests=args.requests,
@@ -137,13 +145,15 @@ def serve_command(args: argparse.Namespace) -> int:
         refine_steps=args.refine,
         seed=args.seed,
     )
+    sweep_cell(settings, sla, [], None)  # a --dtype no results can name: refused before a start
+    run = empty_run(prepared, settings)
     measured: list[RateSummary] = []
 
     def keep(summary: RateSummary) -> None:  # nothing measured is lost on a crash
         measured.append(summary)
         print(f"bloomperf: rate {summary.rate:g}/s: {summary.outcome}", file=sys.stderr)
         if args.output is not None:
-            save_sweep(args.output, sweep_document(settings, sla, measured, None, False))
+            save_run(replace(run, cells=(sweep_cell(settings, sla, measured, None),)), args.output)
 
     with tempfile.TemporaryDirectory(prefix="bloomperf-serve-") as tmp:
         workdir = Path(tmp)
@@ -163,7 +173,8 @@ def serve_command(args: argparse.Namespace) -> int:
                 result = run_sweep(spec, Managed(server), workdir, keep)
     effective = effective_throughput(result.rates, sla)
     if args.output is not None:
-        save_sweep(args.output, sweep_document(settings, sla, list(result.rates), effective, True))
+        cell = sweep_cell(settings, sla, list(result.rates), effective)
+        save_run(replace(run, cells=(cell,), complete=True, finished_at=utc_now()), args.output)
     if result.ready_s is not None:
         print(f"server ready in {result.ready_s:.1f} s at {result.target}")
     print(render_sweep(result.rates, sla, effective))
@@ -173,3 +184,17 @@ def serve_command(args: argparse.Namespace) -> int:
         print(agreement)
     failed = [s for s in result.rates if s.outcome != "ok"]
     return 1 if failed or effective == 0.0 else 0
+
+
+def empty_run(model: PreparedModel, settings: dict[str, Any]) -> RunResult:
+    """The results document the sweep's cell goes in: this machine, the served model, the
+    workload's mean generation length as its new tokens (a sweep with an ``--endpoint`` on
+    another machine is recorded under this one's topology: bloomperf cannot see that one)."""
+    topology = detect_topology()
+    return RunResult(
+        model=ModelInfo(model.name, str(model.path), model.layers, model.parameters),
+        workload=sweep_workload(settings),
+        topology=topology.id,
+        environment={**environment_fingerprint(topology), "serving_python": settings["python"]},
+        started_at=utc_now(),
+    )

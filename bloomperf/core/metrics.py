@@ -131,6 +131,23 @@ BUILT_INS = (
     Metric("ttft_ms", "TTFT", "ms", read=_latency("ttft_ms"), default_tolerance=0.10),
     Metric("tpot_ms", "TPOT p50", "ms", read=_latency("tpot_ms")),
     Metric("tpot_p99_ms", "TPOT p99", "ms", read=_latency("tpot_p99_ms"), default_tolerance=0.15),
+    # A `bloomperf serve` sweep's figures (its cell's ``figures``, docs/serving.md). Even on a
+    # loaded CPU a server's capacity is judged, loosely: the sweep's rates are 10-25 % apart
+    # and a p99 of 40 requests moves by half between runs, but a halved effective throughput
+    # or a doubled tail is a broken server, not noise.
+    Metric(
+        "serving_effective_rps",
+        "effective throughput",
+        "req/s",
+        direction=HIGHER,
+        default_tolerance=0.15,
+        cpu_tolerance=0.4,
+        short_label="eff. req/s",
+    ),
+    Metric(
+        "serving_ttft_p99_ms", "served TTFT p99", "ms", default_tolerance=0.25, cpu_tolerance=0.9
+    ),
+    Metric("serving_itl_p99_ms", "served ITL p99", "ms", default_tolerance=0.25, cpu_tolerance=0.9),
 )
 # The figure a table cell shows first; the rest follow where they moved.
 HEADLINE = "ms_per_token"

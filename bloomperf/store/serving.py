@@ -1,22 +1,37 @@
-"""The serving sweep's results file: one JSON document per sweep (kind ``bloomperf-serving``),
-rewritten atomically after every rate so that an interrupted sweep keeps what it measured.
+"""A serving sweep as results: ``bloomperf serve`` writes an ordinary results document
+(``bloomperf-results``) holding one cell per server and workload (row ``serve-<workload>``), so
+that baselines, ``diff``, history and the report treat it like any cell.
 
-Until the metric registry of issue 29 carries serving figures in the run's results file, the
-sweep keeps its own document; ``docs/serving.md`` shows its fields.
+One truth per figure: the cell's ``figures`` hold what the gate judges (the registered
+``serving_*`` metrics of ``core.metrics``, one sample per sweep), derived once from the rates;
+its ``details["serving"]`` hold the SLA, the sweep's settings and every rate's row (the
+latency–throughput curve). The sweep's former document of its own (kind ``bloomperf-serving``,
+version 1) is read as such a run (``run_from_sweep_v1``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from bloomperf.backends import serving_row
+from bloomperf.catalog.serving_workload import DEFAULT_SHAPE, SHAPES, scaled_means
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.jsonfile import read_document, write_json_atomic
+from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
 
-KIND = "bloomperf-serving"
-VERSION = 1
+KIND = "bloomperf-serving"  # the sweep's own document, version 1: read, no longer written
+EFFECTIVE = "serving_effective_rps"
+TTFT_P99 = "serving_ttft_p99_ms"
+ITL_P99 = "serving_itl_p99_ms"
+# vLLM's --dtype values, as the results' dtypes name them (the server's default: float32).
+ENGINE_DTYPES = {
+    "float32": "fp32",
+    "float": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+}
 
 
 @dataclass(frozen=True)
@@ -96,17 +111,34 @@ def decode_rate(data: dict[str, Any]) -> RateSummary:
     return RateSummary(**values)
 
 
-def sweep_document(
-    settings: dict[str, Any],
-    sla: Sla,
-    rates: list[RateSummary],
-    effective_rps: float | None,
-    complete: bool,
+def sweep_figures(
+    rates: list[RateSummary], effective_rps: float | None
+) -> dict[str, tuple[float, ...]]:
+    """What the gate judges of a sweep, one sample each (none where there is no figure).
+
+    The effective throughput; where every rate met the SLA, ``inf`` included, the completed
+    requests/s at ``inf`` (the most the server gave while meeting it). The p99 TTFT and ITL at
+    the lowest rate that ran: the tail under the sweep's lightest load, comparable between two
+    sweeps of the same ``--rates`` (at the effective rate, two sweeps would compare different
+    loads).
+    """
+    ran = sorted((r for r in rates if r.outcome == "ok"), key=lambda r: r.rate)
+    effective = effective_rps
+    if effective is not None and math.isinf(effective) and ran:
+        effective = ran[-1].request_throughput
+    figures = {EFFECTIVE: effective, TTFT_P99: None, ITL_P99: None}
+    if ran:
+        figures[TTFT_P99] = ran[0].ttft_ms.get("p99")
+        figures[ITL_P99] = ran[0].itl_ms.get("p99")
+    # A figure there is none of is left out: the gate says "not measured" where a baseline has it.
+    return {k: (v,) for k, v in figures.items() if v is not None and math.isfinite(v) and v > 0}
+
+
+def sweep_details(
+    settings: dict[str, Any], sla: Sla, rates: list[RateSummary], effective_rps: float | None
 ) -> dict[str, Any]:
+    """The cell's ``details["serving"]``: every rate's row, the SLA and the settings."""
     return {
-        "kind": KIND,
-        "version": VERSION,
-        "complete": complete,
         "settings": settings,
         "sla": asdict(sla),
         # inf: every rate met the SLA, all requests at once included (JSON has no inf)
@@ -115,21 +147,77 @@ def sweep_document(
     }
 
 
-def save_sweep(path: Path, document: dict[str, Any]) -> None:
-    write_json_atomic(path, document)
+def sweep_cell(
+    settings: dict[str, Any], sla: Sla, rates: list[RateSummary], effective_rps: float | None
+) -> CellResult:
+    """The sweep's one cell: ok when any rate ran, else the first rate's outcome and message."""
+    ran = any(r.outcome == "ok" for r in rates)
+    first = rates[0] if rates else None
+    outcome = Outcome.OK if ran or first is None else Outcome(first.outcome)
+    return CellResult(
+        backend=serving_row(str(settings.get("workload", DEFAULT_SHAPE))),
+        dtype=engine_dtype(str(settings.get("engine_args") or "")),
+        batch_size=1,
+        outcome=outcome,
+        message="" if ran or first is None else first.message,
+        details={"serving": sweep_details(settings, sla, rates, effective_rps)},
+        figures=sweep_figures(rates, effective_rps),
+    )
 
 
-def load_sweep(path: Path) -> dict[str, Any]:
-    """A sweep document, its rates decoded (``BloomperfError`` naming the file otherwise)."""
-    data = read_document(path, "serving results")
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise BloomperfError(f"{path}: not a bloomperf serving results file (kind {KIND})")
-    if data.get("version") != VERSION:
-        found = data.get("version")
-        raise BloomperfError(f"{path}: serving results version {found}, want {VERSION}")
+def engine_dtype(engine_args: str) -> str:
+    """The served dtype from ``--engine-args`` (``--dtype X`` or ``--dtype=X``)."""
+    words = engine_args.replace("=", " ").split()
+    given = words[words.index("--dtype") + 1] if "--dtype" in words[:-1] else "float32"
+    if given not in ENGINE_DTYPES:
+        known = ", ".join(ENGINE_DTYPES)
+        raise BloomperfError(f"--engine-args: --dtype {given} is not one of {known}")
+    return ENGINE_DTYPES[given]
+
+
+def sweep_workload(settings: dict[str, Any]) -> WorkloadInfo:
+    """The run's workload: its new tokens are the mean generation length the sweep drew (so a
+    sweep of another workload or context is incomparable with a baseline, as a run with other
+    ``--new-tokens`` is)."""
+    shape = SHAPES.get(str(settings.get("workload")), SHAPES[DEFAULT_SHAPE])
+    _, output = scaled_means(shape, int(settings.get("max_model_len") or 512))
+    return WorkloadInfo(new_tokens=max(1, round(output)), cycles=1, warmup=0, prompts=())
+
+
+def read_sweep(details: dict[str, Any]) -> tuple[Sla, list[RateSummary], float | None] | None:
+    """The SLA, rates and effective throughput in a serving cell's details (a result's or a
+    baseline's); None for any other cell."""
+    data = details.get("serving")
+    if not isinstance(data, dict):
+        return None
+    effective = data.get("effective_rps")
     try:
-        data["rates"] = [decode_rate(r) for r in data["rates"]]
-        data["sla"] = Sla(**data["sla"])
+        rates = [decode_rate(r) for r in data["rates"]]
+        sla = Sla(**data["sla"])
+    except (KeyError, TypeError, ValueError):
+        return None  # a hand-edited detail: the figures are still judged, no curve is drawn
+    return sla, rates, math.inf if effective == "inf" else effective
+
+
+def run_from_sweep_v1(data: dict[str, Any], where: str) -> RunResult:
+    """A version 1 serving document as a run of one cell. It recorded no machine, so its
+    topology is ``unrecorded``: readable and reported, incomparable with any baseline."""
+    if data.get("version") != 1:
+        raise BloomperfError(f"{where}: serving results version {data.get('version')}, want 1")
+    try:
+        settings = dict(data["settings"])
+        sla = Sla(**data["sla"])
+        rates = [decode_rate(r) for r in data["rates"]]
     except (KeyError, TypeError, ValueError) as exc:
-        raise BloomperfError(f"{path}: malformed serving results ({exc})") from None
-    return data
+        raise BloomperfError(f"{where}: malformed serving results ({exc})") from None
+    effective = data.get("effective_rps")
+    effective = math.inf if effective == "inf" else effective
+    model = str(settings.get("model") or "unrecorded")
+    return RunResult(
+        model=ModelInfo(model, "", 0, 0),
+        workload=sweep_workload(settings),
+        topology="unrecorded",
+        environment={},
+        cells=(sweep_cell(settings, sla, rates, effective),),
+        complete=bool(data.get("complete")),
+    )

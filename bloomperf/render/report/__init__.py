@@ -15,6 +15,8 @@ summary, next to the PNG files it links) and the PNGs themselves, replacing the 
 * ``load_time.png``: load time per backend and dtype as bars, the baseline's beside them.
 * ``ttft.png``, ``tpot.png``, ``tpot_percentiles.png``, ``energy_per_token.png``: latency and
   energy, where the cells have them.
+* ``serving_curve.png``, where the run holds a ``bloomperf serve`` sweep: its latency–throughput
+  curve (p99 TTFT and ITL against completed requests/s) against the baseline's.
 * ``trend.png`` (with ``--history``): ms/token of every cell over the nights, the nights where a
   persistent change started marked (``bloomperf.analysis.changes`` finds them).
 
@@ -36,6 +38,7 @@ from bloomperf.analysis.stats import REGRESSED
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.swapdir import fresh_folder
 from bloomperf.render.report.changes import WhatChanged, what_changed_since
+from bloomperf.render.report.curve import SERVING_FILE, plot_serving_curves
 from bloomperf.render.report.figure import save_figure
 from bloomperf.render.report.heatmap import ratio_heatmap
 from bloomperf.render.report.latency import LATENCY_FILES, write_latency_plots
@@ -57,6 +60,7 @@ REPORT_FILES = (
     "load_time.png",
     "trend.png",
     *LATENCY_FILES,
+    SERVING_FILE,
 )
 
 
@@ -128,6 +132,8 @@ def render_report(
     }
     latency = write_latency_plots(run, baseline, out)
     plots.update(latency.paths)
+    if plot_serving_curves(run, baseline, out / SERVING_FILE):
+        plots["serving"] = out / SERVING_FILE
     nights: list[Night] = []
     changes: list[Change] = []
     if history is not None:

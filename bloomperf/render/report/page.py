@@ -31,6 +31,8 @@ PLOT_HEADINGS = (
     ("load", "Load time"),
 )
 
+SERVING_HEADING = "Serving: latency against throughput"
+
 
 def change_rows(changes: Sequence[Change]) -> list[list[str]]:
     return [
@@ -97,6 +99,8 @@ def write_pages(
     for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
         shown = f"![{heading}]({plots[key].name})" if key in plots else markdown_text(notes[key])
         md += [f"## {heading}", "", shown, ""]
+    if "serving" in plots:
+        md += [f"## {SERVING_HEADING}", "", f"![{SERVING_HEADING}]({plots['serving'].name})", ""]
     if "trend" in plots:
         md += ["## Trend over the nights", "", f"![trend]({plots['trend'].name})", ""]
         md += [*render_changes(changes, nights, "markdown").splitlines(), ""]
@@ -119,6 +123,8 @@ def write_pages(
     for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
         shown = embedded(plots[key]) if key in plots else f"<p>{html.escape(notes[key])}</p>"
         doc += [f"<h2>{heading}</h2>", shown]
+    if "serving" in plots:
+        doc += [f"<h2>{SERVING_HEADING}</h2>", embedded(plots["serving"])]
     if "trend" in plots:
         doc += ["<h2>Trend over the nights</h2>", embedded(plots["trend"])]
         if changes:

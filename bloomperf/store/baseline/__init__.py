@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from bloomperf.store.results import CellResult, cell_id
 
@@ -52,6 +53,9 @@ class BaselineCell:
     # of a recorded run and their tolerances. Only baselines accepted from real runs have them.
     figure_samples: dict[str, tuple[float, ...]] = field(default_factory=dict)
     figure_tolerances: dict[str, float | None] = field(default_factory=dict)
+    # What the accepted cell recorded that a report draws the measurement against, never
+    # judged: a serving sweep's rates (``DRAWN_DETAILS`` of the cell's details).
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:

@@ -84,6 +84,11 @@ def new_baseline(run: RunResult) -> Baseline:
     )
 
 
+# A cell's details a baseline keeps for the report to draw against: a serving sweep's rates
+# (the latency–throughput curve). The rest (device maps, predictions) describe one run only.
+DRAWN_DETAILS = ("serving",)
+
+
 def baseline_cell_of(
     cell: CellResult, old: BaselineCell | None, topology: str, provenance: str
 ) -> BaselineCell:
@@ -107,6 +112,7 @@ def baseline_cell_of(
             batch_size=cell.batch_size,
             outcome=EXPECT_OK if ok else EXPECT_OOM,
             provenance=provenance,
+            details={k: v for k, v in cell.details.items() if k in DRAWN_DETAILS},
         ),
         figures,
     )

@@ -90,6 +90,7 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
         load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
         load_time_tolerance=_tolerance(data, "load_time_tolerance", where),
         provenance=get_str(data, "provenance", where, default=""),
+        details=get_dict(data, "details", where, default={}),
         **figures_from_dict(get_dict(data, "figures", where, default={}), f"{where} figures"),
     )
 
@@ -130,6 +131,8 @@ def cell_to_dict(c: BaselineCell) -> dict[str, Any]:
             metric: {"samples": list(values), "tolerance": c.figure_tolerances.get(metric)}
             for metric, values in c.figure_samples.items()
         }
+    if c.details:
+        data["details"] = c.details
     data["provenance"] = c.provenance
     return data
 

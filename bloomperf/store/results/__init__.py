@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bloomperf.backends import DTYPES, backend_names
+from bloomperf.backends import DTYPES, backend_names, row_names
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import get_str
 from bloomperf.store.contention import CycleLoad
@@ -55,9 +55,9 @@ def read_backend_and_dtype(data: Any, where: str, what: str) -> tuple[str, str]:
         raise BloomperfError(f"{where}: {what} must be an object")
     backend = get_str(data, "backend", where)
     dtype = get_str(data, "dtype", where)
-    if backend not in backend_names():
+    if backend not in row_names():
         raise BloomperfError(
-            f"{where}: unknown backend {backend!r} (valid: {', '.join(backend_names())})"
+            f"{where}: unknown backend {backend!r} (valid: {', '.join(row_names())})"
         )
     if dtype not in DTYPES:
         raise BloomperfError(f"{where}: unknown dtype {dtype!r} (valid: {', '.join(DTYPES)})")

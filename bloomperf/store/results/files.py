@@ -18,6 +18,8 @@ from bloomperf.store.baseline.codec import BASELINE
 from bloomperf.store.results import MAX_CELLS, RunResult
 from bloomperf.store.results.codec import RESULTS, cell_from_dict, check_samples, run_from_dict
 from bloomperf.store.schema import upgrade
+from bloomperf.store.serving import KIND as SERVING_KIND
+from bloomperf.store.serving import run_from_sweep_v1
 
 STORAGE_GLOB = "[0-9][0-9][0-9][0-9]_*.json"
 
@@ -34,6 +36,8 @@ def read_results(path: Path) -> RunResult:
     if "kind" in data:
         if data.get("kind") == BASELINE.name:
             raise BloomperfError(f"{where}: is a baseline, not results (pass it with --baseline)")
+        if data.get("kind") == SERVING_KIND:  # the serving sweep's former document
+            return run_from_sweep_v1(data, where)
         return run_from_dict(upgrade(data, where, RESULTS), where)
     if "benchmarks" in data:
         return run_from_benchmark_json(data, where)

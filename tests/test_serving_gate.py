@@ -1,0 +1,170 @@
+"""A serving sweep judged by the one gate, through the metric registry and no serving code of
+its own: ``bloomperf serve``'s cell carries the registered ``serving_*`` figures, ``baseline
+accept`` keeps them with their CPU tolerances, and ``diff`` judges them in their directions.
+The figures are those measured on this machine (docs/serving.md); tests/test_serving.py does
+the same from a real sweep."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bloomperf.analysis.compare import judge
+from bloomperf.analysis.serving import effective_throughput
+from bloomperf.render.report.curve import curve_of, plot_serving_curves
+from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.results import ModelInfo, RunResult
+from bloomperf.store.results.codec import save_run
+from bloomperf.store.results.files import read_results
+from bloomperf.store.serving import (
+    EFFECTIVE,
+    ITL_P99,
+    TTFT_P99,
+    RateSummary,
+    Sla,
+    encode_rate,
+    read_sweep,
+    sweep_cell,
+    sweep_workload,
+)
+
+SLA = Sla()
+SETTINGS = {"workload": "fastgen-1200-128", "max_model_len": 512, "engine_args": ""}
+
+
+def measured(
+    rate: float, rps: float, ttft: tuple[float, float], itl: tuple[float, float], met: float
+) -> RateSummary:
+    """A rate as docs/serving.md records it (p50/p99 in ms; p90 taken as the p99)."""
+    return RateSummary(
+        rate=rate, outcome="ok", message="", requests=40, completed=40, duration_s=40 / rps,
+        request_throughput=rps, output_throughput=rps * 16,
+        ttft_ms={"p50": ttft[0], "p90": ttft[1], "p99": ttft[1]}, tpot_ms={},
+        itl_ms={"p50": itl[0], "p90": itl[1], "p99": itl[1]}, sla_met=met,
+    )  # fmt: skip
+
+
+# The default server, `bloomperf serve --rates 2,4,8,16,inf --requests 40 --refine 2`.
+DEFAULT_SERVER = [
+    measured(2, 1.82, (229, 385), (48, 175), 1.0),
+    measured(4, 3.66, (332, 823), (55, 291), 1.0),
+    measured(6, 4.87, (600, 1933), (98, 782), 1.0),
+    measured(7, 3.83, (1421, 2159), (160, 1195), 0.65),
+    measured(8, 5.39, (1472, 2830), (131, 1077), 0.60),
+    measured(16, 7.24, (1111, 1942), (120, 899), 0.95),
+    measured(math.inf, 6.02, (3085, 4172), (132, 947), 0.05),
+]
+# The same model served with --max-num-seqs 1 (--rates 2,4,8 --requests 40): only what the
+# note recorded (the ITL was not, so the default server's stands in for it).
+ONE_SEQUENCE = [
+    measured(2, 1.19, (7300, 11900), (48, 175), 0.10),
+    measured(4, 1.19, (7300, 11900), (48, 175), 0.68),
+    measured(8, 1.19, (7300, 11900), (48, 175), 0.18),
+]
+
+
+def sweep_run(rates: list[RateSummary]) -> RunResult:
+    cell = sweep_cell(SETTINGS, SLA, rates, effective_throughput(rates, SLA))
+    model = ModelInfo("tiny-serving", "", 2, 0)
+    workload = sweep_workload(SETTINGS)
+    return RunResult(model, workload, "cpu", {}, (cell,), "2026-12-03T00:00:00Z", "", True)
+
+
+def scaled(run: RunResult, metric: str, factor: float) -> RunResult:
+    (cell,) = run.cells
+    figures = {**cell.figures, metric: tuple(v * factor for v in cell.figures[metric])}
+    return replace(run, cells=(replace(cell, figures=figures),))
+
+
+BASELINE = accept_run(sweep_run(DEFAULT_SERVER), None, source="default server")
+
+
+def test_the_sweeps_cell_carries_the_registered_figures() -> None:
+    (cell,) = sweep_run(DEFAULT_SERVER).cells
+    assert cell.id == "serve-fastgen-1200-128-fp32-bs1"
+    # 6/s met the SLA and 7/s did not: 16/s meeting it again does not count.
+    assert cell.figures == {EFFECTIVE: (6.0,), TTFT_P99: (385.0,), ITL_P99: (175.0,)}
+    (expected,) = BASELINE.cells
+    assert expected.figure_tolerances == {EFFECTIVE: 0.4, TTFT_P99: 0.9, ITL_P99: 0.9}
+
+
+@settings(max_examples=30, deadline=None)
+@given(factor=st.floats(0.05, 0.59))
+def test_a_lower_effective_throughput_beyond_tolerance_fails(factor: float) -> None:
+    verdict = judge(scaled(sweep_run(DEFAULT_SERVER), EFFECTIVE, factor), BASELINE)
+    assert verdict.failed and verdict.cells[0].status == "regressed"
+
+
+@settings(max_examples=30, deadline=None)
+@given(factor=st.floats(0.61, 20.0))
+def test_an_effective_throughput_within_tolerance_or_higher_passes(factor: float) -> None:
+    verdict = judge(scaled(sweep_run(DEFAULT_SERVER), EFFECTIVE, factor), BASELINE)
+    assert not verdict.failed
+    assert verdict.cells[0].status == ("improved" if factor > 1.4 else "same")
+
+
+@settings(max_examples=30, deadline=None)
+@given(factor=st.floats(1.91, 50.0), metric=st.sampled_from((ITL_P99, TTFT_P99)))
+def test_a_higher_p99_latency_beyond_tolerance_fails(factor: float, metric: str) -> None:
+    verdict = judge(scaled(sweep_run(DEFAULT_SERVER), metric, factor), BASELINE)
+    assert verdict.failed and verdict.cells[0].status == "regressed"
+
+
+def bloomperf(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bloomperf", *argv], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_planted_regression_fails_diff_against_the_default_servers_baseline(
+    tmp_path: Path,
+) -> None:
+    """One sequence at a time: no rate meets the SLA (no effective throughput: a judged figure
+    missing) and the p99 TTFT at 2/s is 31 times the baseline's: exit 1, named."""
+    save_run(sweep_run(DEFAULT_SERVER), tmp_path / "default.json")
+    save_run(sweep_run(ONE_SEQUENCE), tmp_path / "one.json")
+    baselines = tmp_path / "baselines"
+    accept = bloomperf(
+        "baseline", "accept", str(tmp_path / "default.json"), "--baselines", str(baselines)
+    )
+    assert accept.returncode == 0, accept.stderr
+    same = bloomperf("diff", str(tmp_path / "default.json"), "--baselines", str(baselines))
+    assert same.returncode == 0, same.stdout + same.stderr
+    done = bloomperf("diff", str(tmp_path / "one.json"), "--baselines", str(baselines))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "served TTFT p99 regressed" in " ".join(done.stdout.split())
+
+
+def test_a_version_1_serving_file_still_reads_as_a_run(tmp_path: Path) -> None:
+    """The sweep's former document (kind bloomperf-serving): its cell, figures and rates."""
+    old = {
+        "kind": "bloomperf-serving", "version": 1, "complete": True, "settings": SETTINGS,
+        "sla": {"ttft_s": 2.0, "token_rate": 4.0, "attainment": 0.9}, "effective_rps": 6.0,
+        "rates": [encode_rate(r) for r in DEFAULT_SERVER],
+    }  # fmt: skip
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(old))
+    run = read_results(path)
+    (cell,) = run.cells
+    assert run.topology == "unrecorded" and run.complete
+    assert cell.figures == sweep_run(DEFAULT_SERVER).cells[0].figures
+    assert read_sweep(cell.details) == (SLA, DEFAULT_SERVER, 6.0)
+    report = bloomperf("diff", str(path), "--allow-no-baseline")
+    assert report.returncode == 0, report.stdout + report.stderr
+
+
+def test_the_report_draws_the_curve_against_the_baselines(tmp_path: Path) -> None:
+    """The baseline keeps the sweep's rates; the report draws both curves from them."""
+    path = tmp_path / "curve.png"
+    drawn = plot_serving_curves(sweep_run(ONE_SEQUENCE), BASELINE, path)
+    row = "serve-fastgen-1200-128 fp32"
+    assert drawn == {row: curve_of(ONE_SEQUENCE), f"{row}, baseline": curve_of(DEFAULT_SERVER)}
+    assert drawn[f"{row}, baseline"][0] == (1.82, 385, 175) and path.stat().st_size > 10_000
+    assert not plot_serving_curves(replace(sweep_run([]), cells=()), BASELINE, tmp_path / "x.png")
