@@ -34,7 +34,7 @@ if importlib.util.find_spec("hypothesis") is not None:
 # Files whose verdicts rest on measured time (paired A/B, bisect, A/A noise, planted slowdowns,
 # loaded machines), and the tiny-model matrix, whose cells run pytest-benchmark's loop (it turns
 # itself off in a pytest-xdist worker): .ci/run runs them alone (-m serial) after the parallel
-# pass (-n 2 -m "not serial"), so that another worker's tests never weigh on one arm of their
+# pass (-n 3 -m "not serial"), so that another worker's tests never weigh on one arm of their
 # comparisons. (Files with real DeepSpeed launches run in the workers: .ci/run builds DeepSpeed's
 # CPU op before the tests, so that no launch builds it under a test's timeouts.)
 SERIAL_FILES = frozenset(
