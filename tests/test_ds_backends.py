@@ -70,7 +70,7 @@ def run_group(argv: list[str], extra_env: dict[str, str], env: dict[str, str], o
         ports = {
             r["master_port"] for p in out.glob("rank*.json") for r in json.loads(p.read_text())
         }
-        assert ports
+        assert ports, (result.stdout + result.stderr)[-4000:]  # every rank wrote its results
         assert leaked_segments(before, ports) == set()
     finally:
         cleanup_shm(before)  # only after the check: a leak must fail the test, not be hidden

@@ -99,9 +99,11 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
         # load average of 15 on 2 cores), so the upper bounds are loose, and the client's wait
         # for a core grows with the load measured here (it ran beside two other test workers).
         client, server = rate["mean_ms"], rate["server_mean_ms"]
-        waiting_ms = 100 * (1 + os.getloadavg()[0] / (os.cpu_count() or 1))
-        assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 2 + waiting_ms
-        assert server["itl"] / 3 <= client["itl"] <= server["itl"] * 3 + 10
+        busy = 1 + os.getloadavg()[0] / (os.cpu_count() or 1)
+        assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 2 + 100 * busy
+        # A client kept from its core reads the stream's tokens in bursts: its gaps shrink (0.24x
+        # the server's at a load of 5 on 2 cores, beside two other test workers).
+        assert server["itl"] / (3 * busy) <= client["itl"] <= server["itl"] * 3 + 10
     assert "effective throughput" in done.stdout
     judge_the_real_sweep(out, cell["figures"])
 

@@ -31,12 +31,16 @@ RENAME_EXCHANGE = 2
 @contextlib.contextmanager
 def fresh_folder(out: Path, option: str, ours: Callable[[Path], bool]) -> Iterator[Path]:
     """An empty folder to write the output into, swapped in for ``out`` when the block ends
-    without an error; ``ours(folder)``: whether an existing ``out`` is this command's own."""
+    without an error; ``ours(entry)``: whether an entry of an existing ``out`` is one this
+    command writes (anything else would be lost with the old folder: refused, named)."""
     target = real_path(out)  # a link to the output folder stays a link, to the new folder
     try:
-        if target.exists() and not (target.is_dir() and ours(target)):
+        if target.exists() and not target.is_dir():
+            raise BloomperfError(f"{option} {out}: not a folder")
+        foreign = sorted(p.name for p in target.iterdir() if not ours(p)) if target.exists() else []
+        if foreign:
             raise BloomperfError(
-                f"{option} {out}: holds files this command did not write; "
+                f"{option} {out}: holds {foreign[0]!r}, which this command did not write; "
                 "name a new folder or one it wrote before (it is replaced whole)"
             )
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -237,16 +237,14 @@ def publish_site(root: Path, out: Path, baselines: Path | None = None, **setting
     return Site(out / "index.html", moved(site.pages), moved(site.plots), moved(site.reports))
 
 
-def is_site(folder: Path) -> bool:
-    """Whether ``folder`` holds only what a site is made of: the index, and a folder of pages
-    and plots with its report per topology (never a history's nights)."""
-
-    def page_folder(path: Path) -> bool:
-        return path.is_dir() and all(
-            p.suffix in (".html", ".png") or p.name == "report" for p in path.iterdir()
-        )
-
-    return all(p.name == "index.html" or page_folder(p) for p in folder.iterdir())
+def is_site(entry: Path) -> bool:
+    """Whether ``entry`` of an output folder is what a site is made of: the index, or a folder
+    of pages and plots with its report per topology (never a history's nights)."""
+    if entry.name == "index.html":
+        return entry.is_file()
+    return entry.is_dir() and all(
+        p.suffix in (".html", ".png") or p.name == "report" for p in entry.iterdir()
+    )
 
 
 def write_site(topologies: list[Topology], out: Path, settings: dict[str, Any]) -> Site:

@@ -100,9 +100,11 @@ def write_report(
     )
 
 
-def is_report(folder: Path) -> bool:
-    """Whether ``folder`` holds only what a report writes (an older one's, or its staging)."""
-    return all(p.name in REPORT_FILES or p.name.startswith(".report-") for p in folder.iterdir())
+def is_report(entry: Path) -> bool:
+    """Whether ``entry`` of an output folder is what a report writes (an older one's file, or
+    its staging); a folder named like a plot is not."""
+    regular = entry.is_file() and not entry.is_symlink()
+    return (regular and entry.name in REPORT_FILES) or entry.name.startswith(".report-")
 
 
 def render_report(
