@@ -47,19 +47,41 @@ def test_the_scratch_copy_keeps_the_trees_links(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "summary, failed",
-    [
-        ("1 failed, 3 passed in 2.0s", True),
-        ("2 failed in 1.1s", True),
-        ("3 passed, 1 error in 0.5s", False),
-        ("1 failed, 2 errors in 0.5s", True),
-        ("4 passed in 0.5s", False),
-        ("", False),
-    ],
-)
-def test_only_a_failed_test_is_a_kill(summary: str, failed: bool) -> None:
-    assert runner.failed_by_a_test(f".F.\n{summary}\n") == failed
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.test_a" name="test_fails[x]"><failure message="no"/></testcase>
+<testcase classname="tests.test_a.TestC" name="test_both"><failure/><error/></testcase>
+<testcase classname="tests.test_a" name="test_errs"><error message="fixture"/></testcase>
+<testcase classname="tests.test_a" name="test_skips"><skipped/></testcase>
+<testcase classname="tests.test_a" name="test_passes"/>
+</testsuite></testsuites>"""
+
+
+def test_only_a_failed_test_is_a_kill(tmp_path: Path) -> None:
+    """Read back per named test: a failure (a teardown's error beside it is fine) kills; an
+    error alone, a skip, a pass or a test missing from the report does not."""
+    report = tmp_path / "junit.xml"
+    report.write_text(JUNIT)
+    outcomes = runner.junit_outcomes(report)
+    read = {
+        node: outcomes.get(runner.junit_key(node), "not run")
+        for node in (
+            "tests/test_a.py::test_fails[x]",
+            "tests/test_a.py::TestC::test_both",
+            "tests/test_a.py::test_errs",
+            "tests/test_a.py::test_skips",
+            "tests/test_a.py::test_passes",
+            "tests/test_b.py::test_fails[x]",
+        )
+    }
+    assert read == {
+        "tests/test_a.py::test_fails[x]": "failed",
+        "tests/test_a.py::TestC::test_both": "failed",
+        "tests/test_a.py::test_errs": "error",
+        "tests/test_a.py::test_skips": "skipped",
+        "tests/test_a.py::test_passes": "passed",
+        "tests/test_b.py::test_fails[x]": "not run",
+    }
+    assert runner.junit_outcomes(tmp_path / "missing.xml") == {}
 
 
 def test_a_mutant_that_breaks_a_fixture_is_not_counted_killed() -> None:
@@ -74,4 +96,4 @@ def test_a_mutant_that_breaks_a_fixture_is_not_counted_killed() -> None:
     )
     verdict = runner.run_one(broken, timeout=300)
     assert verdict.status == "broken", verdict
-    assert "errored, no test failed" in verdict.detail
+    assert "error, no test failed" in verdict.detail

@@ -3,15 +3,15 @@
 A canary is a deliberate one-line bug in the real code (``mutations.py``). For each one this
 script copies the tracked files to a temporary folder, replaces the original snippet (it must
 occur exactly once, else the canary is *stale*: the code moved and the canary must follow it),
-and runs each test the canary names on its own, with ``PYTHONPATH`` leading to the copy so that
-the test process and every worker or rank it starts import the mutant. The mutant must be
-*killed* by EACH named test: each of them fails (one run with ``-x`` would stop at the first and
-prove only that one; an error in a fixture, which pytest also exits 1 for, is no kill: the canary
-is *broken*). A mutant that any named test passes *survived*: that test
+and runs the tests the canary names in one pytest process (no ``-x``), with ``PYTHONPATH``
+leading to the copy so that the test process and every worker or rank it starts import the
+mutant. The mutant must be *killed* by EACH named test: each of them fails, as read per test from
+pytest's JUnit report (an error in a fixture, which pytest also exits 1 for, is no kill: the
+canary is *broken*). A mutant that any named test passes *survived*: that test
 claims more than it proves. Exit status: 0 every mutant killed; 1 a mutant survived, a canary is
 stale, or its tests could not run (the reason is printed); 2 bad usage.
 
-    .venv/bin/python tests/canaries/run.py [--jobs 2] [--timeout 300] [NAME ...]
+    .venv/bin/python tests/canaries/run.py [--jobs 3] [--timeout 300] [NAME ...]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -121,50 +122,63 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
         wrong = imports_the_copy(scratch, env)
         if wrong:
             return Verdict(mutation.name, "broken", time.monotonic() - start, wrong)
-        # Each named test on its own: a canary that names two tests claims that each of them
-        # kills it, and one pytest run stopping at the first failure would prove only one.
+        # One pytest process for the named tests, read back per test from its JUnit report: a
+        # canary that names two tests claims that EACH of them kills it (no -x, which would stop
+        # at the first failure and prove only that one).
+        report = scratch / ".canary-junit.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        command += [f"--junitxml={report}", *mutation.tests]
+        limit = timeout * len(mutation.tests)
+        try:
+            done = subprocess.run(
+                command, cwd=scratch, env=env, capture_output=True, text=True, timeout=limit
+            )
+        except subprocess.TimeoutExpired:
+            return Verdict(
+                mutation.name, "broken", time.monotonic() - start, f"ran over {limit:g} s"
+            )
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        outcomes = junit_outcomes(report)
         survivors, killers = [], []
         for test in mutation.tests:
-            command = [sys.executable, "-m", "pytest", "-q", test]
-            try:
-                done = subprocess.run(
-                    command, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout
-                )
-            except subprocess.TimeoutExpired:
-                return Verdict(
-                    mutation.name,
-                    "broken",
-                    time.monotonic() - start,
-                    f"{test}: ran over {timeout:g} s",
-                )
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-            if done.returncode == 1 and not failed_by_a_test(done.stdout):
-                # pytest exits 1 for an error in a fixture too: a test that never ran to its
-                # assertions killed nothing (a file missing from the copy looked like a kill).
-                detail = f"{test}: errored, no test failed:\n{tail}"
-                return Verdict(mutation.name, "broken", time.monotonic() - start, detail)
-            if done.returncode == 1:
-                killers.append(last_line(done.stdout))
-            elif done.returncode == 0:
-                survivors.append(f"{test} passes against the mutant:\n{tail}")
+            outcome = outcomes.get(junit_key(test), "not run")
+            if outcome == "failed":
+                killers.append(test)
+            elif outcome in ("passed", "skipped"):
+                survivors.append(f"{test} {outcome} against the mutant:\n{tail}")
             else:
-                detail = f"{test}: pytest exit {done.returncode}:\n{tail}"
+                # An error in a fixture is no kill: a test that never ran to its assertions
+                # killed nothing (a file missing from the copy looked like a kill).
+                detail = (
+                    f"{test}: {outcome}, no test failed (pytest exit {done.returncode}):\n{tail}"
+                )
                 return Verdict(mutation.name, "broken", time.monotonic() - start, detail)
     seconds = time.monotonic() - start
     if survivors:
         return Verdict(mutation.name, "survived", seconds, "\n".join(survivors))
-    return Verdict(mutation.name, "killed", seconds, "; ".join(killers))
+    return Verdict(mutation.name, "killed", seconds, f"{len(killers)} failed")
 
 
-def failed_by_a_test(stdout: str) -> bool:
-    """Whether pytest's summary counts a failed test (``1 failed, 3 passed``; a teardown's
-    error beside it is fine, an error alone is not)."""
-    return " failed" in f" {last_line(stdout)}"
+def junit_key(node_id: str) -> tuple[str, str]:
+    """A node id as pytest's JUnit report names it: (``tests.test_x[.Class]``, ``test[param]``)."""
+    path, *rest = node_id.split("::")
+    return ".".join([path.removesuffix(".py").replace("/", "."), *rest[:-1]]), rest[-1]
 
 
-def last_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else ""
+def junit_outcomes(report: Path) -> dict[tuple[str, str], str]:
+    """Each test case of a JUnit report: failed (a failure, a teardown error beside it is
+    fine), error (an error alone: setup or collection), skipped or passed; {} if unreadable."""
+    try:
+        root = ElementTree.parse(report).getroot()
+    except (OSError, ElementTree.ParseError):
+        return {}
+    outcomes = {}
+    for case in root.iter("testcase"):
+        tags = {child.tag for child in case}
+        outcome = next((t for t in ("failure", "error", "skipped") if t in tags), "passed")
+        key = (case.get("classname", ""), case.get("name", ""))
+        outcomes[key] = {"failure": "failed"}.get(outcome, outcome)
+    return outcomes
 
 
 def select(names: list[str]) -> list[Mutation]:
@@ -178,7 +192,7 @@ def select(names: list[str]) -> list[Mutation]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="canaries to run (default: all)")
-    parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("--jobs", type=int, default=3, help="mutants tested at once (default 3)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per mutant")
     args = parser.parse_args(argv)
     if args.jobs < 1:
