@@ -184,8 +184,8 @@ def test_an_entry_point_cannot_take_a_built_in_name(
 
 
 def test_an_unknown_name_is_refused_naming_the_valid_ones() -> None:
-    with pytest.raises(BloomperfError, match=r"unknown backend 'vllm' \(valid: accelerate, "):
-        backend_class("vllm")
+    with pytest.raises(BloomperfError, match=r"unknown backend 'tgi' \(valid: accelerate, "):
+        backend_class("tgi")
 
 
 # ---- no memory model: never predicted, never skipped on a guess ----------------------------

@@ -147,7 +147,7 @@ def transcribed() -> dict[str, Any]:
         (lambda d: "{not json", "not valid JSON"),
         (lambda d: d | {"schema_version": 3}, "schema_version 3 is not supported"),
         (lambda d: d | {"kind": "bloomperf-results"}, "not a bloomperf-baseline file"),
-        (lambda d: set_cell(d, backend="vllm"), "unknown backend 'vllm'"),
+        (lambda d: set_cell(d, backend="tgi"), "unknown backend 'tgi'"),
         (lambda d: set_cell(d, outcome="maybe"), "unknown outcome 'maybe'"),
         (lambda d: set_cell(d, ms_per_token_tolerance=5), "must be a fraction below 1"),
         (lambda d: set_cell(d, ms_per_token="fast"), "'ms_per_token' must be a number"),

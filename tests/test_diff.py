@@ -169,8 +169,8 @@ def test_corrupt_results_give_one_line_errors(
         (lambda d: d | {"schema_version": 99}, ["schema_version 99 is not supported", "upgrade"]),
         (lambda d: d | {"kind": "something"}, ["not a bloomperf-results file"]),
         (
-            lambda d: d | {"cells": [d["cells"][0] | {"backend": "vllm"}]},
-            ["unknown backend 'vllm'"],
+            lambda d: d | {"cells": [d["cells"][0] | {"backend": "tgi"}]},
+            ["unknown backend 'tgi'"],
         ),
         (lambda d: [d], ["expected a JSON object, found list"]),
         (lambda d: {"hello": 1}, ["neither a bloomperf results file nor a pytest-benchmark"]),

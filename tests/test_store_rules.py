@@ -59,7 +59,7 @@ def write_baseline(folder: Path) -> Path:
 
 VALID = {"backend": ", ".join(row_names()), "dtype": ", ".join(DTYPES)}
 WRONG = [
-    ("backend", "vllm", "unknown backend 'vllm' (valid: {valid})"),
+    ("backend", "tgi", "unknown backend 'tgi' (valid: {valid})"),
     ("dtype", "fp8", "unknown dtype 'fp8' (valid: {valid})"),
     ("backend", 3, "field 'backend' must be a string, found int"),
     ("dtype", None, "field 'dtype' must be a string, found nothing"),

@@ -24,6 +24,7 @@ BACKEND_CLASSES: dict[str, str] = {
     "ds-inference": "bloomperf.backends.ds_inference:DeepSpeedInferenceBackend",
     "ds-autotp": "bloomperf.backends.ds_inference:DeepSpeedAutoTPBackend",
     "ds-zero": "bloomperf.backends.ds_zero:DeepSpeedZeroBackend",
+    "vllm": "bloomperf.backends.vllm:VllmBackend",
 }
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKEND_CLASSES)  # the built-ins only
 

@@ -66,6 +66,12 @@ class Backend(ABC):
         return None
 
     @classmethod
+    def interpreter(cls) -> str | None:
+        """The Python that runs this backend's workers (None: the controller's own). A
+        backend whose library lives in another venv names that venv's interpreter."""
+        return None
+
+    @classmethod
     def world_size(cls, device: str, visible_devices: int, options: BackendOptions) -> int:
         """How many ranks the worker group needs (1: a plain process)."""
         if not cls.rank_per_gpu:

@@ -49,12 +49,21 @@ OOM_TEXTS = (
     # 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes. Error code 12"
     "DefaultCPUAllocator: can't allocate memory",
 )
+# vLLM's refusals of a KV cache, raised as ValueError while the engine starts
+# (vllm/v1/core/kv_cache_utils.py): the weights left no memory for cache blocks, or one
+# sequence of max_model_len does not fit in what is left. Its free-memory check at startup
+# ("... is less than desired GPU memory utilization") is not here: it is about other processes.
+KV_CACHE_REFUSALS = (
+    "No available memory for the cache blocks.",
+    "cache is needed, which is larger than the available KV cache memory",
+    "not enough GPU memory available to serve even a single token",
+)
 REPORT_GLOB = "failed-rank*.json"
 
 
 def classify_failure(exc: BaseException) -> str:
-    """``oom`` for an allocation failure (GPU, NCCL, cuBLAS, DeepSpeed's workspace, CPU), else
-    ``error``."""
+    """``oom`` for an allocation failure (GPU, NCCL, cuBLAS, DeepSpeed's workspace, CPU) or
+    vLLM's refusal of a KV cache, else ``error``."""
     if isinstance(exc, MemoryError):
         return "oom"
     # torch is not imported here: a worker whose failure was importing it still gets an answer.
@@ -63,6 +72,8 @@ def classify_failure(exc: BaseException) -> str:
         return "oom"
     text = str(exc)
     if isinstance(exc, RuntimeError) and any(oom in text for oom in OOM_TEXTS):
+        return "oom"
+    if isinstance(exc, ValueError) and any(refusal in text for refusal in KV_CACHE_REFUSALS):
         return "oom"
     return "error"
 

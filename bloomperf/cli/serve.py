@@ -14,7 +14,6 @@ already missed the SLA; 2 on bad input (an engine argument vLLM refuses, a port 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from typing import Any
 from bloomperf.analysis.serving import effective_throughput
 from bloomperf.catalog.checkpoints import PreparedModel, resolve_model
 from bloomperf.catalog.fingerprint import environment_fingerprint
+from bloomperf.catalog.serving_venv import BUILD_HINT, serving_python_path
 from bloomperf.catalog.serving_workload import DEFAULT_SHAPE, SHAPES
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.arguments import checked
@@ -38,7 +38,6 @@ from bloomperf.store.results import ModelInfo, RunResult
 from bloomperf.store.results.codec import save_run
 from bloomperf.store.serving import RateSummary, Sla, sweep_cell, sweep_workload
 
-SERVING_PYTHON_ENV = "BLOOMPERF_SERVING_PYTHON"
 DEFAULT_RATES = "0.5,1,2,4"
 DEFAULT_REQUESTS = 30
 DEFAULT_CONTEXT = 512
@@ -46,14 +45,10 @@ DEFAULT_CONTEXT = 512
 
 def serving_python(given: Path | None) -> Path:
     """The serving venv's interpreter: --python, $BLOOMPERF_SERVING_PYTHON, or .venv-serving/."""
-    env = os.environ.get(SERVING_PYTHON_ENV)
-    python = given or (Path(env) if env else Path(".venv-serving/bin/python"))
+    python = serving_python_path(given)
     if not python.exists():
-        raise BloomperfError(
-            f"--python: {python} does not exist; build the serving venv with "
-            "BLOOMPERF_PROFILE=serving bash .ci/setup"
-        )
-    return python.absolute()
+        raise BloomperfError(f"--python: {python} does not exist; {BUILD_HINT}")
+    return python
 
 
 def server_log(output: Path | None, workdir: Path) -> Path:

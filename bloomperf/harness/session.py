@@ -178,6 +178,7 @@ class Session:
                 self.topology, self.device, self.multinode, cell.backend, world_size
             ),
             log_dir=logs_dir(self.output) if self.output is not None else None,
+            python=backend.interpreter(),
         )
 
     def world_size(self, backend: type[Backend]) -> int:
