@@ -108,3 +108,48 @@ def test_a_dead_controllers_zombie_is_no_survivor(tmp_path: Path) -> None:
     finally:
         worker.kill()
         worker.wait()
+
+
+# A process that leads a group of its own, as a reused PID's new owner would.
+NEW_LEADER = "import os, time; os.setsid(); open(os.sys.argv[1], 'w').close(); time.sleep(60)"
+
+
+def start_with_pid(pid: int, ready: Path) -> subprocess.Popen[bytes] | None:
+    """A new group leader given ``pid`` (the kernel's next PID set through ``ns_last_pid``, which
+    needs root); None when another process took that number first."""
+    try:
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+    except OSError:
+        pytest.skip("setting the next PID (ns_last_pid) needs root")
+    process = subprocess.Popen([sys.executable, "-c", NEW_LEADER, str(ready)])
+    if process.pid == pid:
+        return process
+    process.kill()
+    process.wait()
+    return None
+
+
+def test_a_reaped_groups_id_held_by_another_process_is_left_alone(tmp_path: Path) -> None:
+    """Once a group's leader is reaped, its PID (the group's id) can be given to a process that
+    leads a group of its own; tearing the old group down again, or late, must not signal that
+    one (a second worker's DeepSpeed launcher got SIGTERM this way in CI)."""
+    old = subprocess.Popen(["true"], start_new_session=True)
+    old.wait()
+    ready = tmp_path / "ready"
+    for _ in range(20):
+        new = start_with_pid(old.pid, ready)
+        if new is not None:
+            break
+    else:
+        pytest.fail(f"PID {old.pid} never came round again in 20 tries")
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.getpgid(new.pid) == old.pid  # the old group's id is the new group's now
+        terminate_group(old, grace_s=0.5)
+        kill_tree(old)
+        assert new.poll() is None, "the new owner of the reused id was signalled"
+    finally:
+        new.kill()
+        new.wait()

@@ -34,8 +34,18 @@ def remove_folder(folder: Path, keep: Path | None = None) -> None:
             path.unlink(missing_ok=True)
 
 
+def still_ours(process: subprocess.Popen[bytes]) -> bool:
+    """Whether ``process.pid`` still names this group. Until the leader is reaped its PID, and
+    so the group's id, cannot be given out again; once reaped, the kernel may hand the number to
+    a new process (32768 PIDs go round in minutes on a busy runner) that leads a group of its
+    own: then no process of ours is left in a group of that id, and it is someone else's."""
+    return process.returncode is None or not psutil.pid_exists(process.pid)
+
+
 def terminate_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
     """SIGTERM the group's process group and wait up to ``grace_s`` for its leader."""
+    if not still_ours(process):
+        return
     try:
         os.killpg(process.pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
@@ -47,7 +57,10 @@ def terminate_group(process: subprocess.Popen[bytes], grace_s: float) -> None:
 
 
 def kill_tree(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the process's session group and any descendant that left it."""
+    """SIGKILL the process's session group and any descendant that left it (idempotent: a
+    group already gone, whose id another process may hold now, is left alone)."""
+    if not still_ours(process):
+        return
     try:
         descendants = psutil.Process(process.pid).children(recursive=True)
     except psutil.NoSuchProcess:

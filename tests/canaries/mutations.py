@@ -22,6 +22,14 @@ class Mutation:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "reused-group-id-signalled",
+        "bloomperf/harness/teardown.py",
+        "    return process.returncode is None or not psutil.pid_exists(process.pid)\n",
+        "    return True\n",
+        ("tests/test_teardown.py::test_a_reaped_groups_id_held_by_another_process_is_left_alone",),
+        "stopping a group twice, or late, SIGTERMs/SIGKILLs whatever group got its id since",
+    ),
     # ---- after mutmut's full run: planted by hand where mutmut cannot reach ---------
     Mutation(
         "peak-reset-before-the-output-check",
