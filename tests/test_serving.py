@@ -101,9 +101,10 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
         client, server = rate["mean_ms"], rate["server_mean_ms"]
         busy = 1 + os.getloadavg()[0] / (os.cpu_count() or 1)
         assert server["ttft"] * 0.95 <= client["ttft"] <= server["ttft"] * 2 + 100 * busy
-        # A client kept from its core reads the stream's tokens in bursts: its gaps shrink (0.24x
-        # the server's at a load of 5 on 2 cores, beside two other test workers).
-        assert server["itl"] / (3 * busy) <= client["itl"] <= server["itl"] * 3 + 10
+        # A client kept from its core reads the stream's tokens in bursts, so its gaps shrink
+        # without bound (0.24x and 0.09x the server's beside two other test workers): its ITL
+        # has an upper bound here, not a lower one (the server's is > 0 above).
+        assert 0 < client["itl"] <= server["itl"] * 3 + 10
     assert "effective throughput" in done.stdout
     judge_the_real_sweep(out, cell["figures"])
 
