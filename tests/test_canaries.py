@@ -63,7 +63,7 @@ def test_only_a_failed_test_is_a_kill(tmp_path: Path) -> None:
     report.write_text(JUNIT)
     outcomes = runner.junit_outcomes(report)
     read = {
-        node: outcomes.get(runner.junit_key(node), "not run")
+        node: runner.outcome_of(outcomes, runner.junit_key(node))
         for node in (
             "tests/test_a.py::test_fails[x]",
             "tests/test_a.py::TestC::test_both",
@@ -71,6 +71,7 @@ def test_only_a_failed_test_is_a_kill(tmp_path: Path) -> None:
             "tests/test_a.py::test_skips",
             "tests/test_a.py::test_passes",
             "tests/test_b.py::test_fails[x]",
+            "tests/test_a.py::test_fails",  # every parametrized case, as `pytest NODE` runs
         )
     }
     assert read == {
@@ -80,6 +81,7 @@ def test_only_a_failed_test_is_a_kill(tmp_path: Path) -> None:
         "tests/test_a.py::test_skips": "skipped",
         "tests/test_a.py::test_passes": "passed",
         "tests/test_b.py::test_fails[x]": "not run",
+        "tests/test_a.py::test_fails": "failed",
     }
     assert runner.junit_outcomes(tmp_path / "missing.xml") == {}
 

@@ -141,7 +141,7 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
         outcomes = junit_outcomes(report)
         survivors, killers = [], []
         for test in mutation.tests:
-            outcome = outcomes.get(junit_key(test), "not run")
+            outcome = outcome_of(outcomes, junit_key(test))
             if outcome == "failed":
                 killers.append(test)
             elif outcome in ("passed", "skipped"):
@@ -163,6 +163,21 @@ def junit_key(node_id: str) -> tuple[str, str]:
     """A node id as pytest's JUnit report names it: (``tests.test_x[.Class]``, ``test[param]``)."""
     path, *rest = node_id.split("::")
     return ".".join([path.removesuffix(".py").replace("/", "."), *rest[:-1]]), rest[-1]
+
+
+def outcome_of(outcomes: dict[tuple[str, str], str], key: tuple[str, str]) -> str:
+    """A named test's outcome; a name without parameters stands for all its parametrized cases
+    (as ``pytest NODE`` runs them): failed if any failed, else error if any errored."""
+    found = [o for (cls, name), o in outcomes.items() if cls == key[0] and name == key[1]]
+    if not found and "[" not in key[1]:
+        prefix = key[1] + "["
+        found = [
+            o for (cls, name), o in outcomes.items() if cls == key[0] and name.startswith(prefix)
+        ]
+    for outcome in ("failed", "error", "passed", "skipped"):
+        if outcome in found:
+            return outcome
+    return "not run"
 
 
 def junit_outcomes(report: Path) -> dict[tuple[str, str], str]:
