@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bloomperf.backends import backend_class
+from bloomperf.backends.compat import dtype_argument
 from bloomperf.backends.ds_checkpoint import (
     checkpoints_json,
     host_bytes_per_rank,
@@ -283,7 +284,7 @@ def test_kernel_injection_takes_the_real_weights_of_a_loaded_model(tiny: Path) -
     replace = (Path(deepspeed.__file__).parent / "module_inject/replace_module.py").read_text()
     assert "if checkpoint_dict is not None and config.replace_with_kernel_inject:" in replace
     assert "_container.copy_data_to_new_module()" in replace
-    model = AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float16)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny), **dtype_argument(torch.float16))
     block = model.transformer.h[0]
     policy = BLOOMLayerPolicy(block, inference=True)
     qkvw, _, dense_w, _ = policy.attention()
