@@ -7,6 +7,7 @@ fails in the ordinary suite as soon as a refactor moves a snippet or renames a n
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -50,6 +51,8 @@ def test_the_scratch_copy_keeps_the_trees_links(tmp_path: Path) -> None:
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.test_a" name="test_fails[x]"><failure message="no"/></testcase>
 <testcase classname="tests.test_a.TestC" name="test_both"><failure/><error/></testcase>
+<testcase classname="tests.test_a" name="test_then"><failure message="call"/></testcase>
+<testcase classname="tests.test_a" name="test_then"><error message="teardown"/></testcase>
 <testcase classname="tests.test_a" name="test_errs"><error message="fixture"/></testcase>
 <testcase classname="tests.test_a" name="test_skips"><skipped/></testcase>
 <testcase classname="tests.test_a" name="test_passes"/>
@@ -67,6 +70,7 @@ def test_only_a_failed_test_is_a_kill(tmp_path: Path) -> None:
         for node in (
             "tests/test_a.py::test_fails[x]",
             "tests/test_a.py::TestC::test_both",
+            "tests/test_a.py::test_then",  # pytest's own shape: a teardown error after it
             "tests/test_a.py::test_errs",
             "tests/test_a.py::test_skips",
             "tests/test_a.py::test_passes",
@@ -77,6 +81,7 @@ def test_only_a_failed_test_is_a_kill(tmp_path: Path) -> None:
     assert read == {
         "tests/test_a.py::test_fails[x]": "failed",
         "tests/test_a.py::TestC::test_both": "failed",
+        "tests/test_a.py::test_then": "failed",
         "tests/test_a.py::test_errs": "error",
         "tests/test_a.py::test_skips": "skipped",
         "tests/test_a.py::test_passes": "passed",
@@ -84,6 +89,47 @@ def test_only_a_failed_test_is_a_kill(tmp_path: Path) -> None:
         "tests/test_a.py::test_fails": "failed",
     }
     assert runner.junit_outcomes(tmp_path / "missing.xml") == {}
+
+
+def test_a_failed_test_whose_teardown_errors_reads_failed_from_pytests_own_report(
+    tmp_path: Path,
+) -> None:
+    """The shape pytest really writes (two testcases of one name) read back as a kill; a
+    teardown error after a passing call stays an error."""
+    (tmp_path / "test_shape.py").write_text(
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def breaks():\n"
+        "    yield\n"
+        "    raise RuntimeError('teardown')\n"
+        "def test_fails(breaks):\n"
+        "    assert False\n"
+        "def test_passes(breaks):\n"
+        "    pass\n"
+    )
+    report = tmp_path / "junit.xml"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            f"--junitxml={report}",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_shape.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+    )
+    outcomes = runner.junit_outcomes(report)
+    assert runner.outcome_of(outcomes, ("test_shape", "test_fails")) == "failed"
+    assert runner.outcome_of(outcomes, ("test_shape", "test_passes")) == "error"
 
 
 def test_a_mutant_that_breaks_a_fixture_is_not_counted_killed() -> None:

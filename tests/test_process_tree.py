@@ -494,9 +494,13 @@ def test_a_child_started_with_the_parent_death_signal_dies_with_its_sigkilled_pa
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 5
-    while psutil.pid_exists(child) and psutil.Process(child).status() != "zombie":
-        assert time.monotonic() < deadline, "the child outlived its SIGKILLed parent"
-        time.sleep(0.05)
+    try:
+        while psutil.pid_exists(child) and psutil.Process(child).status() != "zombie":
+            assert time.monotonic() < deadline, "the child outlived its SIGKILLed parent"
+            time.sleep(0.05)
+    finally:  # a child that outlived it must not outlive the test as well
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
 
 
 def stamp_of(process: psutil.Process) -> str:

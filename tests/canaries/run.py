@@ -187,12 +187,18 @@ def junit_outcomes(report: Path) -> dict[tuple[str, str], str]:
         root = ElementTree.parse(report).getroot()
     except (OSError, ElementTree.ParseError):
         return {}
-    outcomes = {}
+    rank = ("failed", "error", "skipped", "passed")
+    outcomes: dict[tuple[str, str], str] = {}
     for case in root.iter("testcase"):
         tags = {child.tag for child in case}
         outcome = next((t for t in ("failure", "error", "skipped") if t in tags), "passed")
+        outcome = {"failure": "failed"}.get(outcome, outcome)
         key = (case.get("classname", ""), case.get("name", ""))
-        outcomes[key] = {"failure": "failed"}.get(outcome, outcome)
+        # pytest writes a teardown's error as a second testcase of the same name after the
+        # failed call: the failure must not be overwritten by it.
+        if key in outcomes:
+            outcome = min(outcome, outcomes[key], key=rank.index)
+        outcomes[key] = outcome
     return outcomes
 
 
