@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bloomperf.catalog.leftovers import start_ms
 from bloomperf.cli import main
+from bloomperf.core.pidstart import process_start
 from bloomperf.doctor.host import check_leftovers
 from bloomperf.harness.options import resolve_options
 from bloomperf.harness.session import Session
@@ -65,8 +65,8 @@ def test_the_next_run_removes_what_killed_runs_left_and_doctor_lists_it(
         folder, owner = folder_of(kind, tmp, 0)
         owner.wait()  # the owner is gone, as a SIGKILLed controller is
         dead.append(folder)
-    me = psutil.Process()
-    reused = tmp / f"bloomperf-worker-{me.pid}-{start_ms(me) - 5000}-abcd1234"  # a reused PID
+    me = os.getpid()
+    reused = tmp / f"bloomperf-worker-{me}-{(process_start(me) or 0) - 500}-abcd1234"  # reused PID
     reused.mkdir()
     dead.append(reused)
     running, owner = folder_of("worker", tmp, 600)  # another run, still at work
@@ -151,3 +151,17 @@ def test_a_full_disk_during_publish_leaves_the_old_site_whole(tmp_path: Path) ->
     # A site is replaced whole: a folder holding the history itself is never taken for one.
     argv = ["history", "publish", "--history", str(history), "--out-dir", str(tmp_path)]
     assert main(argv) == 2 and len(list(history.rglob("*.json"))) == 3
+
+
+def test_a_folder_named_by_the_earlier_ms_format_is_judged_by_that_format(tmp_path: Path) -> None:
+    """Folders named before the start was counted in ticks since boot (ms since the epoch) are
+    still told apart: this live process's kept, a reused PID's removed."""
+    me = psutil.Process()
+    ms = round(me.create_time() * 1000)
+    live = tmp_path / f"bloomperf-worker-{me.pid}-{ms}-abcd1234"
+    reused = tmp_path / f"bloomperf-offload-{me.pid}-{ms - 5000}-abcd1234"
+    for folder in (live, reused):
+        folder.mkdir()
+    from bloomperf.catalog.leftovers import dead_run_folders
+
+    assert dead_run_folders(tmp_path) == [reused]

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -505,7 +506,8 @@ def test_a_child_started_with_the_parent_death_signal_dies_with_its_sigkilled_pa
 
 def stamp_of(process: psutil.Process) -> str:
     """``CONTROLLER_ENV``'s stamp for ``process``, as ``controller_stamp`` writes its own."""
-    return f"{process.pid}:{process.create_time():.3f}:{os.getpgid(process.pid)}"
+    start = Path(f"/proc/{process.pid}/stat").read_text().rpartition(")")[2].split()[19]
+    return f"{process.pid}:{start}:{os.getpgid(process.pid)}"
 
 
 def test_a_controller_is_alive_only_while_that_very_process_runs() -> None:
@@ -516,7 +518,7 @@ def test_a_controller_is_alive_only_while_that_very_process_runs() -> None:
         stamp = stamp_of(psutil.Process(child.pid))
         assert controller_alive(stamp)
         pid, created, pgid = stamp.split(":")
-        assert not controller_alive(f"{pid}:{float(created) - 5:.3f}:{pgid}")  # reused PID
+        assert not controller_alive(f"{pid}:{int(created) - 500}:{pgid}")  # reused PID
         os.kill(child.pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:  # not reaped yet
@@ -528,6 +530,28 @@ def test_a_controller_is_alive_only_while_that_very_process_runs() -> None:
         child.wait()
     assert not controller_alive(stamp)  # reaped: gone
     assert controller_alive("not a stamp")  # a stamp it cannot read is not its to judge
+
+
+@pytest.mark.parametrize("step_s", [-3600.0, -1.0, 1.0, 86400.0])
+def test_a_wall_clock_step_does_not_make_a_live_controller_or_owner_dead(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, step_s: float
+) -> None:
+    """NTP or a resumed VM moves the kernel's boot time (``btime``, which psutil adds to every
+    process's start): a stamp or folder name written before the step still names the same live
+    process after it, or the workers of a live controller would kill themselves."""
+    from psutil import _pslinux
+
+    from bloomperf.catalog.leftovers import dead_run_folders, owned_temp_folder
+    from bloomperf.harness.orphans import controller_stamp
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stamp = controller_stamp()
+    folder = owned_temp_folder("worker")
+    booted, created = _pslinux.boot_time(), psutil.Process().create_time()
+    monkeypatch.setattr(_pslinux, "boot_time", lambda: booted + step_s)
+    assert psutil.Process().create_time() == pytest.approx(created + step_s)  # the step is seen
+    assert controller_alive(stamp)
+    assert dead_run_folders(tmp_path) == [] and folder.is_dir()
 
 
 # A worker whose controller is gone: it starts a child that leaves its process group (as a JIT

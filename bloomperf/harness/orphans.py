@@ -29,7 +29,9 @@ from typing import Any
 
 import psutil
 
-CONTROLLER_ENV = "BLOOMPERF_CONTROLLER"  # "pid:create_time:pgid" of the controller
+from bloomperf.core.pidstart import process_start
+
+CONTROLLER_ENV = "BLOOMPERF_CONTROLLER"  # "pid:start:pgid" of the controller (core.pidstart)
 HELD_ENV = "BLOOMPERF_HELD_DEVICES"  # the devices the controller locked (a lock key)
 PR_SET_PDEATHSIG = 1
 WATCH_INTERVAL_S = 0.5
@@ -58,8 +60,7 @@ def die_with_parent() -> None:
 
 def controller_stamp() -> str:
     """This process as the controller of the groups it starts (``CONTROLLER_ENV``)."""
-    me = psutil.Process()
-    return f"{me.pid}:{me.create_time():.3f}:{os.getpgrp()}"
+    return f"{os.getpid()}:{process_start(os.getpid())}:{os.getpgrp()}"
 
 
 def parse_stamp(stamp: str) -> tuple[int, str, int] | None:
@@ -74,10 +75,9 @@ def controller_alive(stamp: str) -> bool:
     parsed = parse_stamp(stamp)
     if parsed is None:
         return True  # not ours to judge
-    pid, created, _ = parsed
+    pid, started, _ = parsed
     try:
-        process = psutil.Process(pid)
-        return f"{process.create_time():.3f}" == created and process.status() != "zombie"
+        return str(process_start(pid)) == started and psutil.Process(pid).status() != "zombie"
     except psutil.Error:
         return False
 
