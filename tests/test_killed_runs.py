@@ -165,3 +165,37 @@ def test_a_folder_named_by_the_earlier_ms_format_is_judged_by_that_format(tmp_pa
     from bloomperf.catalog.leftovers import dead_run_folders
 
     assert dead_run_folders(tmp_path) == [reused]
+
+
+@pytest.mark.parametrize("without", ["symbol", "EINVAL"])
+def test_without_an_exchanging_rename_the_new_folder_still_replaces_the_old_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, without: str
+) -> None:
+    """A C library without ``renameat2``, or a file system that refuses RENAME_EXCHANGE
+    (EINVAL), falls back to three renames: the new files in place, the old ones left to remove,
+    nothing of either mixed into the other."""
+    import ctypes
+
+    from bloomperf.core import swapdir
+
+    class NoExchange:
+        def __getattr__(self, name: str) -> object:
+            if without == "symbol":
+                raise AttributeError(name)
+
+            def refuse(*args: object) -> int:
+                ctypes.set_errno(22)  # EINVAL
+                return -1
+
+            return refuse
+
+    monkeypatch.setattr(swapdir.ctypes, "CDLL", lambda *a, **k: NoExchange())
+    out = tmp_path / "site"
+    out.mkdir()
+    (out / "old.png").write_text("old")
+    (out / "index.html").write_text("old")
+    with swapdir.fresh_folder(out, "--out-dir", lambda p: True) as staging:
+        (staging / "index.html").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["index.html"]
+    assert (out / "index.html").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["site"]  # no staging or old folder left
