@@ -13,7 +13,7 @@ exactly as ``bloomperf diff`` judges it (``estimate_ratio`` on the cycles of bot
     python benchmarks/detection_power.py --trials 100
     python benchmarks/detection_power.py --device cuda --model bloom-560m --batch-size 8
 
-Targets (issue 6): on CPU, >= 95 % of 10 % slowdowns flagged with <= 1 % false alarms on A/A;
+Targets: on CPU, >= 95 % of 10 % slowdowns flagged with <= 1 % false alarms on A/A;
 on GPU the same for 5 %.
 """
 

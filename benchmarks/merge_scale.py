@@ -4,7 +4,7 @@ Writes NIGHTS results files (the blog's 8 x A100 run, 25 KB each, one per night,
 four topologies as a nightly on four runners makes them) into an artifacts folder, then times
 three merges in fresh processes: into an empty history, the same again (everything already
 there), and a resume after half the nights were merged. Prints wall seconds and peak RSS of each.
-Target (issue 31): linear in nights, 3000 nights in under a minute.
+Target: linear in nights, 3000 nights in under a minute.
 
     python benchmarks/merge_scale.py --nights 375,750,3000
 """

@@ -1,4 +1,4 @@
-"""A cached model folder is checked against its manifest before a run uses it (issue 31, 1).
+"""A cached model folder is checked against its manifest before a run uses it.
 
 A corrupted cache used to be measured as if it were the model (one layer less in config.json
 loaded and ran), or failed every later run with no rebuild while doctor said "already built".

@@ -1,4 +1,4 @@
-"""Paths, locales and streams that used to end in exit 3 or a lost file (issue 31, 2, 3 and 5).
+"""Paths, locales and streams that used to end in exit 3 or a lost file.
 
 Every command is run on small committed files with hostile paths (spaces, newlines, bytes that
 are not UTF-8, 255-byte names, symlink loops) and with an ASCII or UTF-8 stdout (hypothesis);

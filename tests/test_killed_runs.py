@@ -1,4 +1,4 @@
-"""What killed runs leave behind (issue 31, 6 and 7): their temporary folders and files are
+"""What killed runs leave behind: their temporary folders and files are
 removed by the next run and listed by doctor, those of a run still at work are left alone, and
 a multi-file output (report, site) is swapped in whole or not at all."""
 

@@ -1,4 +1,4 @@
-"""``bloomperf run`` in the shell pipelines and stops of issue 31 (3 and 4), run for real on the
+"""``bloomperf run`` in shell pipelines and under stops, run for real on the
 tiny model: ``run | head -1`` and ``run 2>&1 | head -1`` (a reader that leaves), and a SIGTERM
 before the first cell of a run whose --output already held complete cells."""
 

@@ -83,7 +83,7 @@ class Deprecated(argparse.Action):
 # --tolerance means one thing in every command (diff, ab, bisect): this, with its own default.
 TOLERANCE_HELP = "the smallest relative ms/token change that counts (0.05: 5 %%)"
 
-# Old spelling -> the one name each concept has now (issue 24): a history folder is --history,
+# Old spelling -> the one name each concept has now: a history folder is --history,
 # a folder written is --out-dir, a file written is --output.
 DEPRECATED = {"--dir": "--history", "--into": "--history", "--out": "--out-dir"}
 
