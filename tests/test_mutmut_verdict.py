@@ -7,6 +7,9 @@ layer the same way every time.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -99,3 +102,138 @@ def test_a_shard_outside_one_to_n_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="K/N"):
         parse_shard(text)
     assert parse_shard("3/3") == (3, 3)
+
+
+# The real run: mutmut over one small deciding module (78 mutants, 11-40 s on the shared
+# 2-core machine) in a copy of the tree, with weaknesses planted in the copy; the thresholds
+# and the failing tests on a two-line module planted in a copy (a few seconds a run).
+REAL = "bloomperf/analysis/utilisation.py"
+# No test calls it: its mutants (``>=`` for ``>``, ``2`` for ``1``) are reached by no test.
+UNREACHED = "\n\ndef planted_unreached(x: int) -> bool:\n    return x > 1\n"
+
+
+def copy_tree(target: Path) -> Path:
+    """The tracked and untracked-unignored files, in a fresh git repository (the runner lists
+    the tree with git)."""
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listing.split("\0")):
+        source, copy = ROOT / name, target / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            copy.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, copy)
+    subprocess.run(["git", "init", "-q"], cwd=target, check=True)
+    return target
+
+
+def mutate(tree: Path, *args: str, module: str = REAL) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "tests/mutation/run.py", module, "--max-children", "1", *args]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GITHUB_OUTPUT")}
+    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+
+
+def module_line(stdout: str, module: str = REAL) -> tuple[int, dict[str, int]]:
+    """mutants and {status: count} from ``MODULE: N mutants = K killed + ... (T s)``."""
+    line = next(x for x in stdout.splitlines() if x.startswith(f"{module}: "))
+    head, _, terms = line.removeprefix(f"{module}: ").partition(" mutants = ")
+    counts = {}
+    for term in terms.rsplit(" (", 1)[0].split(" + "):
+        number, _, status = term.partition(" ")
+        counts[status] = int(number)
+    return int(head), counts
+
+
+def left_names(stdout: str) -> dict[str, str]:
+    """The mutants printed as left alive: name -> status."""
+    found = {}
+    for line in stdout.splitlines():
+        status, sep, name = line.strip().rpartition(": ")
+        if line.startswith("  ") and sep and name.startswith("bloomperf."):
+            found[name] = status
+    return found
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tree = copy_tree(tmp_path_factory.mktemp("tree"))
+    with (tree / REAL).open("a", encoding="utf-8") as handle:
+        handle.write(UNREACHED)
+    return tree
+
+
+@pytest.fixture(scope="module")
+def listed_run(planted: Path) -> subprocess.CompletedProcess[str]:
+    """The planted module against the committed survivor list."""
+    return mutate(planted)
+
+
+def test_a_real_run_counts_every_mutant_and_holds_the_module_to_its_list(
+    listed_run: subprocess.CompletedProcess[str],
+) -> None:
+    """The committed list argues every survivor of the real tests: the only new ones are the
+    planted mutants no test reaches, and they fail the run. The printed terms add up, and each
+    mutant left alive is printed by name."""
+    out = listed_run.stdout
+    assert listed_run.returncode == 1, out + listed_run.stderr
+    mutants, counts = module_line(out)
+    assert sum(counts.values()) == mutants > 0
+    left = left_names(out)
+    assert len(left) == mutants - counts["killed"] - counts["caught by type check"]
+    planted_left = {n: s for n, s in left.items() if ".x_planted_unreached__mutmut_" in n}
+    assert len(planted_left) >= 2 and set(planted_left.values()) == {"no tests"}
+    new = [x for x in out.splitlines() if "not in the survivor list" in x]
+    assert sorted(x.rpartition(": ")[2] for x in new) == sorted(planted_left), out
+    assert f"mutation: {mutants} mutants, {counts['killed']} killed, {len(left)} left" in out
+
+
+def plant_module(tree: Path, test_body: str) -> str:
+    """A small deciding module and its test file in ``tree``: the edge of the tolerance is
+    not tested, so ``<`` for ``<=`` survives."""
+    module = "bloomperf/analysis/planted.py"
+    (tree / module).write_text(
+        "def within(ratio: float, tolerance: float) -> bool:\n"
+        "    return abs(ratio - 1.0) <= tolerance\n"
+    )
+    (tree / "tests" / "test_planted.py").write_text(
+        # Spelt in two parts: the runner picks a module's tests by this import's text, and this
+        # file must not be one of them.
+        f"from bloomperf.analysis.{'planted'} import within\n\n\n"
+        f"def test_within() -> None:\n    {test_body}\n"
+    )
+    return module
+
+
+def test_a_module_with_no_list_fails_below_its_count_of_survivors_and_passes_at_it(
+    tmp_path: Path,
+) -> None:
+    tree = copy_tree(tmp_path)
+    module = plant_module(tree, "assert within(1.05, 0.1) and not within(1.5, 0.1)")
+    below = mutate(tree, "--max-survivors", "0", module=module)
+    assert below.returncode == 1, below.stdout + below.stderr
+    left = left_names(below.stdout)
+    assert "bloomperf.analysis.planted.x_within__mutmut_" in " ".join(left)
+    assert f"{len(left)} mutants left in modules with no survivor list" in below.stdout
+    at = mutate(tree, "--max-survivors", str(len(left)), module=module)
+    assert at.returncode == 0, at.stdout + at.stderr
+    assert left_names(at.stdout) == left
+
+
+def test_a_module_whose_tests_fail_without_a_mutant_fails_the_run(tmp_path: Path) -> None:
+    """Even where every mutant left alive is allowed."""
+    tree = copy_tree(tmp_path)
+    module = plant_module(tree, "assert within(1.0, 0.1)\n    assert False")
+    done = mutate(tree, "--max-survivors", "1000", module=module)
+    assert done.returncode == 1, done.stdout + done.stderr
+    # mutmut stops at its first pass over the tests (collecting which test reaches which
+    # function), before any mutant: all are counted, unchecked.
+    assert "mutmut failed" in done.stdout and "FAILED tests/test_planted.py::test_within" in (
+        done.stdout
+    )
+    mutants, counts = module_line(done.stdout, module)
+    assert counts["not checked"] == mutants > 0
