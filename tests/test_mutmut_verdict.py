@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "mutation"))
 
-from judge import Tally, judge, parse_shard, shard  # noqa: E402
+from judge import Tally, judge, load_survivors, parse_shard, shard  # noqa: E402
 
 MODULE = "bloomperf/analysis/planted.py"
 
@@ -237,3 +237,24 @@ def test_a_module_whose_tests_fail_without_a_mutant_fails_the_run(tmp_path: Path
     )
     mutants, counts = module_line(done.stdout, module)
     assert counts["not checked"] == mutants > 0
+
+
+def test_every_listed_survivor_is_a_mutant_of_its_module_with_a_reason() -> None:
+    listed = load_survivors(ROOT / "tests" / "mutation" / "survivors.toml")
+    assert listed, "the committed survivor list is empty"
+    for module, survivors in listed.items():
+        assert (ROOT / module).is_file(), module
+        dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        for name, reason in survivors.items():
+            assert name.startswith(f"{dotted}.x_") and "__mutmut_" in name, name
+            assert len(reason.split()) >= 4, f"{name}: argue it in a line, got {reason!r}"
+
+
+def test_a_survivor_list_entry_without_its_reason_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "survivors.toml"
+    path.write_text(
+        '["bloomperf/analysis/stats.py"]\n"bloomperf.analysis.stats.x_f__mutmut_1" = 1\n'
+    )
+    with pytest.raises(ValueError, match="must map each mutant name to its reason"):
+        load_survivors(path)
+    assert load_survivors(tmp_path / "absent.toml") == {}
