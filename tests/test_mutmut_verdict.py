@@ -258,3 +258,28 @@ def test_a_survivor_list_entry_without_its_reason_is_refused(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="must map each mutant name to its reason"):
         load_survivors(path)
     assert load_survivors(tmp_path / "absent.toml") == {}
+
+
+def test_a_module_past_its_budget_fails_the_run_and_its_mutants_count(tmp_path: Path) -> None:
+    """mutmut and its forked children are stopped at the budget; whatever it had listed is
+    counted (unchecked mutants as left alive), and the run fails even with every one allowed."""
+    tree = copy_tree(tmp_path)
+    module = plant_module(tree, "assert within(1.05, 0.1) and not within(1.5, 0.1)")
+    done = mutate(tree, "--budget", "1", "--max-survivors", "1000", module=module)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "over the budget of 1 s: fails the run" in done.stdout
+    mutants, counts = module_line(done.stdout, module)
+    assert sum(counts.values()) == mutants
+    # Here: mutmut had written its 4 mutants and checked none (unless stopped even earlier).
+    assert counts.get("not checked", 0) > 0 or mutants == 0
+    assert len(left_names(done.stdout)) == mutants - counts["killed"]
+
+
+def test_a_shard_outside_one_to_n_is_refused_on_the_command_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "tests/mutation/run.py", "--layer", "harness", "--shard", "4/3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "--shard wants K/N with 1 <= K <= N" in done.stderr
