@@ -343,19 +343,48 @@ def test_require_fails_for_a_tool_missing_from_the_list() -> None:
         require(unlisted)
 
 
-def test_the_mutation_run_is_scheduled_and_fails_over_its_survivor_threshold() -> None:
-    """The weekly mutmut job runs tests/mutation/run.py with a survivor threshold, and outputs
-    the counts the script writes to $GITHUB_OUTPUT."""
+# The most lines of code one weekly mutation job mutates: a larger layer is split with --shard.
+LINES_PER_JOB = 2000
+
+
+def mutation_runner() -> Any:
+    # By its path: tests/canaries/run.py is a module named "run" too.
+    spec = importlib.util.spec_from_file_location("mutation_run", REPO / "tests/mutation/run.py")
+    assert spec is not None and spec.loader is not None
+    mutation = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mutation  # dataclasses look their module up
+    spec.loader.exec_module(mutation)
+    return mutation
+
+
+def test_the_weekly_mutation_run_covers_every_layer_in_jobs_of_bounded_size() -> None:
+    """One job per layer, or per shard of a layer: every layer once, each layer's shards 1..N
+    complete, no shard over ``LINES_PER_JOB`` lines (harness: about 5,000), and each job runs
+    the runner with its layer and shard, held to the committed survivor list (no allowance)."""
     workflow = load(MUTATION)
     assert "schedule" in triggers(workflow)
     job = workflow["jobs"]["mutmut"]
-    threshold = int(job["env"]["MAX_SURVIVORS"])
-    assert threshold >= 0
+    assert job["strategy"]["fail-fast"] is False
+    include = job["strategy"]["matrix"]["include"]
+    mutation = mutation_runner()
+    shards: dict[str, list[int]] = {}
+    for leg in include:
+        shards.setdefault(leg["layer"], []).append(leg["k"])
+    assert sorted(shards) == sorted(mutation.LAYERS)
+    for layer, ks in shards.items():
+        n = next(leg["n"] for leg in include if leg["layer"] == layer)
+        assert sorted(ks) == list(range(1, n + 1)), layer
+        assert all(leg["n"] == n for leg in include if leg["layer"] == layer)
+        for k in ks:
+            modules = mutation.parse(["--layer", layer, "--shard", f"{k}/{n}"]).chosen
+            lines = sum(len((REPO / m).read_text().splitlines()) for m in modules)
+            assert lines <= LINES_PER_JOB, f"{layer} {k}/{n}: {lines} lines, add a shard"
     step = next(s for s in job["steps"] if s.get("id") == "mutmut")
     command = shlex.split(step["run"].replace("\\\n", " "))
     assert command[:2] == ["python", "tests/mutation/run.py"]
-    assert command[command.index("--max-survivors") + 1] == "$MAX_SURVIVORS"
-    assert set(job["outputs"]) == {"mutants", "survived"}
+    assert command[command.index("--layer") + 1] == "${{ matrix.layer }}"
+    assert command[command.index("--shard") + 1] == "${{ matrix.k }}/${{ matrix.n }}"
+    assert "--max-survivors" not in command  # only the list's argued survivors pass
     assert "mutmut" in (REPO / "pyproject.toml").read_text()
 
 
@@ -372,12 +401,7 @@ def test_the_mutation_layers_reach_every_deciding_folder_with_the_tests_that_imp
     for layer in ("analysis", "store", "render", "harness", "cli", "measure", "catalog"):
         assert f"'{layer}'" in done.stderr, done.stderr
     assert "'plugin'" in done.stderr
-    # By its path: tests/canaries/run.py is a module named "run" too.
-    spec = importlib.util.spec_from_file_location("mutation_run", REPO / "tests/mutation/run.py")
-    assert spec is not None and spec.loader is not None
-    mutation = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mutation  # dataclasses look their module up
-    spec.loader.exec_module(mutation)
+    mutation = mutation_runner()
     assert (
         mutation.covering_tests("bloomperf/analysis/stats.py")
         == mutation.MODULES["bloomperf/analysis/stats.py"]

@@ -4,15 +4,17 @@ The curated canaries (``tests/canaries``) are the bugs someone thought of; mutmu
 small mutant of a module (an operator, a constant, a comparison, a dropped call) and runs the
 tests that reach the mutated function. One module at a time, with only the test files that
 cover it, in a scratch copy of the tree (mutmut writes its ``mutants/`` folder there), so that a
-run fits a 2-core machine under a time budget. Prints one line per module (mutants, killed,
-survived, timeouts, not checked) and the surviving mutants' names (``mutmut show NAME`` in the
-scratch copy, kept with ``--keep``, prints one). Exit status: 0 when the survivors are at most
-``--max-survivors`` (mutants not checked count as survivors); 1 above it, when a module runs
-past ``--budget``, or when a module's tests fail without any mutant (mutmut's clean run); 2 bad
-usage.
+run fits a 2-core machine under a time budget. Prints one line per module (mutants = killed +
+survived + every other status, ``judge.py``) and the names of the mutants left alive (``mutmut
+show NAME`` in the scratch copy, kept with ``--keep``, prints one). A module in the survivor list
+(``--survivors``) passes only when every mutant left alive is listed there; the mutants left in
+the other modules may number at most ``--max-survivors``. Exit status: 0 when the run passes; 1
+on a survivor not allowed, when a module runs past ``--budget``, or when a module's tests fail
+without any mutant (mutmut's clean run); 2 bad usage.
 
     .venv/bin/python tests/mutation/run.py [--max-children 2] [--budget 3600]
-        [--max-survivors N] [--keep DIR] [--layer harness ...] [MODULE ...]
+        [--max-survivors N] [--survivors FILE] [--keep DIR] [--layer harness ...]
+        [--shard K/N] [MODULE ...]
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from judge import Tally, judge, load_survivors, parse_shard, shard
+
 ROOT = Path(__file__).resolve().parents[2]
+SURVIVORS = ROOT / "tests" / "mutation" / "survivors.toml"
 # The modules that decide verdicts and figures, and the test files that cover each of them.
 # Tests that start worker processes are left out: a worker imports the module unmutated.
 # Measures worker children's RSS (37 s): a child imports the module unmutated, and mutmut would
@@ -165,20 +171,6 @@ def covering_tests(module: str) -> tuple[str, ...]:
 
 # Besides bloomperf/ and tests/ (mutmut copies those), what the tests read.
 ALSO_COPY = ("conftest.py", "baselines", "benchmarks", "README.md", "docs", "requirements", ".ci")
-STATUSES = ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "not checked")
-
-
-@dataclass(frozen=True)
-class Tally:
-    module: str
-    counts: dict[str, int]
-    survivors: tuple[str, ...]
-    seconds: float
-    problem: str = ""
-
-    @property
-    def mutants(self) -> int:
-        return sum(self.counts.values())
 
 
 def config(module: str, tests: tuple[str, ...]) -> str:
@@ -217,7 +209,8 @@ def prepare(scratch: Path, module: str, tests: tuple[str, ...]) -> None:
 
 
 def results(scratch: Path) -> dict[str, str]:
-    """mutant name -> status, from ``mutmut results --all true``."""
+    """mutant name -> status, every line of ``mutmut results --all true`` (``    NAME: STATUS``),
+    whatever the status: one mutmut adds later is counted too, as a mutant left alive."""
     done = subprocess.run(
         [sys.executable, "-m", "mutmut", "results", "--all", "true"],
         cwd=scratch,
@@ -228,9 +221,37 @@ def results(scratch: Path) -> dict[str, str]:
     found = {}
     for line in done.stdout.splitlines():
         name, sep, status = line.strip().rpartition(": ")
-        if sep and status in STATUSES:
+        if sep and name and " " not in name:
             found[name] = status
     return found
+
+
+def run_mutmut(folder: Path, children: int, budget: float) -> str:
+    """``mutmut run`` in ``folder``; what went wrong, or "". On the budget the whole process
+    group goes: mutmut's forked children would otherwise go on testing mutants."""
+    # CI: the derandomised hypothesis profile (tests/conftest.py), so that a mutant's fate does
+    # not depend on the day's examples, and no skip passes silently (tests/skips.py).
+    env = dict(os.environ, BLOOMPERF_CACHE=str(ROOT / ".bloomperf-cache"), CI="true")
+    env.pop("PYTHONPATH", None)
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)]
+    with subprocess.Popen(
+        command,
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            output, _ = process.communicate(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return f"over the budget of {budget:g} s: fails the run (raise --budget)"
+    if process.returncode != 0:
+        return "mutmut failed:\n" + "\n".join(output.strip().splitlines()[-8:])
+    return ""
 
 
 def run_module(module: str, budget: float, children: int, keep: Path | None) -> Tally:
@@ -239,28 +260,10 @@ def run_module(module: str, budget: float, children: int, keep: Path | None) -> 
     try:
         tests = covering_tests(module)
         if not tests:
-            return Tally(module, dict.fromkeys(STATUSES, 0), (), 0.0, "no test file imports it")
+            return Tally(module, {}, 0.0, "no test file imports it")
         prepare(folder, module, tests)
-        # CI: the derandomised hypothesis profile (tests/conftest.py), so that a mutant's fate
-        # does not depend on the day's examples, and no skip passes silently (tests/skips.py).
-        env = dict(os.environ, BLOOMPERF_CACHE=str(ROOT / ".bloomperf-cache"), CI="true")
-        env.pop("PYTHONPATH", None)
-        command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)]
-        problem = ""
-        try:
-            done = subprocess.run(
-                command, cwd=folder, env=env, capture_output=True, text=True, timeout=budget
-            )
-            if done.returncode != 0:
-                tail = (done.stdout + done.stderr).strip().splitlines()[-8:]
-                problem = "mutmut failed:\n" + "\n".join(tail)
-        except subprocess.TimeoutExpired:
-            problem = f"over the budget of {budget:g} s: fails the run (raise --budget)"
-        statuses = results(folder)
-        counts = {s: sum(1 for v in statuses.values() if v == s) for s in STATUSES}
-        left = ("survived", "no tests", "not checked")
-        survivors = tuple(sorted(n for n, s in statuses.items() if s in left))
-        return Tally(module, counts, survivors, time.monotonic() - start, problem)
+        problem = run_mutmut(folder, children, budget)
+        return Tally(module, results(folder), time.monotonic() - start, problem)
     finally:
         if keep is not None:
             target = keep / module.replace("/", "_")
@@ -269,55 +272,70 @@ def run_module(module: str, budget: float, children: int, keep: Path | None) -> 
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="modules to mutate (default: all listed)")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once")
     parser.add_argument("--budget", type=float, default=3600, help="seconds per module")
     parser.add_argument(
-        "--max-survivors", type=int, default=None, help="fail above this many survivors"
+        "--max-survivors",
+        type=int,
+        default=0,
+        help="mutants left alive allowed in modules with no survivor list (default 0)",
+    )
+    parser.add_argument(
+        "--survivors", type=Path, default=SURVIVORS, help="the committed survivor list (TOML)"
     )
     parser.add_argument("--keep", type=Path, help="keep each module's scratch copy here")
     parser.add_argument(
         "--layer", choices=LAYERS, action="append", default=[], help="every module of a layer"
     )
+    parser.add_argument("--shard", help="K/N: only the K-th of N shares of the modules chosen")
     args = parser.parse_args(argv)
     known = {m for layer in LAYERS for m in layer_modules(layer)} | set(MODULES)
     unknown = [m for m in args.modules if m not in known]
     if unknown:
         parser.error(f"unknown module {unknown[0]!r} (known: {', '.join(sorted(known))})")
     chosen = [*args.modules, *(m for layer in args.layer for m in layer_modules(layer))]
+    args.chosen = chosen or list(MODULES)
+    if args.shard is not None:
+        try:
+            k, n = parse_shard(args.shard)
+        except ValueError as exc:
+            parser.error(str(exc))
+        sizes = {m: len((ROOT / m).read_text(encoding="utf-8").splitlines()) for m in args.chosen}
+        args.chosen = shard(args.chosen, sizes, k, n)
+    return args
+
+
+def report(tally: Tally) -> None:
+    print(tally.line(), flush=True)
+    for name, status in tally.left.items():
+        print(f"  {status}: {name}", flush=True)
+    if tally.problem:
+        print("  " + tally.problem.replace("\n", "\n  "), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    listed = load_survivors(args.survivors)
     tallies = []
-    for module in chosen or list(MODULES):
+    for module in args.chosen:
         tally = run_module(module, args.budget, args.max_children, args.keep)
         tallies.append(tally)
-        c = tally.counts
-        print(
-            f"{module}: {tally.mutants} mutants, {c['killed']} killed, {c['survived']} survived, "
-            f"{c['timeout']} timeouts, {c['no tests']} without tests, "
-            f"{c['not checked']} not checked ({tally.seconds:.0f} s)",
-            flush=True,
-        )
-        for name in tally.survivors:
-            print(f"  survived: {name}", flush=True)
-        if tally.problem:
-            print("  " + tally.problem.replace("\n", "\n  "), flush=True)
-    # A mutant no test reaches, or none checked before the budget ran out, is a bug the tests
-    # would let through as surely as a survivor: a slower runner must not pass more easily.
-    survived = sum(
-        t.counts["survived"] + t.counts["no tests"] + t.counts["not checked"] for t in tallies
-    )
+        report(tally)
     total = sum(t.mutants for t in tallies)
-    killed = sum(t.counts["killed"] for t in tallies)
-    print(f"mutation: {total} mutants, {killed} killed, {survived} survived or reached by no test")
+    killed = sum(t.killed for t in tallies)
+    left = total - killed
+    print(f"mutation: {total} mutants, {killed} killed, {left} left alive (any other status)")
     if "GITHUB_OUTPUT" in os.environ:
         with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as out:
-            out.write(f"mutants={total}\nkilled={killed}\nsurvived={survived}\n")
+            out.write(f"mutants={total}\nkilled={killed}\nsurvived={left}\n")
+    verdict = judge(tallies, listed, args.max_survivors)
+    for line in verdict.lines:
+        print(f"mutation: {line}", flush=True)
     broken = [t for t in tallies if t.problem]  # mutmut failed, or a module ran over budget
-    over = args.max_survivors is not None and survived > args.max_survivors
-    if over:
-        print(f"mutation: {survived} survivors, more than the {args.max_survivors} allowed")
-    return 1 if over or broken else 0
+    return 1 if verdict.failed or broken else 0
 
 
 if __name__ == "__main__":
