@@ -146,6 +146,19 @@ def decide(estimate: PairedEstimate, tolerance: float) -> str | None:
     return None
 
 
+def worse_when_lower(estimate: PairedEstimate) -> PairedEstimate:
+    """A/B for a metric where higher is better (a throughput), so that ``decide``'s rules for a
+    cost apply unchanged: ``slower`` (B worse) when A/B lies above 1 and exceeds 1 + tolerance,
+    that is B/A below 1 / (1 + tolerance); the interval's ends swap."""
+    return PairedEstimate(
+        ratio=1.0 / estimate.ratio,
+        low=1.0 / estimate.high,
+        high=1.0 / estimate.low,
+        pairs=estimate.pairs,
+        confidence=estimate.confidence,
+    )
+
+
 def fewest_pairs(confidence: float) -> int:
     """Below this many pairs no interval reaches ``confidence`` (even [min, max] covers only
     ``1 - 2 / 2**n``): 6 pairs at 95 %, 8 at 99 %."""

@@ -89,11 +89,20 @@ def add_command(subparsers: Any) -> None:
     add("--engine-args", default="", metavar="ARGS", help="more arguments for vLLM's server [none]")
     add("--python", type=Path, help="the serving venv's interpreter [.venv-serving/bin/python]")
     add("--port", type=checked(count), help="the server's port [a free one]")
+    add("--repeat", type=checked(count), default=1, metavar="N", help="sweeps, one sample each [1]")
+    add_sweep_options(add)
+    add("--threads", type=checked(count), help="OMP threads of the engine [vLLM's choice]")
+    add("--seed", type=int, default=0, help="the requests' seed [0]")
+    add("-o", "--output", type=Path, help="write the sweep's results here (JSON) [none]")
+    parser.set_defaults(func=serve_command)
+
+
+def add_sweep_options(add: Any) -> None:
+    """The sweep's options, shared with ``bloomperf ab --serve`` (``add``: add_argument)."""
     add("--max-model-len", type=checked(count), default=DEFAULT_CONTEXT, help="context [512]")
     add("--rates", default=DEFAULT_RATES, help=f"request rates per second [{DEFAULT_RATES}]")
     add("--requests", type=checked(count), default=DEFAULT_REQUESTS, help="requests per rate [30]")
     add("--refine", type=int, default=2, metavar="N", help="bisection steps after the rates [2]")
-    add("--repeat", type=checked(count), default=1, metavar="N", help="sweeps, one sample each [1]")
     add("--burstiness", type=checked(positive), default=1.0, help="1: Poisson; <1 burstier [1]")
     add(
         "--workload",
@@ -110,15 +119,27 @@ def add_command(subparsers: Any) -> None:
         default=900.0,
         help="s to wait for readiness [900]",
     )
-    add("--threads", type=checked(count), help="OMP threads of the engine [vLLM's choice]")
-    add("--seed", type=int, default=0, help="the requests' seed [0]")
-    add("-o", "--output", type=Path, help="write the sweep's results here (JSON) [none]")
-    parser.set_defaults(func=serve_command)
+
+
+def sweep_spec(args: argparse.Namespace, client: Path, model: Path) -> SweepSpec:
+    """The sweep that the options describe (``client``: the interpreter of vLLM's client)."""
+    return SweepSpec(
+        rates=parse_rates(args.rates),
+        requests=args.requests,
+        sla=Sla(args.sla_ttft, args.sla_token_rate, args.sla_attainment),
+        client_python=client,
+        tokenizer=model,
+        workload=args.workload,
+        context=args.max_model_len,
+        burstiness=args.burstiness,
+        refine_steps=args.refine,
+        seed=args.seed,
+    )
 
 
 def serve_command(args: argparse.Namespace) -> int:
     sla = Sla(args.sla_ttft, args.sla_token_rate, args.sla_attainment)
-    rates = parse_rates(args.rates)
+    parse_rates(args.rates)  # bad input refused before a venv or a model is looked for
     python = serving_python(args.python)
     prepared = resolve_model(args.model)
     model = prepared.path
@@ -130,18 +151,7 @@ def serve_command(args: argparse.Namespace) -> int:
     settings.pop("func", None)
     settings.pop("repeat", None)  # how many samples, not what a sample is: in the figures
     settings["python"] = str(python)  # the interpreter used, whichever way it was chosen
-    spec = SweepSpec(
-        rates=rates,
-        requests=args.requests,
-        sla=sla,
-        client_python=python,
-        tokenizer=model,
-        workload=args.workload,
-        context=args.max_model_len,
-        burstiness=args.burstiness,
-        refine_steps=args.refine,
-        seed=args.seed,
-    )
+    spec = sweep_spec(args, python, model)
     sweep_cell(settings, sla, [], None)  # a --dtype no results can name: refused before a start
     run = empty_run(prepared, settings)
     measured: list[list[RateSummary]] = []  # per sweep

@@ -36,8 +36,10 @@ from bloomperf.analysis.paired import (
     first_look,
     look_confidence,
     next_look,
+    worse_when_lower,
 )
 from bloomperf.catalog.workload import ms_per_token
+from bloomperf.core.metrics import HEADLINE, HIGHER, metric
 from bloomperf.harness.launch import GroupSpec
 from bloomperf.harness.matrix import Cell, Group
 from bloomperf.harness.overlay import Arm
@@ -98,6 +100,7 @@ class Comparison:
     arms: dict[str, CellResult] = field(default_factory=dict)
     message: str = ""
     busy: Busy | None = None  # how busy the machine was; set whenever pairs were measured
+    metric: str = HEADLINE  # the registered metric judged: ms/token, or a serving figure
 
     @property
     def busy_verdict(self) -> bool:
@@ -115,6 +118,7 @@ class PairLog:
 
     cell: Cell
     settings: Settings
+    metric: str = HEADLINE  # what the pairs' values are (Sample.ms_per_token holds them)
     samples: list[Sample] = field(default_factory=list)
     ratios: dict[str, list[float]] = field(default_factory=lambda: {"a": [], "b": []})
     # Per pair: whether it is set aside, and each arm's cycles' loads behind it.
@@ -170,8 +174,15 @@ class PairLog:
             return False
         self.look = next_look(self.clean_pairs)
         self.estimate = self.clean_estimate()
-        self.verdict = decide(self.estimate, self.settings.tolerance) if self.estimate else None
+        worse = self.as_cost(self.estimate)
+        self.verdict = decide(worse, self.settings.tolerance) if worse else None
         return self.verdict is not None
+
+    def as_cost(self, estimate: PairedEstimate | None) -> PairedEstimate | None:
+        """The estimate oriented so that above 1 is worse, whichever way the metric is better
+        (``slower`` then reads "B worse": a lower throughput, a longer latency)."""
+        higher = metric_direction(self.metric) == HIGHER
+        return worse_when_lower(estimate) if estimate is not None and higher else estimate
 
     def report_due(self) -> bool:
         """Whether to report (and save) progress now: on the looks' schedule, counted in
@@ -193,17 +204,22 @@ class PairLog:
         return Comparison(
             cell=self.cell,
             outcome=Outcome.OK,
-            verdict=final_verdict(self.estimate, self.settings.tolerance),
+            verdict=final_verdict(self.as_cost(self.estimate), self.settings.tolerance),
             estimate=self.estimate,
             samples=tuple(self.samples),
             elapsed_s=elapsed,
             stopped=stopped,
             arms=arms,
             busy=busy_figures(self.loads, self.set_aside) if self.pairs else None,
+            metric=self.metric,
         )
 
 
 Progress = Callable[[PairLog, float], None]
+
+
+def metric_direction(name: str) -> str:
+    return metric(name).direction
 
 
 def arm_spec(spec: GroupSpec, arm: Arm) -> GroupSpec:
