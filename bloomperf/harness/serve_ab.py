@@ -33,7 +33,7 @@ from bloomperf.store.serving import RateSummary, Sla, Sweep, sweep_cell, sweep_f
 
 # A sweep that met the SLA at no rate has no effective throughput (FastGen's 0): the paired
 # statistics need a positive ratio, so against the other arm's figure it counts as this many
-# times worse, beyond any change measured. Only the ranks of the pairs decide the verdict.
+# times lower, beyond any change measured. Only the ranks of the pairs decide the verdict.
 MISSING_FACTOR = 1000.0
 
 RateSeen = Callable[[str, RateSummary], None]
@@ -88,16 +88,18 @@ def turn(order: tuple[str, ...], index: int) -> tuple[str, ...]:
 def pair_values(
     figures: dict[str, dict[str, tuple[float, ...]]],
 ) -> dict[str, dict[str, float]]:
-    """Each metric's value per arm in one pair; a figure one arm lacks (no rate met the SLA)
-    is ``MISSING_FACTOR`` times worse than the other's; a metric neither arm has is left out."""
+    """Each metric's value per arm in one pair. A sweep keeps only positive figures: a
+    higher-is-better one it lacks is 0 (no rate met the SLA), the worst, so it counts as
+    ``MISSING_FACTOR`` times worse than the other arm's; a lower-is-better one it lacks was not
+    measured (0 would be the best, not a measurement), so that metric has no pair."""
     values: dict[str, dict[str, float]] = {}
     for name in sorted(set(figures["a"]) | set(figures["b"])):
         have = {arm: figures[arm][name][0] for arm in ARMS if name in figures[arm]}
-        if len(have) == 1:
+        if len(have) == 1 and metric(name).direction == HIGHER:
             ((_, value),), other = have.items(), "b" if "a" in have else "a"
-            worse = 1 / MISSING_FACTOR if metric(name).direction == HIGHER else MISSING_FACTOR
-            have[other] = value * worse
-        values[name] = have
+            have[other] = value / MISSING_FACTOR
+        if len(have) == 2:
+            values[name] = have
     return values
 
 
@@ -141,7 +143,7 @@ def compare_servers(
             log.add_pair(values, order)
         undecided = [log for log in logs.values() if log.verdict is None and not log.decided()]
         on_pair(pair, logs, time.monotonic() - started)
-        if not undecided:
+        if logs and not undecided:
             stopped = "decided"
             break
         if time.monotonic() - started >= settings.max_time_s:
