@@ -146,10 +146,12 @@ def decide(estimate: PairedEstimate, tolerance: float) -> str | None:
     return None
 
 
-def worse_when_lower(estimate: PairedEstimate) -> PairedEstimate:
-    """A/B for a metric where higher is better (a throughput), so that ``decide``'s rules for a
-    cost apply unchanged: ``slower`` (B worse) when A/B lies above 1 and exceeds 1 + tolerance,
-    that is B/A below 1 / (1 + tolerance); the interval's ends swap."""
+def as_cost(estimate: PairedEstimate | None, higher_is_better: bool) -> PairedEstimate | None:
+    """The estimate oriented so that above 1 is worse, for ``decide``'s rules written for a
+    cost: for a metric where higher is better (a throughput) that is A/B, so ``slower`` (B
+    worse) means B/A below 1 / (1 + tolerance); the interval's ends swap."""
+    if estimate is None or not higher_is_better:
+        return estimate
     return PairedEstimate(
         ratio=1.0 / estimate.ratio,
         low=1.0 / estimate.high,

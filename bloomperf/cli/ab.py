@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from bloomperf.analysis.paired import SLOWER
 from bloomperf.catalog.checkpoints import default_cache_dir
 from bloomperf.catalog.topology import detect_topology
-from bloomperf.cli.ab_report import comparison_json, log_json, render_table
+from bloomperf.cli.ab_report import KIND, SCHEMA_VERSION, comparison_json, log_json, render_table
 from bloomperf.cli.arguments import TOLERANCE_HELP
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
@@ -59,9 +59,7 @@ from bloomperf.harness.overlay import (
 from bloomperf.harness.session import Session, lock_key, resolve_device, utc_now
 from bloomperf.store.results import Outcome
 
-KIND = "bloomperf-ab"
 DEFAULT_TOLERANCE = 0.05
-SCHEMA_VERSION = 1
 FAILED_OUTCOMES = (Outcome.ERROR, Outcome.TIMEOUT, Outcome.OOM)
 
 
@@ -189,15 +187,16 @@ def package_source(args: Any) -> PackageSource:
 
 def ab_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr  # read at call time, not at import
-    if getattr(args, "serve", False):
-        from bloomperf.cli.ab_serve import serving_ab_command
-
-        return serving_ab_command(args, out, err)
     options = resolve_options(vars(args))
     topology = detect_topology()
     settings = comparison_settings(args, options, resolve_device(options.device, topology))
-    cache_dir = options.cache_dir or default_cache_dir()
     source = package_source(args)
+    if getattr(args, "serve", False):
+        from bloomperf.cli.ab_serve import serving_ab_command
+
+        found = serving_ab_command(args, options, topology, settings, source, (out, err))
+        return exit_code(found, args.fail_inconclusive)
+    cache_dir = options.cache_dir or default_cache_dir()
     arms = []
     for name in ("a", "b"):
         python = getattr(args, name)

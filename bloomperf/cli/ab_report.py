@@ -16,6 +16,8 @@ from bloomperf.core.metrics import HEADLINE, metric, metrics
 from bloomperf.harness.interleave import Comparison, PairLog, Settings
 
 WIDTH = 100  # terminal columns
+KIND = "bloomperf-ab"  # the results file of ab, ab --serve and bisect's steps
+SCHEMA_VERSION = 1
 
 
 def comparison_json(comparison: Comparison) -> dict[str, Any]:

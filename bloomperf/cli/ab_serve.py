@@ -23,25 +23,26 @@ from typing import Any, TextIO
 
 from bloomperf.backends import serving_row
 from bloomperf.catalog.checkpoints import default_cache_dir, resolve_model
-from bloomperf.catalog.topology import detect_topology
-from bloomperf.cli.ab import (
+from bloomperf.catalog.topology import Topology
+from bloomperf.cli.ab_report import (
     KIND,
     SCHEMA_VERSION,
-    comparison_settings,
-    exit_code,
-    package_source,
+    WIDTH,
+    comparison_json,
+    log_json,
+    render_metric_table,
 )
-from bloomperf.cli.ab_report import WIDTH, comparison_json, log_json, render_metric_table
 from bloomperf.cli.serve import add_sweep_options, serving_python, sweep_spec
+from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import write_json_atomic
 from bloomperf.core.metrics import label_of, metrics
 from bloomperf.harness.interleave import ARMS, Comparison, PairLog, Settings
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.matrix import Cell
-from bloomperf.harness.options import resolve_options
 from bloomperf.harness.overlay import (
     Arm,
+    PackageSource,
     describe_differences,
     differences,
     parse_settings,
@@ -75,16 +76,22 @@ def add_serving_arguments(parser: Any) -> None:
     add_sweep_options(group.add_argument)
 
 
-def serving_ab_command(args: Any, out: TextIO, err: TextIO) -> int:
-    options = resolve_options(vars(args))
-    topology = detect_topology()
+def serving_ab_command(
+    args: Any,
+    options: RunConfig,
+    topology: Topology,
+    settings: Settings,
+    source: PackageSource,
+    streams: tuple[TextIO, TextIO],
+) -> list[Comparison]:
+    """Both servers compared (``ab`` has read the comparison's options and gives the exit)."""
+    out, err = streams
     device = resolve_device(options.device, topology)
-    settings = comparison_settings(args, options, device)
     model = resolve_model(options.model or DEFAULT_MODEL)
     engine = {arm: engine_args(args, arm) for arm in ARMS}
     cell = Cell(serving_row(args.workload), engine_dtype(" ".join(engine["a"])), 1)
     cache_dir = options.cache_dir or default_cache_dir()
-    arms = [prepare_serving_arm(args, name, cache_dir) for name in ARMS]
+    arms = [prepare_serving_arm(args, name, source, cache_dir) for name in ARMS]
     spec = sweep_spec(args, Path(arms[0].python), model.path)
     output = options.output or Path("results") / (
         f"bloomperf-ab-serve-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
@@ -133,7 +140,7 @@ def serving_ab_command(args: Any, out: TextIO, err: TextIO) -> int:
     finish(document, comparisons, save)
     print(render_metric_table(comparisons, settings), file=out)
     print(f"results: {output}", file=out)
-    return exit_code(comparisons, args.fail_inconclusive)
+    return comparisons
 
 
 def engine_args(args: Any, arm: str) -> tuple[str, ...]:
@@ -144,7 +151,7 @@ def engine_args(args: Any, arm: str) -> tuple[str, ...]:
         raise BloomperfError(f"--{arm}-engine-args: {exc}") from None
 
 
-def prepare_serving_arm(args: Any, name: str, cache_dir: Path) -> Arm:
+def prepare_serving_arm(args: Any, name: str, source: PackageSource, cache_dir: Path) -> Arm:
     """An arm whose interpreter is a serving venv's (``--a``/``--b``, else the project's)."""
     given = getattr(args, name)
     python = resolve_python(given, f"--{name}") if given else str(serving_python(None))
@@ -153,7 +160,7 @@ def prepare_serving_arm(args: Any, name: str, cache_dir: Path) -> Arm:
         python,
         parse_settings(getattr(args, f"{name}_env"), f"--{name}-env"),
         tuple(getattr(args, f"{name}_pin") or ()),
-        package_source(args),
+        source,
         cache_dir,
     )
 

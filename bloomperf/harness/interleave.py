@@ -31,12 +31,12 @@ from bloomperf.analysis.contention import Busy, busy_figures, clean_estimate, co
 from bloomperf.analysis.paired import (
     INCONCLUSIVE,
     PairedEstimate,
+    as_cost,
     decide,
     final_verdict,
     first_look,
     look_confidence,
     next_look,
-    worse_when_lower,
 )
 from bloomperf.catalog.workload import ms_per_token
 from bloomperf.core.metrics import HEADLINE, HIGHER, metric
@@ -174,15 +174,13 @@ class PairLog:
             return False
         self.look = next_look(self.clean_pairs)
         self.estimate = self.clean_estimate()
-        worse = self.as_cost(self.estimate)
+        worse = as_cost(self.estimate, self.higher_is_better)  # "slower": B worse
         self.verdict = decide(worse, self.settings.tolerance) if worse else None
         return self.verdict is not None
 
-    def as_cost(self, estimate: PairedEstimate | None) -> PairedEstimate | None:
-        """The estimate oriented so that above 1 is worse, whichever way the metric is better
-        (``slower`` then reads "B worse": a lower throughput, a longer latency)."""
-        higher = metric_direction(self.metric) == HIGHER
-        return worse_when_lower(estimate) if estimate is not None and higher else estimate
+    @property
+    def higher_is_better(self) -> bool:
+        return metric(self.metric).direction == HIGHER
 
     def report_due(self) -> bool:
         """Whether to report (and save) progress now: on the looks' schedule, counted in
@@ -204,7 +202,9 @@ class PairLog:
         return Comparison(
             cell=self.cell,
             outcome=Outcome.OK,
-            verdict=final_verdict(self.as_cost(self.estimate), self.settings.tolerance),
+            verdict=final_verdict(
+                as_cost(self.estimate, self.higher_is_better), self.settings.tolerance
+            ),
             estimate=self.estimate,
             samples=tuple(self.samples),
             elapsed_s=elapsed,
@@ -216,10 +216,6 @@ class PairLog:
 
 
 Progress = Callable[[PairLog, float], None]
-
-
-def metric_direction(name: str) -> str:
-    return metric(name).direction
 
 
 def arm_spec(spec: GroupSpec, arm: Arm) -> GroupSpec:
