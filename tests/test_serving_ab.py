@@ -16,6 +16,7 @@ import pytest
 from bloomperf.analysis.paired import SLOWER
 from bloomperf.core.lockdir import LOCK_DIR_ENV
 from bloomperf.store.serving import EFFECTIVE, ITL_P99, TTFT_P99
+from tests.leftovers import marked_env, marked_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv-serving" / "bin" / "python"
@@ -37,17 +38,22 @@ BLOOMPERF = [sys.executable, "-m", "bloomperf"]
 
 def serving_ab(tmp: Path, *args: str) -> tuple[int, dict, str]:
     output = tmp / "ab.json"
-    done = subprocess.run(
-        [*BLOOMPERF, "ab", "--serve", *SWEEP, *PAIRS, *args, "--output", str(output)],
+    done = run_ab(tmp, *args, "--output", str(output))
+    assert output.exists(), done.stdout + done.stderr
+    return done.returncode, json.loads(output.read_text()), done.stdout + done.stderr
+
+
+def run_ab(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BLOOMPERF, "ab", "--serve", *SWEEP, *PAIRS, *args],
         capture_output=True,
         text=True,
         timeout=1800,
-        env={**os.environ, LOCK_DIR_ENV: str(tmp / "locks")},  # the machine's lock: CI's
+        # A lock of its own (the machine's may be CI's), marked to find its processes after.
+        env={**marked_env(tmp / "mark"), LOCK_DIR_ENV: str(tmp / "locks")},
         cwd=ROOT,
         check=False,
     )
-    assert output.exists(), done.stdout + done.stderr
-    return done.returncode, json.loads(output.read_text()), done.stdout + done.stderr
 
 
 def verdicts(document: dict) -> dict[str, str]:
@@ -78,3 +84,11 @@ def test_a_server_started_the_same_way_is_not_judged_worse(tmp_path: Path) -> No
     assert code == 0, output
     assert SLOWER not in verdicts(document).values(), output
     assert "differs: (no difference)" in output
+
+
+def test_an_engine_argument_arm_b_refuses_is_one_line_and_leaves_no_server(tmp_path: Path) -> None:
+    done = run_ab(tmp_path, "--b-engine-args", "--no-such-engine-flag 3")
+    assert done.returncode == 2, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "--b-engine-args: vLLM refused them" in last and "no-such-engine-flag" in last
+    assert not marked_processes(tmp_path / "mark", wait_s=10)  # arm A's server stopped too

@@ -260,12 +260,13 @@ def show_pair(err: TextIO, document: dict[str, Any], save: Any) -> Any:
     """Each pair's intervals so far, printed and kept (an interrupted comparison keeps them)."""
 
     def show(pair: int, logs: dict[str, PairLog], elapsed: float) -> None:
-        parts = []
-        for name, log in logs.items():
-            e = log.estimate
-            figures = f"{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]" if e else "no interval yet"
-            parts.append(f"{label_of(name)} B/A {figures}")
-        text = f"pair {pair + 1}: " + "; ".join(parts) + f" ({elapsed:.0f} s)"
+        parts = [
+            f"{label_of(name)} B/A {e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]"
+            for name, log in logs.items()
+            if (e := log.estimate) is not None
+        ]
+        figures = "; ".join(parts) or "no interval yet"
+        text = f"pair {pair + 1}: {figures} ({elapsed:.0f} s)"
         print(textwrap.fill(text, WIDTH, initial_indent="  ", subsequent_indent="    "), file=err)
         document["in_progress"] = [{"metric": n, **log_json(log)} for n, log in logs.items()]
         save()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.analysis.serving import effective_throughput, next_bisection_rate
+from bloomperf.core.errors import BloomperfError
 from bloomperf.core.metrics import HIGHER, metric
 from bloomperf.harness.interleave import ARMS, Comparison, PairLog, Settings
 from bloomperf.harness.launch import WorkerFailure
@@ -168,6 +169,9 @@ def start_servers(servers: dict[str, Server], cell: Cell) -> Comparison | None:
             server.wait_ready()
         except WorkerFailure as failure:
             return failed(cell, arm, failure.outcome, str(failure), {}, started)
+        except BloomperfError as exc:  # vLLM refused an engine argument: name the arm's option
+            named = str(exc).replace("--engine-args", f"--{arm}-engine-args", 1)
+            raise BloomperfError(named, exc.exit_code) from None
     return None
 
 
