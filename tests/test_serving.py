@@ -146,6 +146,24 @@ def bloomperf_cli(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*BLOOMPERF, *argv], capture_output=True, text=True, timeout=300)
 
 
+def test_repeated_sweeps_keep_a_sample_of_each_figure_per_sweep(served, tmp_path):
+    """`--repeat 2`: two sweeps on the same server, each with requests of its own; the cell's
+    figures have two samples each and the second sweep's rows are kept beside the first's."""
+    out = tmp_path / "sweep.json"
+    args = ["--rates", "inf", "--requests", "3", "--refine", "0", "--sla-ttft", "30"]
+    done = serve("--endpoint", served, *args, "--repeat", "2", "-o", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert {k: len(v) for k, v in cell["figures"].items()} == {
+        "serving_effective_rps": 2,
+        "serving_ttft_p99_ms": 2,
+        "serving_itl_p99_ms": 2,
+    }
+    (second,) = cell["details"]["serving"]["repeats"]
+    assert [r["completed"] for r in second["rates"]] == [3]
+    assert "sweep 2 of 2:" in done.stdout
+
+
 def test_an_unmeetable_sla_gives_no_effective_throughput_and_fails(served, tmp_path):
     done = serve(
         "--endpoint",

@@ -168,3 +168,24 @@ def test_the_report_draws_the_curve_against_the_baselines(tmp_path: Path) -> Non
     assert drawn == {row: curve_of(ONE_SEQUENCE), f"{row}, baseline": curve_of(DEFAULT_SERVER)}
     assert drawn[f"{row}, baseline"][0] == (1.82, 385, 175) and path.stat().st_size > 10_000
     assert not plot_serving_curves(replace(sweep_run([]), cells=()), BASELINE, tmp_path / "x.png")
+
+
+def test_repeated_sweeps_give_one_sample_each_and_an_interval_with_a_spread() -> None:
+    """`serve --repeat 3`: each figure has a sample per sweep (a sweep with no effective
+    throughput adds none of it), every sweep's rows are kept, and the gate's bootstrap interval
+    is no longer a single point."""
+    again = [
+        replace(r, ttft_ms={**r.ttft_ms, "p99": r.ttft_ms["p99"] * 1.2}) for r in DEFAULT_SERVER
+    ]
+    repeats = [(again, effective_throughput(again, SLA)), (ONE_SEQUENCE, 0.0)]
+    cell = sweep_cell(SETTINGS, SLA, DEFAULT_SERVER, 6.0, repeats)
+    assert cell.figures[EFFECTIVE] == (6.0, 6.0)
+    assert cell.figures[TTFT_P99] == (385.0, 462.0, 11900.0)
+    details = cell.details["serving"]
+    assert [len(r["rates"]) for r in details["repeats"]] == [len(again), len(ONE_SEQUENCE)]
+    assert read_sweep(cell.details) == (SLA, DEFAULT_SERVER, 6.0)  # the first sweep: the curve
+    assert "repeats" not in sweep_cell(SETTINGS, SLA, DEFAULT_SERVER, 6.0).details["serving"]
+    run = replace(sweep_run(DEFAULT_SERVER), cells=(cell,))
+    ttft = judge(run, BASELINE).cells[0].metric(TTFT_P99)
+    assert ttft is not None and ttft.estimate is not None
+    assert ttft.estimate.low < ttft.estimate.high

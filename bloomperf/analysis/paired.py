@@ -146,6 +146,21 @@ def decide(estimate: PairedEstimate, tolerance: float) -> str | None:
     return None
 
 
+def as_cost(estimate: PairedEstimate | None, higher_is_better: bool) -> PairedEstimate | None:
+    """The estimate oriented so that above 1 is worse, for ``decide``'s rules written for a
+    cost: for a metric where higher is better (a throughput) that is A/B, so ``slower`` (B
+    worse) means B/A below 1 / (1 + tolerance); the interval's ends swap."""
+    if estimate is None or not higher_is_better:
+        return estimate
+    return PairedEstimate(
+        ratio=1.0 / estimate.ratio,
+        low=1.0 / estimate.high,
+        high=1.0 / estimate.low,
+        pairs=estimate.pairs,
+        confidence=estimate.confidence,
+    )
+
+
 def fewest_pairs(confidence: float) -> int:
     """Below this many pairs no interval reaches ``confidence`` (even [min, max] covers only
     ``1 - 2 / 2**n``): 6 pairs at 95 %, 8 at 99 %."""

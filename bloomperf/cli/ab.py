@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from bloomperf.analysis.paired import SLOWER
 from bloomperf.catalog.checkpoints import default_cache_dir
 from bloomperf.catalog.topology import detect_topology
-from bloomperf.cli.ab_report import comparison_json, log_json, render_table
+from bloomperf.cli.ab_report import KIND, SCHEMA_VERSION, comparison_json, log_json, render_table
 from bloomperf.cli.arguments import TOLERANCE_HELP
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
@@ -59,15 +59,18 @@ from bloomperf.harness.overlay import (
 from bloomperf.harness.session import Session, lock_key, resolve_device, utc_now
 from bloomperf.store.results import Outcome
 
-KIND = "bloomperf-ab"
-SCHEMA_VERSION = 1
+DEFAULT_TOLERANCE = 0.05
 FAILED_OUTCOMES = (Outcome.ERROR, Outcome.TIMEOUT, Outcome.OOM)
 
 
 def add_comparison_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``ab`` and ``bisect``: the verdict, the budget, the package index."""
     group = parser.add_argument_group("comparison")
-    group.add_argument("--tolerance", type=float, default=0.05, help=f"{TOLERANCE_HELP} [0.05]")
+    group.add_argument(
+        "--tolerance",
+        type=float,
+        help=f"{TOLERANCE_HELP} [0.05; --serve: each metric's own, as baseline accept gives it]",
+    )
     group.add_argument(
         "--confidence", type=float, default=0.99, help="confidence of the intervals [0.99]"
     )
@@ -127,6 +130,9 @@ def add_command(subparsers: Any) -> None:
             help="pinned package, e.g. x==1.2, repeatable [none]",
         )
     add_comparison_arguments(parser)
+    from bloomperf.cli.ab_serve import add_serving_arguments  # it builds on this module
+
+    add_serving_arguments(parser)
     parser.set_defaults(func=ab_command)
 
 
@@ -136,7 +142,8 @@ MAX_PAIRS = 100_000
 
 def comparison_settings(args: Any, options: RunConfig, device: str) -> Settings:
     """The Settings from the command line, each value checked with the option named."""
-    for name, value in (("--tolerance", args.tolerance), ("--confidence", args.confidence)):
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    for name, value in (("--tolerance", tolerance), ("--confidence", args.confidence)):
         if not 0.0 < value < 1.0:
             raise BloomperfError(f"{name}: must be between 0 and 1, found {value}")
     checked = {
@@ -158,7 +165,7 @@ def comparison_settings(args: Any, options: RunConfig, device: str) -> Settings:
         raise BloomperfError(f"--max-pairs: at most {MAX_PAIRS}, found {args.max_pairs}")
     mode = args.mode if args.mode != "auto" else (CYCLES if device == "cpu" else GROUPS)
     return Settings(
-        tolerance=args.tolerance,
+        tolerance=tolerance,
         confidence=args.confidence,
         min_pairs=args.min_pairs,
         max_pairs=args.max_pairs,
@@ -183,8 +190,13 @@ def ab_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) 
     options = resolve_options(vars(args))
     topology = detect_topology()
     settings = comparison_settings(args, options, resolve_device(options.device, topology))
-    cache_dir = options.cache_dir or default_cache_dir()
     source = package_source(args)
+    if getattr(args, "serve", False):
+        from bloomperf.cli.ab_serve import serving_ab_command
+
+        found = serving_ab_command(args, options, topology, settings, source, (out, err))
+        return exit_code(found, args.fail_inconclusive)
+    cache_dir = options.cache_dir or default_cache_dir()
     arms = []
     for name in ("a", "b"):
         python = getattr(args, name)

@@ -9,21 +9,27 @@ import statistics
 import textwrap
 from typing import Any
 
+from bloomperf.analysis.paired import FASTER, SLOWER
 from bloomperf.core.formatting import markdown_table
 from bloomperf.core.jsonfile import json_fields
-from bloomperf.core.metrics import metrics
+from bloomperf.core.metrics import HEADLINE, metric, metrics
 from bloomperf.harness.interleave import Comparison, PairLog, Settings
 
 WIDTH = 100  # terminal columns
+KIND = "bloomperf-ab"  # the results file of ab, ab --serve and bisect's steps
+SCHEMA_VERSION = 1
 
 
 def comparison_json(comparison: Comparison) -> dict[str, Any]:
+    """One compared cell and metric; a metric other than ms/token (a serving figure) names its
+    samples' and medians' key ``value`` and ``median``."""
     estimate = comparison.estimate
+    headline = comparison.metric == HEADLINE
     arms = {}
     for name, result in comparison.arms.items():
         arms[name] = {
             "outcome": result.outcome.value,
-            "median_ms_per_token": comparison.median(name),
+            "median_ms_per_token" if headline else "median": comparison.median(name),
             "load_time_s": result.load_time_s,
             "peak_memory_bytes": result.peak_memory_bytes,
             # Every registered metric the arm measured (its median), the outside ones too.
@@ -37,6 +43,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
     return {
         "id": comparison.cell.id,
         **json_fields(comparison.cell),
+        "metric": comparison.metric,
         "outcome": comparison.outcome.value,
         "verdict": comparison.verdict,
         "ratio": estimate.ratio if estimate else None,
@@ -48,8 +55,14 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "elapsed_s": round(comparison.elapsed_s, 3),
         "message": comparison.message[-2000:],
         "arms": arms,
-        "samples": [json_fields(s) for s in comparison.samples],
+        "samples": [sample_json(json_fields(s), headline) for s in comparison.samples],
     }
+
+
+def sample_json(fields: dict[str, Any], headline: bool) -> dict[str, Any]:
+    if not headline:
+        fields["value"] = fields.pop("ms_per_token")
+    return fields
 
 
 def busy_json(comparison: Comparison) -> dict[str, Any]:
@@ -107,6 +120,40 @@ def render_table(comparisons: list[Comparison], settings: Settings) -> str:
         f"{settings.confidence * 100:g} % over all the looks at them)"
     )
     lines += busy_lines(comparisons)
+    return "\n".join(lines)
+
+
+# A serving figure's verdict in plain words: "slower" is B worse in the metric's direction.
+METRIC_WORDS = {SLOWER: "worse", FASTER: "better"}
+
+
+def render_metric_table(comparisons: list[Comparison], settings: Settings) -> str:
+    """The verdict table of a comparison judged on several metrics (``ab --serve``): one row
+    per cell and metric, the arms' medians in the metric's unit."""
+    header = ["cell", "metric", "A", "B", "B/A", "interval", "pairs", "verdict"]
+    rows = []
+    for c in comparisons:
+        e, found = c.estimate, metric(c.metric)
+        a, b = c.median("a"), c.median("b")
+        first = c.message.splitlines()[0] if c.message else ""
+        verdict = METRIC_WORDS.get(c.verdict or "", c.verdict) or f"{c.outcome.value}: {first}"
+        rows.append(
+            [
+                c.cell.id,
+                found.abbrev,
+                found.format(a) if a else "–",
+                found.format(b) if b else "–",
+                f"{e.ratio:.3f}" if e else "–",
+                f"[{e.low:.3f}, {e.high:.3f}]" if e else "–",
+                str(e.pairs if e else 0),
+                verdict,
+            ]
+        )
+    lines = markdown_table(header, rows)
+    lines.append(
+        f"(worse: B/A beyond the metric's tolerance in its direction; intervals at "
+        f"{settings.look_confidence * 100:.2f} % each, {settings.confidence * 100:g} % in all)"
+    )
     return "\n".join(lines)
 
 

@@ -32,11 +32,11 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import utc_now
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.server import Server, ServerSpec
-from bloomperf.harness.sweep import Endpoint, Managed, SweepSpec, parse_rates, run_sweep
+from bloomperf.harness.sweep import Endpoint, Managed, SweepSpec, parse_rates, run_sweeps
 from bloomperf.render.serving import render_agreement, render_sweep
-from bloomperf.store.results import ModelInfo, RunResult
+from bloomperf.store.results import CellResult, ModelInfo, RunResult
 from bloomperf.store.results.codec import save_run
-from bloomperf.store.serving import RateSummary, Sla, sweep_cell, sweep_workload
+from bloomperf.store.serving import RateSummary, Sla, Sweep, sweep_cell, sweep_workload
 
 DEFAULT_RATES = "0.5,1,2,4"
 DEFAULT_REQUESTS = 30
@@ -89,6 +89,16 @@ def add_command(subparsers: Any) -> None:
     add("--engine-args", default="", metavar="ARGS", help="more arguments for vLLM's server [none]")
     add("--python", type=Path, help="the serving venv's interpreter [.venv-serving/bin/python]")
     add("--port", type=checked(count), help="the server's port [a free one]")
+    add("--repeat", type=checked(count), default=1, metavar="N", help="sweeps, one sample each [1]")
+    add_sweep_options(add)
+    add("--threads", type=checked(count), help="OMP threads of the engine [vLLM's choice]")
+    add("--seed", type=int, default=0, help="the requests' seed [0]")
+    add("-o", "--output", type=Path, help="write the sweep's results here (JSON) [none]")
+    parser.set_defaults(func=serve_command)
+
+
+def add_sweep_options(add: Any) -> None:
+    """The sweep's options, shared with ``bloomperf ab --serve`` (``add``: add_argument)."""
     add("--max-model-len", type=checked(count), default=DEFAULT_CONTEXT, help="context [512]")
     add("--rates", default=DEFAULT_RATES, help=f"request rates per second [{DEFAULT_RATES}]")
     add("--requests", type=checked(count), default=DEFAULT_REQUESTS, help="requests per rate [30]")
@@ -109,15 +119,27 @@ def add_command(subparsers: Any) -> None:
         default=900.0,
         help="s to wait for readiness [900]",
     )
-    add("--threads", type=checked(count), help="OMP threads of the engine [vLLM's choice]")
-    add("--seed", type=int, default=0, help="the requests' seed [0]")
-    add("-o", "--output", type=Path, help="write the sweep's results here (JSON) [none]")
-    parser.set_defaults(func=serve_command)
+
+
+def sweep_spec(args: argparse.Namespace, client: Path, model: Path) -> SweepSpec:
+    """The sweep that the options describe (``client``: the interpreter of vLLM's client)."""
+    return SweepSpec(
+        rates=parse_rates(args.rates),
+        requests=args.requests,
+        sla=Sla(args.sla_ttft, args.sla_token_rate, args.sla_attainment),
+        client_python=client,
+        tokenizer=model,
+        workload=args.workload,
+        context=args.max_model_len,
+        burstiness=args.burstiness,
+        refine_steps=args.refine,
+        seed=args.seed,
+    )
 
 
 def serve_command(args: argparse.Namespace) -> int:
     sla = Sla(args.sla_ttft, args.sla_token_rate, args.sla_attainment)
-    rates = parse_rates(args.rates)
+    parse_rates(args.rates)  # bad input refused before a venv or a model is looked for
     python = serving_python(args.python)
     prepared = resolve_model(args.model)
     model = prepared.path
@@ -127,33 +149,25 @@ def serve_command(args: argparse.Namespace) -> int:
         raise BloomperfError(f"--engine-args: {exc}") from None
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     settings.pop("func", None)
+    settings.pop("repeat", None)  # how many samples, not what a sample is: in the figures
     settings["python"] = str(python)  # the interpreter used, whichever way it was chosen
-    spec = SweepSpec(
-        rates=rates,
-        requests=args.requests,
-        sla=sla,
-        client_python=python,
-        tokenizer=model,
-        workload=args.workload,
-        context=args.max_model_len,
-        burstiness=args.burstiness,
-        refine_steps=args.refine,
-        seed=args.seed,
-    )
+    spec = sweep_spec(args, python, model)
     sweep_cell(settings, sla, [], None)  # a --dtype no results can name: refused before a start
     run = empty_run(prepared, settings)
-    measured: list[RateSummary] = []
+    measured: list[list[RateSummary]] = []  # per sweep
 
-    def keep(summary: RateSummary) -> None:  # nothing measured is lost on a crash
-        measured.append(summary)
+    def keep(repeat: int, summary: RateSummary) -> None:  # nothing measured is lost on a crash
+        if repeat == len(measured):
+            measured.append([])
+        measured[repeat].append(summary)
         print(f"bloomperf: rate {summary.rate:g}/s: {summary.outcome}", file=sys.stderr)
         if args.output is not None:
-            save_run(replace(run, cells=(sweep_cell(settings, sla, measured, None),)), args.output)
+            save_run(replace(run, cells=(partial_cell(settings, sla, measured),)), args.output)
 
     with tempfile.TemporaryDirectory(prefix="bloomperf-serve-") as tmp:
         workdir = Path(tmp)
         if args.endpoint:
-            result = run_sweep(spec, Endpoint(args.endpoint), workdir, keep)
+            results = run_sweeps(spec, Endpoint(args.endpoint), workdir, args.repeat, keep)
         else:
             server_spec = ServerSpec(
                 python=python,
@@ -165,20 +179,32 @@ def serve_command(args: argparse.Namespace) -> int:
                 threads=args.threads,
             )
             with hold_device_lock("cpu"), Server(server_spec) as server:
-                result = run_sweep(spec, Managed(server), workdir, keep)
-    effective = effective_throughput(result.rates, sla)
+                results = run_sweeps(spec, Managed(server), workdir, args.repeat, keep)
+    sweeps = [(list(r.rates), effective_throughput(r.rates, sla)) for r in results]
     if args.output is not None:
-        cell = sweep_cell(settings, sla, list(result.rates), effective)
+        cell = sweep_cell(settings, sla, *sweeps[0], sweeps[1:])
         save_run(replace(run, cells=(cell,), complete=True, finished_at=utc_now()), args.output)
-    if result.ready_s is not None:
-        print(f"server ready in {result.ready_s:.1f} s at {result.target}")
-    print(render_sweep(result.rates, sla, effective))
-    agreement = render_agreement(result.rates)
-    if agreement:
-        print("mean latencies, bloomperf's client against the server's /metrics:")
-        print(agreement)
-    failed = [s for s in result.rates if s.outcome != "ok"]
-    return 1 if failed or effective == 0.0 else 0
+    for number, result in enumerate(results, start=1):
+        if result.ready_s is not None:
+            print(f"server ready in {result.ready_s:.1f} s at {result.target}")
+        if len(results) > 1:
+            print(f"sweep {number} of {len(results)}:")
+        print(render_sweep(result.rates, sla, sweeps[number - 1][1]))
+        agreement = render_agreement(result.rates)
+        if agreement:
+            print("mean latencies, bloomperf's client against the server's /metrics:")
+            print(agreement)
+    failed = [s for r in results for s in r.rates if s.outcome != "ok"]
+    return 1 if failed or any(effective == 0.0 for _, effective in sweeps) else 0
+
+
+def partial_cell(
+    settings: dict[str, Any], sla: Sla, measured: list[list[RateSummary]]
+) -> CellResult:
+    """The cell of the sweeps so far: the last one's effective throughput is not known yet."""
+    done: list[Sweep] = [(rates, effective_throughput(rates, sla)) for rates in measured[:-1]]
+    done.append((measured[-1], None))
+    return sweep_cell(settings, sla, list(done[0][0]), done[0][1], done[1:])
 
 
 def empty_run(model: PreparedModel, settings: dict[str, Any]) -> RunResult:

@@ -31,6 +31,7 @@ from bloomperf.analysis.contention import Busy, busy_figures, clean_estimate, co
 from bloomperf.analysis.paired import (
     INCONCLUSIVE,
     PairedEstimate,
+    as_cost,
     decide,
     final_verdict,
     first_look,
@@ -38,6 +39,7 @@ from bloomperf.analysis.paired import (
     next_look,
 )
 from bloomperf.catalog.workload import ms_per_token
+from bloomperf.core.metrics import HEADLINE, HIGHER, metric
 from bloomperf.harness.launch import GroupSpec
 from bloomperf.harness.matrix import Cell, Group
 from bloomperf.harness.overlay import Arm
@@ -98,6 +100,7 @@ class Comparison:
     arms: dict[str, CellResult] = field(default_factory=dict)
     message: str = ""
     busy: Busy | None = None  # how busy the machine was; set whenever pairs were measured
+    metric: str = HEADLINE  # the registered metric judged: ms/token, or a serving figure
 
     @property
     def busy_verdict(self) -> bool:
@@ -115,6 +118,7 @@ class PairLog:
 
     cell: Cell
     settings: Settings
+    metric: str = HEADLINE  # what the pairs' values are (Sample.ms_per_token holds them)
     samples: list[Sample] = field(default_factory=list)
     ratios: dict[str, list[float]] = field(default_factory=lambda: {"a": [], "b": []})
     # Per pair: whether it is set aside, and each arm's cycles' loads behind it.
@@ -170,8 +174,13 @@ class PairLog:
             return False
         self.look = next_look(self.clean_pairs)
         self.estimate = self.clean_estimate()
-        self.verdict = decide(self.estimate, self.settings.tolerance) if self.estimate else None
+        worse = as_cost(self.estimate, self.higher_is_better)  # "slower": B worse
+        self.verdict = decide(worse, self.settings.tolerance) if worse else None
         return self.verdict is not None
+
+    @property
+    def higher_is_better(self) -> bool:
+        return metric(self.metric).direction == HIGHER
 
     def report_due(self) -> bool:
         """Whether to report (and save) progress now: on the looks' schedule, counted in
@@ -193,13 +202,16 @@ class PairLog:
         return Comparison(
             cell=self.cell,
             outcome=Outcome.OK,
-            verdict=final_verdict(self.estimate, self.settings.tolerance),
+            verdict=final_verdict(
+                as_cost(self.estimate, self.higher_is_better), self.settings.tolerance
+            ),
             estimate=self.estimate,
             samples=tuple(self.samples),
             elapsed_s=elapsed,
             stopped=stopped,
             arms=arms,
             busy=busy_figures(self.loads, self.set_aside) if self.pairs else None,
+            metric=self.metric,
         )
 
 

@@ -52,6 +52,7 @@ class ServerSpec:
     engine_args: tuple[str, ...] = ()
     ready_timeout_s: float = 900.0  # vLLM on a loaded 2-core machine: 45 s to over 5 min
     threads: int | None = None  # OMP threads of the engine; None: vLLM's choice
+    env: tuple[tuple[str, str], ...] = ()  # settings of its own (an `ab` arm's KEY=VALUE)
 
 
 def port_in_use(port: int, host: str = HOST) -> bool:
@@ -121,7 +122,7 @@ class Server:
         self.stop()
 
     def start(self) -> None:
-        env = {**os.environ, CONTROLLER_ENV: controller_stamp()}
+        env = {**os.environ, **dict(self.spec.env), CONTROLLER_ENV: controller_stamp()}
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
         if self.spec.threads is not None:
             env["OMP_NUM_THREADS"] = str(self.spec.threads)

@@ -147,6 +147,36 @@ def run_sweep(spec: SweepSpec, target: Target, workdir: Path, on_rate: RateCallb
     return SweepResult(target.url, model, ordered, effective_throughput(ordered, spec.sla), ready_s)
 
 
+# Each repeat's requests get seeds of their own: a server's prefix cache must not serve a
+# repeat the prompts it saw before. Above any sweep's count of rates (rates + bisection steps).
+REPEAT_SEED_STRIDE = 100_000
+
+
+def repeat_spec(spec: SweepSpec, repeat: int) -> SweepSpec:
+    """The spec of the ``repeat``-th sweep (0: the spec itself, so one sweep is as before)."""
+    return replace(spec, seed=spec.seed + REPEAT_SEED_STRIDE * repeat)
+
+
+def run_sweeps(
+    spec: SweepSpec,
+    target: Target,
+    workdir: Path,
+    repeats: int,
+    on_rate: Callable[[int, RateSummary], None],
+) -> list[SweepResult]:
+    """``repeats`` sweeps of the same rates on one server, each with fresh requests; each
+    rate's summary goes to ``on_rate`` with its sweep's index."""
+    results: list[SweepResult] = []
+    for repeat in range(repeats):
+        folder = workdir / f"repeat-{repeat}" if repeat else workdir
+
+        def keep(summary: RateSummary, repeat: int = repeat) -> None:
+            on_rate(repeat, summary)
+
+        results.append(run_sweep(repeat_spec(spec, repeat), target, folder, keep))
+    return results
+
+
 def measure_rate(
     spec: SweepSpec,
     target: Target,

@@ -12,6 +12,7 @@ version 1) is read as such a run (``run_from_sweep_v1``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -95,6 +96,10 @@ class RateSummary:
         return self.outcome == "ok" and self.sla_met >= sla.attainment
 
 
+# One sweep: its rates and its effective throughput (None: not known yet).
+Sweep = tuple[Sequence[RateSummary], float | None]
+
+
 def encode_rate(summary: RateSummary) -> dict[str, Any]:
     data = asdict(summary)
     for key in ("rate", "request_throughput", "output_throughput"):
@@ -109,6 +114,17 @@ def decode_rate(data: dict[str, Any]) -> RateSummary:
         value = values[key]
         values[key] = math.inf if value == "inf" else math.nan if value is None else float(value)
     return RateSummary(**values)
+
+
+def repeated_figures(sweeps: Sequence[Sweep]) -> dict[str, tuple[float, ...]]:
+    """The figures of several sweeps of the same rates (``serve --repeat``): one sample per
+    sweep and metric, so that the gate's bootstrap interval has a spread. A sweep with no
+    such figure (no rate met the SLA: no effective throughput) adds no sample of it."""
+    figures: dict[str, tuple[float, ...]] = {}
+    for rates, effective in sweeps:
+        for name, values in sweep_figures(list(rates), effective).items():
+            figures[name] = figures.get(name, ()) + values
+    return figures
 
 
 def sweep_figures(
@@ -135,12 +151,27 @@ def sweep_figures(
 
 
 def sweep_details(
-    settings: dict[str, Any], sla: Sla, rates: list[RateSummary], effective_rps: float | None
+    settings: dict[str, Any],
+    sla: Sla,
+    rates: list[RateSummary],
+    effective_rps: float | None,
+    repeats: Sequence[Sweep] = (),
 ) -> dict[str, Any]:
-    """The cell's ``details["serving"]``: every rate's row, the SLA and the settings."""
-    return {
+    """The cell's ``details["serving"]``: every rate's row, the SLA and the settings; the
+    first sweep's rows are the curve, a repeated sweep's are under ``repeats`` (absent when
+    there is one sweep, so a single sweep's file is what it always was)."""
+    details = {
         "settings": settings,
         "sla": asdict(sla),
+        **encode_sweep(rates, effective_rps),
+    }
+    if repeats:
+        details["repeats"] = [encode_sweep(list(r), e) for r, e in repeats]
+    return details
+
+
+def encode_sweep(rates: list[RateSummary], effective_rps: float | None) -> dict[str, Any]:
+    return {
         # inf: every rate met the SLA, all requests at once included (JSON has no inf)
         "effective_rps": "inf" if effective_rps == math.inf else effective_rps,
         "rates": [encode_rate(r) for r in sorted(rates, key=lambda r: r.rate)],
@@ -148,9 +179,14 @@ def sweep_details(
 
 
 def sweep_cell(
-    settings: dict[str, Any], sla: Sla, rates: list[RateSummary], effective_rps: float | None
+    settings: dict[str, Any],
+    sla: Sla,
+    rates: list[RateSummary],
+    effective_rps: float | None,
+    repeats: Sequence[Sweep] = (),
 ) -> CellResult:
-    """The sweep's one cell: ok when any rate ran, else the first rate's outcome and message."""
+    """The sweep's one cell: ok when any rate ran, else the first rate's outcome and message.
+    ``repeats``: the sweeps after the first (``serve --repeat``), each adding its samples."""
     ran = any(r.outcome == "ok" for r in rates)
     first = rates[0] if rates else None
     outcome = Outcome.OK if ran or first is None else Outcome(first.outcome)
@@ -160,8 +196,8 @@ def sweep_cell(
         batch_size=1,
         outcome=outcome,
         message="" if ran or first is None else first.message,
-        details={"serving": sweep_details(settings, sla, rates, effective_rps)},
-        figures=sweep_figures(rates, effective_rps),
+        details={"serving": sweep_details(settings, sla, rates, effective_rps, repeats)},
+        figures=repeated_figures([(rates, effective_rps), *repeats]),
     )
 
 

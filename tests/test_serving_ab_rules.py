@@ -1,0 +1,82 @@
+"""`bloomperf ab --serve`'s rules without a server: each metric judged in its own direction,
+a figure one arm lacks, and the results entries (tests/test_serving_ab.py runs real servers)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bloomperf.analysis.paired import FASTER, SAME, SLOWER
+from bloomperf.cli.ab_report import comparison_json, render_metric_table
+from bloomperf.harness.interleave import PairLog, Settings
+from bloomperf.harness.matrix import Cell
+from bloomperf.harness.serve_ab import MISSING_FACTOR, pair_values, turn
+from bloomperf.store.serving import EFFECTIVE, ITL_P99, TTFT_P99
+
+CELL = Cell("serve-fastgen-1200-128", "fp32", 1)
+SETTINGS = Settings(tolerance=0.4, confidence=0.75, min_pairs=3, max_pairs=3)
+
+
+def judged(metric: str, a: list[float], b: list[float]) -> str | None:
+    log = PairLog(CELL, SETTINGS, metric=metric)
+    for x, y in zip(a, b, strict=True):
+        log.add_pair({"a": x, "b": y}, ("a", "b"))
+    return log.comparison("max-pairs", 0.0, {}).verdict
+
+
+@settings(max_examples=40, deadline=None)
+@given(factor=st.floats(0.05, 0.55), noise=st.lists(st.floats(0.97, 1.03), min_size=3, max_size=3))
+def test_a_lower_effective_throughput_in_b_is_worse(factor: float, noise: list[float]) -> None:
+    """Higher is better: B serving a fraction of A's requests/s is "slower" (worse), not the
+    "faster" a lower ms/token would be; the same fall in a latency is better."""
+    a = [6.0, 5.0, 7.0]
+    b = [x * factor * n for x, n in zip(a, noise, strict=True)]
+    assert judged(EFFECTIVE, a, b) == SLOWER
+    assert judged(ITL_P99, a, b) == FASTER
+
+
+@settings(max_examples=40, deadline=None)
+@given(factor=st.floats(1.7, 20.0))
+def test_a_higher_effective_throughput_or_a_lower_p99_in_b_is_better(factor: float) -> None:
+    a = [6.0, 5.0, 7.0]
+    assert judged(EFFECTIVE, a, [x * factor * 1.01 for x in a]) == FASTER
+    assert judged(TTFT_P99, [x * factor for x in a], a) == FASTER
+
+
+def test_equal_arms_are_the_same_whichever_way_the_metric_is_better() -> None:
+    for metric in (EFFECTIVE, TTFT_P99):
+        assert judged(metric, [6.0, 5.0, 7.0], [6.1, 4.95, 7.05]) == SAME
+
+
+def test_a_sweep_that_met_the_sla_at_no_rate_counts_as_far_worse() -> None:
+    """B's sweep had no effective throughput (FastGen's 0): its pair counts B as MISSING_FACTOR
+    times lower; a latency one arm lacks was not measured, and a figure neither has: no pair."""
+    figures = {
+        "a": {EFFECTIVE: (6.0,), TTFT_P99: (300.0,)},
+        "b": {TTFT_P99: (900.0,), ITL_P99: (50.0,)},
+    }
+    values = pair_values(figures)
+    assert values[EFFECTIVE] == {"a": 6.0, "b": 6.0 / MISSING_FACTOR}
+    assert values[TTFT_P99] == {"a": 300.0, "b": 900.0}
+    assert ITL_P99 not in values
+    assert pair_values({"a": {}, "b": {}}) == {}
+    three = [6.0 / MISSING_FACTOR, 4.0 / MISSING_FACTOR, 6.0 / MISSING_FACTOR]
+    assert judged(EFFECTIVE, [6.0, 4.0, 6.0], three) == SLOWER
+
+
+def test_the_arms_alternate_at_every_other_rate() -> None:
+    assert [turn(("b", "a"), i) for i in range(3)] == [("b", "a"), ("a", "b"), ("b", "a")]
+
+
+def test_a_serving_entry_names_its_metric_and_its_values_and_reads_in_plain_words() -> None:
+    log = PairLog(CELL, SETTINGS, metric=EFFECTIVE)
+    for a, b in ((6.0, 2.0), (5.0, 2.5), (7.0, 2.0)):
+        log.add_pair({"a": a, "b": b}, ("a", "b"))
+    comparison = log.comparison("max-pairs", 1.0, {})
+    entry = comparison_json(comparison)
+    assert entry["metric"] == EFFECTIVE and entry["verdict"] == SLOWER
+    assert 2 / 7 <= entry["ratio"] <= 0.5 and entry["high"] < 0.51  # B/A, in its own units
+    assert [s["value"] for s in entry["samples"] if s["arm"] == "b"] == [2.0, 2.5, 2.0]
+    assert "ms_per_token" not in entry["samples"][0]
+    table = render_metric_table([comparison], SETTINGS)
+    assert "eff. req/s" in table and "| worse" in table and "6 req/s" in table
