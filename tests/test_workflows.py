@@ -407,4 +407,8 @@ def test_the_mutation_layers_reach_every_deciding_folder_with_the_tests_that_imp
         == mutation.MODULES["bloomperf/analysis/stats.py"]
     )
     assert "tests/test_lock.py" in mutation.covering_tests("bloomperf/harness/lock.py")
+    serving = mutation.covering_tests("bloomperf/analysis/serving.py")
+    assert "tests/test_serving_gate.py" in serving
+    assert not set(serving) & set(mutation.SERVER_TESTS)  # a vLLM server per mutant: hours
+    assert all((REPO / name).is_file() for name in mutation.SERVER_TESTS)
     assert set(mutation.layer_modules("harness")) >= {"bloomperf/harness/lock.py"}

@@ -153,9 +153,16 @@ def layer_modules(layer: str) -> list[str]:
     return sorted(str(p.relative_to(ROOT)) for p in (package / layer).rglob("*.py"))
 
 
+# Files that start a real vLLM server (30-90 s before the first request) or run vLLM's engine:
+# rerun for every mutant they would take hours, and the weekly runner has no serving venv.
+# Their modules' figures are checked by the files beside them (test_serving_gate.py, ...).
+SERVER_TESTS = ("tests/test_serving.py", "tests/test_serving_ab.py", "tests/test_vllm_backend.py")
+
+
 def covering_tests(module: str) -> tuple[str, ...]:
     """``MODULES``'s tests, else the test files that import the module by its dotted name or
-    carry its name (``site.py``: ``test_history_site.py``; a module reached through another)."""
+    carry its name (``site.py``: ``test_history_site.py``; a module reached through another),
+    but not ``SERVER_TESTS``."""
     if module in MODULES:
         return MODULES[module]
     dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
@@ -164,8 +171,11 @@ def covering_tests(module: str) -> tuple[str, ...]:
     return tuple(
         str(path.relative_to(ROOT))
         for path in sorted((ROOT / "tests").glob("test_*.py"))
-        if any(spelling in path.read_text(encoding="utf-8") for spelling in spellings)
-        or (name != "__init__" and name in path.stem.split("_"))
+        if str(path.relative_to(ROOT)) not in SERVER_TESTS
+        and (
+            any(spelling in path.read_text(encoding="utf-8") for spelling in spellings)
+            or (name != "__init__" and name in path.stem.split("_"))
+        )
     )
 
 
