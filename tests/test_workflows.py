@@ -411,4 +411,6 @@ def test_the_mutation_layers_reach_every_deciding_folder_with_the_tests_that_imp
     assert "tests/test_serving_gate.py" in serving
     assert not set(serving) & set(mutation.SERVER_TESTS)  # a vLLM server per mutant: hours
     assert all((REPO / name).is_file() for name in mutation.SERVER_TESTS)
+    predicted = mutation.covering_tests("bloomperf/analysis/roofline.py")
+    assert "tests/test_predict.py" in predicted and predicted[-2:] == mutation.NO_CHILD_RSS
     assert set(mutation.layer_modules("harness")) >= {"bloomperf/harness/lock.py"}
