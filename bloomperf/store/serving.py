@@ -18,6 +18,7 @@ from typing import Any
 from bloomperf.backends import serving_row
 from bloomperf.catalog.serving_workload import DEFAULT_SHAPE, SHAPES, scaled_means
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import unknown_name
 from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
 
 KIND = "bloomperf-serving"  # the sweep's own document, version 1: read, no longer written
@@ -170,8 +171,9 @@ def engine_dtype(engine_args: str) -> str:
     words = engine_args.replace("=", " ").split()
     given = words[words.index("--dtype") + 1] if "--dtype" in words[:-1] else "float32"
     if given not in ENGINE_DTYPES:
-        known = ", ".join(ENGINE_DTYPES)
-        raise BloomperfError(f"--engine-args: --dtype {given} is not one of {known}")
+        # The aliases (float, half) are read, not offered: the three names fit the line.
+        refused = unknown_name(given, ["float32", "bfloat16", "float16"], used=41)
+        raise BloomperfError(f"--engine-args: --dtype {refused}")
     return ENGINE_DTYPES[given]
 
 
