@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.serving import effective_throughput
+from bloomperf.render.comparison import render_comparison
 from bloomperf.render.report.curve import curve_of, plot_serving_curves
 from bloomperf.store.baseline.accept import accept_run
 from bloomperf.store.results import ModelInfo, RunResult
@@ -36,7 +37,10 @@ from bloomperf.store.serving import (
 )
 
 SLA = Sla()
-SETTINGS = {"workload": "fastgen-1200-128", "max_model_len": 512, "engine_args": ""}
+SETTINGS = {
+    "workload": "fastgen-1200-128", "max_model_len": 512, "engine_args": "",
+    "rates": "2,4,8,16,inf", "requests": 40, "refine": 2, "burstiness": 1.0,
+}  # fmt: skip
 
 
 def measured(
@@ -70,8 +74,10 @@ ONE_SEQUENCE = [
 ]
 
 
-def sweep_run(rates: list[RateSummary]) -> RunResult:
-    cell = sweep_cell(SETTINGS, SLA, rates, effective_throughput(rates, SLA))
+def sweep_run(
+    rates: list[RateSummary], sla: Sla = SLA, settings: dict[str, object] = SETTINGS
+) -> RunResult:
+    cell = sweep_cell(settings, sla, rates, effective_throughput(rates, sla))
     model = ModelInfo("tiny-serving", "", 2, 0)
     workload = sweep_workload(SETTINGS)
     return RunResult(model, workload, "cpu", {}, (cell,), "2026-12-03T00:00:00Z", "", True)
@@ -168,3 +174,37 @@ def test_the_report_draws_the_curve_against_the_baselines(tmp_path: Path) -> Non
     assert drawn == {row: curve_of(ONE_SEQUENCE), f"{row}, baseline": curve_of(DEFAULT_SERVER)}
     assert drawn[f"{row}, baseline"][0] == (1.82, 385, 175) and path.stat().st_size > 10_000
     assert not plot_serving_curves(replace(sweep_run([]), cells=()), BASELINE, tmp_path / "x.png")
+
+
+def test_a_sweep_under_another_sla_or_design_is_incomparable_in_one_line(tmp_path: Path) -> None:
+    """The effective throughput is the SLA's and the p99s are the lowest rate's: a sweep under
+    another SLA, --rates, --requests, --refine or --burstiness is not judged against the
+    baseline (neither passed nor failed on figures) and the comparison says why in one line;
+    the gate then fails for want of a judged cell, and `diff BEFORE AFTER` refuses (exit 2)."""
+    changes = [
+        (sweep_run(DEFAULT_SERVER, sla=Sla(ttft_s=1.0)), "the sweep's SLA (TTFT <= 1 s, >= 4"),
+        (sweep_run(DEFAULT_SERVER, sla=Sla(attainment=0.5)), "50%) is not the baseline's ("),
+        (sweep_run(DEFAULT_SERVER, settings={**SETTINGS, "rates": "2,4"}), "--rates 2,4 is not"),
+        (sweep_run(DEFAULT_SERVER, settings={**SETTINGS, "requests": 6}), "--requests 6 is not"),
+        (sweep_run(DEFAULT_SERVER, settings={**SETTINGS, "refine": 0}), "--refine 0 is not"),
+    ]
+    for run, said in changes:
+        verdict = judge(run, BASELINE)
+        (cell,) = verdict.cells
+        assert cell.status == "incomparable" and said in cell.message, cell.message
+        assert verdict.failed and said in verdict.unjudged
+        text = render_comparison(verdict)
+        assert " ".join(text.split()).count(cell.message) == 1, text  # said once
+        assert all(len(line) <= 100 for line in text.splitlines())
+    # The same sweep, its rates written in another order: judged as before.
+    same = sweep_run(DEFAULT_SERVER, settings={**SETTINGS, "rates": "inf, 16,8,4,2"})
+    assert judge(same, BASELINE).cells[0].status == "same"
+    # A baseline that kept no SLA or settings (accepted before they were compared) still judges.
+    old = replace(BASELINE, cells=tuple(replace(c, details={}) for c in BASELINE.cells))
+    assert judge(changes[0][0], old).cells[0].status == "same"
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    save_run(sweep_run(DEFAULT_SERVER), before)
+    save_run(changes[0][0], after)
+    done = bloomperf("diff", str(before), str(after))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert "cannot judge these results: the sweep's SLA (TTFT <= 1 s" in done.stderr
