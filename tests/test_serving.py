@@ -89,6 +89,10 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
     (cell,) = results["cells"]
     sweep = cell["details"]["serving"]
     assert results["complete"] and sweep["effective_rps"] == "inf"  # this SLA holds even at inf
+    # The server said what it is (/version); on this machine, it is filed under its topology.
+    assert results["environment"]["serving_engine"].startswith("vllm 0.")
+    assert results["environment"]["serving_endpoint"] == served
+    assert results["topology"] == results["environment"]["topology"]
     for rate in sweep["rates"]:
         assert rate["outcome"] == "ok" and rate["completed"] == rate["requests"] == 6
         assert rate["ttft_ms"]["p50"] <= rate["ttft_ms"]["p90"] <= rate["ttft_ms"]["p99"]
