@@ -19,8 +19,11 @@ from hypothesis import strategies as st
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.serving import effective_throughput
 from bloomperf.render.comparison import render_comparison
+from bloomperf.render.report import write_report
 from bloomperf.render.report.curve import curve_of, plot_serving_curves
+from bloomperf.render.report.trend import trend_panels
 from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.history.nights import load_history
 from bloomperf.store.results import ModelInfo, RunResult
 from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
@@ -35,6 +38,7 @@ from bloomperf.store.serving import (
     sweep_cell,
     sweep_workload,
 )
+from tests.builders import add_night, night, on_night
 
 SLA = Sla()
 SETTINGS = {
@@ -208,3 +212,27 @@ def test_a_sweep_under_another_sla_or_design_is_incomparable_in_one_line(tmp_pat
     done = bloomperf("diff", str(before), str(after))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stdout + done.stderr
     assert "cannot judge these results: the sweep's SLA (TTFT <= 1 s" in done.stderr
+
+
+def test_a_serving_report_draws_only_plots_with_data_and_its_trend(tmp_path: Path) -> None:
+    """A serving-only run gets no ms/token, memory or load-time plot (it has none of those
+    figures), and with a history its trend draws the sweep's judged figures over the nights:
+    here the p99 TTFT 1.6 times higher from the sixth night on."""
+    history = tmp_path / "history"
+    for i in range(9):
+        run = scaled(sweep_run(DEFAULT_SERVER), EFFECTIVE, 1 + 0.02 * (i % 3))
+        run = scaled(run, TTFT_P99, 1.6 if i >= 5 else 1 - 0.02 * (i % 2))
+        add_night(history, on_night(run, night(i)), tmp_path)
+    report = write_report(run, BASELINE, tmp_path / "out", history)
+    drawn = {p.name for p in report.plots}
+    assert drawn == {"ratio_heatmap.png", "serving_curve.png", "trend.png"}, drawn
+    assert {p.name for p in (tmp_path / "out").glob("*.png")} == drawn
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "## ms per token" not in page and "## Peak memory" not in page
+    assert "## Load time" not in page and "(trend.png)" in page
+    assert "## Time to first token" not in page and "## Energy per token" not in page
+    nights = load_history(history)
+    panels = [(cell.backend, metric) for cell, metric in trend_panels(nights)]
+    assert panels == [("serve-fastgen-1200-128", m) for m in (EFFECTIVE, TTFT_P99, ITL_P99)]
+    # The history's change detection watches ms/token and memory, not these (drawn, not marked).
+    assert not report.changes
