@@ -260,10 +260,14 @@ def test_a_stopped_controller_leaves_no_server_or_engine_core(tmp_path, stop):
 
 
 def api_server(mark: Path) -> psutil.Process | None:
-    """The running vLLM API server of a marked run (the keeper's child), or None."""
+    """The running vLLM API server of a marked run (the keeper's child, not the keeper, whose
+    command line names the server's too), or None."""
     for process in server_processes(mark):
         try:
-            if "vllm.entrypoints.openai.api_server" in " ".join(process.cmdline()):
+            words = process.cmdline()
+            if "vllm.entrypoints.openai.api_server" in words and not any(
+                "serve_keeper" in w for w in words
+            ):
                 return process
         except psutil.Error:
             pass
@@ -306,6 +310,8 @@ def test_a_server_killed_during_a_rate_gives_that_rate_error_and_the_sweep_goes_
         killed = api_server(mark)
         assert killed is not None
         engine = [p for p in killed.children(recursive=True) if is_engine_core(p)]
+        keeper = killed.parent()  # the server itself dies, as a crash would kill it
+        assert keeper is not None and "serve_keeper" in " ".join(keeper.cmdline())
         killed.send_signal(signal.SIGKILL)
         controller.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
