@@ -20,7 +20,10 @@ PREDICT = ["predict", "--model", "tiny", "--topology", "1xA100-80GB"]
         (["doctor", "--layers", "0"], "--layers: must be a positive integer, got 0"),
         (["shard", "--tp", "0", "--out", "x"], "--tp: must be a positive integer, got 0"),
         (["doctor", "--tp", "-1"], "--tp: must be a positive integer, got -1"),
-        ([*PREDICT, "--backends", "fast"], "--backends: unknown value 'fast' (valid: accel"),
+        (
+            [*PREDICT, "--backends", "fast"],
+            "--backends: unknown value 'fast' (5 valid ones: see --help)",
+        ),
         ([*PREDICT, "--batches", "0"], "--batch-sizes/--batches: batch size must be a positive"),
         (["doctor", "--device", "gpu"], "--device: unknown value 'gpu' (valid: auto, cpu, cuda)"),
         (["diff", "x.json", "--baselines", ""], "--baselines: is empty"),

@@ -88,7 +88,7 @@ def test_a_dry_run_plans_it_without_predicting_its_memory(outside_package: Path)
 def test_without_the_package_its_name_is_refused_in_one_line(backend_results: Path) -> None:
     run = bloomperf(None, "run", "--no-lock", "--backends", BACKEND, "--batch-sizes", "1")
     assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.count("\n") == 1 and f"unknown value {BACKEND!r}" in run.stderr
+    assert run.stderr.count("\n") == 1 and f"--backends: unknown value {BACKEND!r}" in run.stderr
     diff = bloomperf(None, "diff", str(backend_results))  # its results name an unknown backend
     assert diff.returncode == 2 and diff.stderr.count("\n") == 1
     assert str(backend_results) in diff.stderr and f"unknown backend {BACKEND!r}" in diff.stderr

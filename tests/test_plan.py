@@ -126,7 +126,7 @@ def test_the_cpu_plan_of_this_machine_needs_no_topology() -> None:
 
 
 def test_an_unknown_topology_is_a_usage_error() -> None:
-    with pytest.raises(BloomperfError, match="--topology: unknown GPU 'Z80'"):
+    with pytest.raises(BloomperfError, match="--topology: unknown value 'Z80'"):
         dry_run("--topology", "8xZ80")
 
 

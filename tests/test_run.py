@@ -295,7 +295,7 @@ def test_a_hung_worker_times_out_and_its_group_is_killed(tmp_path: Path) -> None
     [
         (
             ["--backends", "nope"],
-            "--backends: unknown value 'nope' (valid: accelerate, ds-inference",
+            "--backends: 'nope' is not accelerate, ds-inference, ds-autotp, ds-zero or vllm",
         ),
         (["--dtypes", "fp8"], "--dtypes: unknown value 'fp8' (valid: fp32, bf16, fp16, int8)"),
         (["--batch-sizes", "0"], "--batch-sizes: batch size must be a positive integer, got 0"),

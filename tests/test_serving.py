@@ -89,6 +89,10 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
     (cell,) = results["cells"]
     sweep = cell["details"]["serving"]
     assert results["complete"] and sweep["effective_rps"] == "inf"  # this SLA holds even at inf
+    # The server said what it is (/version); on this machine, it is filed under its topology.
+    assert results["environment"]["serving_engine"].startswith("vllm 0.")
+    assert results["environment"]["serving_endpoint"] == served
+    assert results["topology"] == results["environment"]["topology"]
     for rate in sweep["rates"]:
         assert rate["outcome"] == "ok" and rate["completed"] == rate["requests"] == 6
         assert rate["ttft_ms"]["p50"] <= rate["ttft_ms"]["p90"] <= rate["ttft_ms"]["p99"]
@@ -271,3 +275,73 @@ def test_a_stopped_controller_leaves_no_server_or_engine_core(tmp_path, stop):
         controller.wait(timeout=60)
     assert not marked_processes(mark, wait_s=10), f"left after {stop.name}"
     assert all(wait_gone(p.pid, 10) for p in engine), f"an engine core outlived {stop.name}"
+
+
+def api_server(mark: Path) -> psutil.Process | None:
+    """The running vLLM API server of a marked run (the keeper's child, not the keeper, whose
+    command line names the server's too), or None."""
+    for process in server_processes(mark):
+        try:
+            words = process.cmdline()
+            if "vllm.entrypoints.openai.api_server" in words and not any(
+                "serve_keeper" in w for w in words
+            ):
+                return process
+        except psutil.Error:
+            pass
+    return None
+
+
+def rates_written(out: Path) -> list[dict]:
+    try:
+        return json.loads(out.read_text())["cells"][0]["details"]["serving"]["rates"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return []
+
+
+def test_a_server_killed_during_a_rate_gives_that_rate_error_and_the_sweep_goes_on(tmp_path):
+    """The server SIGKILLed while the second rate's requests are in flight: that rate is
+    ``error`` with the log's tail, the server is started again for the third, the first
+    rate's figures stay in the results file, and no server or engine core is left."""
+    out = tmp_path / "sweep.json"
+    log = out.with_suffix(".server.log")
+    mark = tmp_path / "mark"
+    sweep = ["--rates", "0.5,0.6,0.7", "--requests", "8", "--refine", "0", "-o", str(out)]
+    sla = ["--sla-ttft", "30", "--sla-token-rate", "0.5"]  # every rate meets it: none is error
+    controller = subprocess.Popen(
+        [*BLOOMPERF, "serve", "--python", str(PYTHON), *sweep, *sla],
+        env=private_env(tmp_path, mark),
+        cwd=ROOT,
+        stdout=open(tmp_path / "stdout", "wb"),  # noqa: SIM115 (the child holds it)
+        stderr=open(tmp_path / "stderr", "wb"),  # noqa: SIM115
+    )
+    try:
+        deadline = time.monotonic() + 1200
+        while len(rates_written(out)) < 1 and time.monotonic() < deadline:
+            assert controller.poll() is None, (tmp_path / "stderr").read_text()[-2000:]
+            time.sleep(0.5)
+        first_rate_ends = log.stat().st_size
+        # The second rate's first request reached the server: kill it mid-rate.
+        while "POST /v1/completions" not in log.read_text(errors="replace")[first_rate_ends:]:
+            assert controller.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        killed = api_server(mark)
+        assert killed is not None
+        engine = [p for p in killed.children(recursive=True) if is_engine_core(p)]
+        keeper = killed.parent()  # the server itself dies, as a crash would kill it
+        assert keeper is not None and "serve_keeper" in " ".join(keeper.cmdline())
+        killed.send_signal(signal.SIGKILL)
+        controller.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        controller.kill()
+        controller.wait(timeout=60)
+    stderr = (tmp_path / "stderr").read_text()
+    assert controller.returncode == 1, stderr[-2000:]  # a rate failed
+    first, second, third = rates_written(out)
+    assert (first["rate"], second["rate"], third["rate"]) == (0.5, 0.6, 0.7)
+    assert first["outcome"] == "ok" and first["completed"] == 8 and first["ttft_ms"]["p99"] > 0
+    assert second["outcome"] == "error" and "died during this rate" in second["message"]
+    assert third["outcome"] == "ok" and third["completed"] == 8, third["message"]
+    assert json.loads(out.read_text())["complete"]
+    assert not marked_processes(mark, wait_s=10), "a server process outlived the sweep"
+    assert all(wait_gone(p.pid, 10) for p in engine), "the killed server's engine core lives on"

@@ -18,8 +18,12 @@ from hypothesis import strategies as st
 
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.serving import effective_throughput
+from bloomperf.render.comparison import render_comparison
+from bloomperf.render.report import write_report
 from bloomperf.render.report.curve import curve_of, plot_serving_curves
+from bloomperf.render.report.trend import trend_panels
 from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.history.nights import load_history
 from bloomperf.store.results import ModelInfo, RunResult
 from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
@@ -34,9 +38,13 @@ from bloomperf.store.serving import (
     sweep_cell,
     sweep_workload,
 )
+from tests.builders import add_night, night, on_night
 
 SLA = Sla()
-SETTINGS = {"workload": "fastgen-1200-128", "max_model_len": 512, "engine_args": ""}
+SETTINGS = {
+    "workload": "fastgen-1200-128", "max_model_len": 512, "engine_args": "",
+    "rates": "2,4,8,16,inf", "requests": 40, "refine": 2, "burstiness": 1.0,
+}  # fmt: skip
 
 
 def measured(
@@ -70,8 +78,10 @@ ONE_SEQUENCE = [
 ]
 
 
-def sweep_run(rates: list[RateSummary]) -> RunResult:
-    cell = sweep_cell(SETTINGS, SLA, rates, effective_throughput(rates, SLA))
+def sweep_run(
+    rates: list[RateSummary], sla: Sla = SLA, settings: dict[str, object] = SETTINGS
+) -> RunResult:
+    cell = sweep_cell(settings, sla, rates, effective_throughput(rates, sla))
     model = ModelInfo("tiny-serving", "", 2, 0)
     workload = sweep_workload(SETTINGS)
     return RunResult(model, workload, "cpu", {}, (cell,), "2026-12-03T00:00:00Z", "", True)
@@ -189,3 +199,61 @@ def test_repeated_sweeps_give_one_sample_each_and_an_interval_with_a_spread() ->
     ttft = judge(run, BASELINE).cells[0].metric(TTFT_P99)
     assert ttft is not None and ttft.estimate is not None
     assert ttft.estimate.low < ttft.estimate.high
+
+
+def test_a_sweep_under_another_sla_or_design_is_incomparable_in_one_line(tmp_path: Path) -> None:
+    """The effective throughput is the SLA's and the p99s are the lowest rate's: a sweep under
+    another SLA, --rates, --requests, --refine or --burstiness is not judged against the
+    baseline (neither passed nor failed on figures) and the comparison says why in one line;
+    the gate then fails for want of a judged cell, and `diff BEFORE AFTER` refuses (exit 2)."""
+    changes = [
+        (sweep_run(DEFAULT_SERVER, sla=Sla(ttft_s=1.0)), "the sweep's SLA (TTFT <= 1 s, >= 4"),
+        (sweep_run(DEFAULT_SERVER, sla=Sla(attainment=0.5)), "50%) is not the baseline's ("),
+        (sweep_run(DEFAULT_SERVER, settings={**SETTINGS, "rates": "2,4"}), "--rates 2,4 is not"),
+        (sweep_run(DEFAULT_SERVER, settings={**SETTINGS, "requests": 6}), "--requests 6 is not"),
+        (sweep_run(DEFAULT_SERVER, settings={**SETTINGS, "refine": 0}), "--refine 0 is not"),
+    ]
+    for run, said in changes:
+        verdict = judge(run, BASELINE)
+        (cell,) = verdict.cells
+        assert cell.status == "incomparable" and said in cell.message, cell.message
+        assert verdict.failed and said in verdict.unjudged
+        text = render_comparison(verdict)
+        assert " ".join(text.split()).count(cell.message) == 1, text  # said once
+        assert all(len(line) <= 100 for line in text.splitlines())
+    # The same sweep, its rates written in another order: judged as before.
+    same = sweep_run(DEFAULT_SERVER, settings={**SETTINGS, "rates": "inf, 16,8,4,2"})
+    assert judge(same, BASELINE).cells[0].status == "same"
+    # A baseline that kept no SLA or settings (accepted before they were compared) still judges.
+    old = replace(BASELINE, cells=tuple(replace(c, details={}) for c in BASELINE.cells))
+    assert judge(changes[0][0], old).cells[0].status == "same"
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    save_run(sweep_run(DEFAULT_SERVER), before)
+    save_run(changes[0][0], after)
+    done = bloomperf("diff", str(before), str(after))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert "cannot judge these results: the sweep's SLA (TTFT <= 1 s" in done.stderr
+
+
+def test_a_serving_report_draws_only_plots_with_data_and_its_trend(tmp_path: Path) -> None:
+    """A serving-only run gets no ms/token, memory or load-time plot (it has none of those
+    figures), and with a history its trend draws the sweep's judged figures over the nights:
+    here the p99 TTFT 1.6 times higher from the sixth night on."""
+    history = tmp_path / "history"
+    for i in range(9):
+        run = scaled(sweep_run(DEFAULT_SERVER), EFFECTIVE, 1 + 0.02 * (i % 3))
+        run = scaled(run, TTFT_P99, 1.6 if i >= 5 else 1 - 0.02 * (i % 2))
+        add_night(history, on_night(run, night(i)), tmp_path)
+    report = write_report(run, BASELINE, tmp_path / "out", history)
+    drawn = {p.name for p in report.plots}
+    assert drawn == {"ratio_heatmap.png", "serving_curve.png", "trend.png"}, drawn
+    assert {p.name for p in (tmp_path / "out").glob("*.png")} == drawn
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "## ms per token" not in page and "## Peak memory" not in page
+    assert "## Load time" not in page and "(trend.png)" in page
+    assert "## Time to first token" not in page and "## Energy per token" not in page
+    nights = load_history(history)
+    panels = [(cell.backend, metric) for cell, metric in trend_panels(nights)]
+    assert panels == [("serve-fastgen-1200-128", m) for m in (EFFECTIVE, TTFT_P99, ITL_P99)]
+    # The history's change detection watches ms/token and memory, not these (drawn, not marked).
+    assert not report.changes

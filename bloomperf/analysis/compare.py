@@ -69,6 +69,7 @@ from bloomperf.store.baseline import (
     expected_figure,
 )
 from bloomperf.store.results import CellResult, Outcome, RunResult, latency_to_dict, table_order
+from bloomperf.store.serving import sweep_mismatch
 
 # ---- comparing ------------------------------------------------------------------------------
 
@@ -210,14 +211,23 @@ def incomparable_reason(run: RunResult, baseline: Baseline) -> str | None:
     return None
 
 
+def compare_in(
+    run_reason: str | None, cell: CellResult, baseline: Baseline, *, strict: bool
+) -> CellVerdict:
+    """One cell against its baseline cell, incomparable for the run's reason or its own (a
+    serving sweep under another SLA or design than the baseline's)."""
+    expected = expected_cell(baseline, cell)
+    own = sweep_mismatch(cell.details, expected.details) if expected is not None else None
+    return compare_cell(cell, expected, strict=strict, incomparable=run_reason or own)
+
+
 def judge_cell(
     run: RunResult, baseline: Baseline | None, cell: CellResult, *, strict: bool = False
 ) -> CellVerdict:
     """One cell of ``run``: the plugin judges each cell as soon as it is measured."""
     if baseline is None:
         return compare_cell(cell, None)
-    reason = incomparable_reason(run, baseline)
-    return compare_cell(cell, expected_cell(baseline, cell), strict=strict, incomparable=reason)
+    return compare_in(incomparable_reason(run, baseline), cell, baseline, strict=strict)
 
 
 def judge(
@@ -246,8 +256,8 @@ def unjudged(comparison: Comparison) -> str | None:
     if not comparison.cells or any(was_judged(c) for c in comparison.cells):
         return None
     statuses = {c.status for c in comparison.cells}
-    if comparison.incomparable:
-        why = f"incomparable: {comparison.incomparable}"
+    if comparison.why_incomparable:
+        why = f"incomparable: {comparison.why_incomparable}"
     elif statuses - set(UNJUDGED):
         why = f"{comparison.baseline} gives no figure of the run's cells a tolerance"
     elif statuses == {SKIPPED}:
@@ -307,8 +317,7 @@ def host_ram_headline(run: RunResult) -> str | None:
 def compare_run(run: RunResult, baseline: Baseline, *, strict: bool = False) -> Comparison:
     reason = incomparable_reason(run, baseline)
     verdicts = tuple(
-        compare_cell(c, expected_cell(baseline, c), strict=strict, incomparable=reason)
-        for c in sorted(run.cells, key=table_order)
+        compare_in(reason, c, baseline, strict=strict) for c in sorted(run.cells, key=table_order)
     )
     return Comparison(
         cells=verdicts,

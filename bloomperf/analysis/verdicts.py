@@ -165,6 +165,12 @@ class Comparison:
     unjudged: str = ""  # why it fails for want of a comparison: no cell was judged at all
 
     @property
+    def why_incomparable(self) -> str:
+        """The run's reason, else the first of its cells' own (a sweep under another SLA)."""
+        own = (c.message for c in self.cells if c.status == INCOMPARABLE and c.message)
+        return self.incomparable or next(own, "")
+
+    @property
     def failed(self) -> bool:
         return bool(self.incomplete or self.unjudged) or any(c.fails() for c in self.cells)
 

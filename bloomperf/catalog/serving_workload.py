@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import unknown_name
 
 FASTGEN_CONTEXT = 4096
 SPREAD = 0.3  # the standard deviation as a share of the mean
@@ -46,7 +47,7 @@ class RequestLengths:
 
 def find_shape(name: str) -> LengthShape:
     if name not in SHAPES:
-        raise BloomperfError(f"--workload: '{name}' is not one of {', '.join(SHAPES)}")
+        raise BloomperfError(f"--workload: {unknown_name(name, list(SHAPES))}")
     return SHAPES[name]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -17,7 +18,7 @@ from typing import Any, NoReturn
 
 from bloomperf import __version__
 from bloomperf.core.errors import EXIT_INTERNAL, EXIT_USAGE, BloomperfError
-from bloomperf.core.formatting import clean
+from bloomperf.core.formatting import UnknownName, clean, unknown_name
 from bloomperf.core.interrupt import interruption, sigterm_as_interrupt
 from bloomperf.core.streams import flush_stdout, guarded_streams
 
@@ -57,7 +58,35 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
+        prefix = f"{self.prog}: error: "
+        message = fit_name(one_line(message), sys.exc_info()[1], len(prefix))
+        self.exit(EXIT_USAGE, f"{prefix}{fit_choice(message, len(prefix))}\n")
+
+
+# argparse's refusal of a value outside ``choices`` (3.11 quotes each choice, 3.12 does not).
+INVALID_CHOICE = re.compile(r"argument (\S+): invalid choice: '(.*)' \(choose from (.*)\)")
+
+
+def fit_name(message: str, error: BaseException | None, used: int) -> str:
+    """A name a parser refused (``UnknownName``, the cause of argparse's error) fitted to the
+    line that argparse's longer prefix leaves it."""
+    while error is not None and not isinstance(error, UnknownName):
+        error = error.__cause__ or error.__context__
+    flag = re.match(r"argument (\S+): ", message)
+    if error is None or flag is None:
+        return message
+    return f"{flag[1]}: {error.fit(used + len(flag[1]) + 2)}"
+
+
+def fit_choice(message: str, used: int) -> str:
+    """argparse's "invalid choice" as bloomperf's own "unknown value" line, which fits the
+    terminal (argparse lists every choice, 199 columns for the commands)."""
+    found = INVALID_CHOICE.fullmatch(message)
+    if found is None:
+        return message
+    flag, value, listed = found.groups()
+    choices = [c.strip().strip("'") for c in listed.split(",")]
+    return f"{flag}: {unknown_name(value, choices, used + len(flag) + 2)}"
 
 
 def build_parser() -> argparse.ArgumentParser:

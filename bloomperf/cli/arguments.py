@@ -20,6 +20,7 @@ from bloomperf.analysis.changes import (
     DEFAULT_WINDOW,
     check_test_settings,
 )
+from bloomperf.core.formatting import UnknownName
 from bloomperf.harness.options import OPTIONS, Option
 
 T = TypeVar("T")
@@ -32,6 +33,8 @@ def checked(parse: Callable[[str], T]) -> Callable[[str], T]:
     def convert(text: str) -> T:
         try:
             return parse(text)
+        except UnknownName as exc:  # kept as the cause: the parser fits it to its line
+            raise argparse.ArgumentTypeError(str(exc)) from exc
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 

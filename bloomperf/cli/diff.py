@@ -107,9 +107,9 @@ def refuse_empty_before(before: RunResult, where: str) -> None:
 def refuse_incomparable(comparison: Comparison, named: str) -> Comparison:
     """A baseline the user named (``--baseline``, a "before" file) that is another topology's,
     model's or workload's judges nothing: a usage error (exit 2), unless allowed to pass."""
-    if comparison.unjudged and comparison.incomparable:
+    if comparison.unjudged and comparison.why_incomparable:
         raise BloomperfError(
-            f"{named}: cannot judge these results: {comparison.incomparable} "
+            f"{named}: cannot judge these results: {comparison.why_incomparable} "
             "(--allow-no-baseline reports them unjudged)"
         )
     return comparison

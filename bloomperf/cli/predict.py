@@ -31,7 +31,7 @@ from bloomperf.catalog.models import MODEL_SHAPES
 from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.arguments import add_format_argument, add_run_option, checked, run_option
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.formatting import markdown_table
+from bloomperf.core.formatting import markdown_table, unknown_name
 from bloomperf.harness.matrix import DEFAULT_BATCH_SIZES
 from bloomperf.harness.options import parse_positive_int
 from bloomperf.render.terminal import fit_lines, fit_table, terminal_width
@@ -183,8 +183,7 @@ def _topology_text(text: str) -> str:
 
 def run_predict(args: argparse.Namespace) -> int:
     if args.model not in MODEL_SHAPES:
-        known = ", ".join(MODEL_SHAPES)
-        raise BloomperfError(f"--model: unknown shape {args.model!r} (known: {known})")
+        raise BloomperfError(f"--model: {unknown_name(args.model, list(MODEL_SHAPES))}")
     shape = MODEL_SHAPES[args.model]
     nodes, per_node, gpus = parse_topology_id(_topology_text(args.topology))
     n_gpus = nodes * per_node

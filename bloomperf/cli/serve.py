@@ -30,6 +30,7 @@ from bloomperf.catalog.topology import detect_topology
 from bloomperf.cli.arguments import checked
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import utc_now
+from bloomperf.harness.engine_identity import endpoint_topology, installed_engine, served_engine
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.server import Server, ServerSpec
 from bloomperf.harness.sweep import Endpoint, Managed, SweepSpec, parse_rates, run_sweeps
@@ -153,7 +154,7 @@ def serve_command(args: argparse.Namespace) -> int:
     settings["python"] = str(python)  # the interpreter used, whichever way it was chosen
     spec = sweep_spec(args, python, model)
     sweep_cell(settings, sla, [], None)  # a --dtype no results can name: refused before a start
-    run = empty_run(prepared, settings)
+    run = empty_run(prepared, settings, args.endpoint)
     measured: list[list[RateSummary]] = []  # per sweep
 
     def keep(repeat: int, summary: RateSummary) -> None:  # nothing measured is lost on a crash
@@ -207,15 +208,21 @@ def partial_cell(
     return sweep_cell(settings, sla, list(done[0][0]), done[0][1], done[1:])
 
 
-def empty_run(model: PreparedModel, settings: dict[str, Any]) -> RunResult:
-    """The results document the sweep's cell goes in: this machine, the served model, the
-    workload's mean generation length as its new tokens (a sweep with an ``--endpoint`` on
-    another machine is recorded under this one's topology: bloomperf cannot see that one)."""
+def empty_run(model: PreparedModel, settings: dict[str, Any], endpoint: str | None) -> RunResult:
+    """The results document the sweep's cell goes in: the served model, the workload's mean
+    generation length as its new tokens, the server's engine and version, and the machine: this
+    one, or ``remote-HOST`` for an ``--endpoint`` elsewhere (the environment stays this one's,
+    the client's)."""
     topology = detect_topology()
+    server = {"serving_python": settings["python"]}
+    if endpoint:
+        server |= {"serving_endpoint": endpoint, "serving_engine": served_engine(endpoint)}
+    else:
+        server["serving_engine"] = installed_engine(Path(settings["python"]))
     return RunResult(
         model=ModelInfo(model.name, str(model.path), model.layers, model.parameters),
         workload=sweep_workload(settings),
-        topology=topology.id,
-        environment={**environment_fingerprint(topology), "serving_python": settings["python"]},
+        topology=(endpoint_topology(endpoint) if endpoint else None) or topology.id,
+        environment={**environment_fingerprint(topology), **server},
         started_at=utc_now(),
     )

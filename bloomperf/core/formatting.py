@@ -156,3 +156,38 @@ def markdown_text(text: str) -> str:
 def clean(text: str) -> str:
     """``text`` without terminal escape sequences or control characters (newlines kept)."""
     return _SURROGATES.sub("\ufffd", _CONTROLS.sub("", _ESCAPES.sub("", text)))
+
+
+# A terminal line's width: every line bloomperf prints fits it (a usage error included).
+LINE_WIDTH = 100
+
+
+def unknown_name(
+    value: str, valid: Sequence[str], used: int = 30, where: str = "see --help"
+) -> str:
+    """Why ``value`` is refused, naming the valid ones in as many columns as a line has left
+    after ``used`` (the prefix the message will get, e.g. ``bloomperf: error: --backends: ``):
+    "(valid: a, b, c)", else "is not a, b or c", else their count and ``where`` they are
+    listed. The value is shortened: a user's typo is not to push the valid names off the line."""
+    shown = value if len(value) <= 12 else value[:11] + "…"
+    names = list(valid)
+    listed = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
+    for text in (
+        f"unknown value {shown!r} (valid: {', '.join(names)})",
+        f"{shown!r} is not {listed}",
+    ):
+        if used + len(text) <= LINE_WIDTH:
+            return text
+    return f"unknown value {shown!r} ({len(names)} valid ones: {where})"
+
+
+class UnknownName(ValueError):
+    """A parser's refusal of a name, fitted to the line again (``fit``) by whoever knows the
+    prefix it gets (argparse adds ``bloomperf predict: error: argument --backends: ``)."""
+
+    def __init__(self, value: str, valid: Sequence[str]) -> None:
+        self.value, self.valid = value, tuple(valid)
+        super().__init__(unknown_name(value, valid))
+
+    def fit(self, used: int) -> str:
+        return unknown_name(self.value, self.valid, used)

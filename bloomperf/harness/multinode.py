@@ -41,6 +41,7 @@ import psutil
 
 from bloomperf.config.run import LaunchOptions
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import unknown_name
 from bloomperf.core.jsonfile import write_text_atomic
 from bloomperf.harness.hostfile import active_hosts, rank_count, read_hostfile
 from bloomperf.harness.shm import cleanup_shm
@@ -79,7 +80,7 @@ def multinode_command(
         )
     launcher = options.launcher
     if launcher not in LAUNCHERS:
-        raise BloomperfError(f"--launcher: {launcher!r} is not one of {', '.join(LAUNCHERS)}")
+        raise BloomperfError(f"--launcher: {unknown_name(launcher, LAUNCHERS)}")
     master = options.master_addr or next(iter(hosts))
     group_id = secrets.token_hex(8)
     rank_env = {

@@ -13,6 +13,7 @@ from typing import Any
 from bloomperf.backends.ds_inference import read_shard_marker
 from bloomperf.catalog import accelerate_map
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import UnknownName
 from bloomperf.core.jsonfile import read_document
 from bloomperf.harness.hostfile import read_hostfile
 from bloomperf.store.results import MAX_BATCH_SIZE
@@ -28,7 +29,7 @@ def parse_names(valid: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
             raise ValueError("is empty")
         for name in names:
             if name not in valid:
-                raise ValueError(f"unknown value {name!r} (valid: {', '.join(valid)})")
+                raise UnknownName(name, valid)
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             # One cell per name: a second would be measured, then silently replace the first.
@@ -111,7 +112,7 @@ def parse_host(text: str) -> str:
 def parse_choice(valid: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in valid:
-            raise ValueError(f"unknown value {text!r} (valid: {', '.join(valid)})")
+            raise UnknownName(text, valid)
         return text
 
     return parse

@@ -12,6 +12,7 @@ from typing import Any
 from bloomperf.analysis.stats import IMPROVED, REGRESSED, SAME
 from bloomperf.analysis.verdicts import (
     CELL_LABELS,
+    INCOMPARABLE,
     NO_BASELINE,
     NOT_JUDGED,
     NOT_RUN,
@@ -233,6 +234,14 @@ def notable(comparison: Comparison) -> list[str]:
         f"{v.id}: {v.explain()}"
         for v in comparison.cells
         if v.status not in QUIET and not v.fails()
+    ]
+    # A cell incomparable for a reason of its own (a sweep under another SLA) is said once:
+    # the run's reason has its line already, and "nothing judged" may say the cell's.
+    said = (comparison.incomparable, comparison.unjudged)
+    lines += [
+        f"{v.id}: {v.explain()}"
+        for v in comparison.cells
+        if v.status == INCOMPARABLE and v.message and not any(v.message in s for s in said)
     ]
     return lines
 

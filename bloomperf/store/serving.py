@@ -19,6 +19,7 @@ from typing import Any
 from bloomperf.backends import serving_row
 from bloomperf.catalog.serving_workload import DEFAULT_SHAPE, SHAPES, scaled_means
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.formatting import unknown_name
 from bloomperf.store.results import CellResult, ModelInfo, Outcome, RunResult, WorkloadInfo
 
 KIND = "bloomperf-serving"  # the sweep's own document, version 1: read, no longer written
@@ -206,8 +207,9 @@ def engine_dtype(engine_args: str) -> str:
     words = engine_args.replace("=", " ").split()
     given = words[words.index("--dtype") + 1] if "--dtype" in words[:-1] else "float32"
     if given not in ENGINE_DTYPES:
-        known = ", ".join(ENGINE_DTYPES)
-        raise BloomperfError(f"--engine-args: --dtype {given} is not one of {known}")
+        # The aliases (float, half) are read, not offered: the three names fit the line.
+        refused = unknown_name(given, ["float32", "bfloat16", "float16"], used=41)
+        raise BloomperfError(f"--engine-args: --dtype {refused}")
     return ENGINE_DTYPES[given]
 
 
@@ -218,6 +220,50 @@ def sweep_workload(settings: dict[str, Any]) -> WorkloadInfo:
     shape = SHAPES.get(str(settings.get("workload")), SHAPES[DEFAULT_SHAPE])
     _, output = scaled_means(shape, int(settings.get("max_model_len") or 512))
     return WorkloadInfo(new_tokens=max(1, round(output)), cycles=1, warmup=0, prompts=())
+
+
+# What a sweep's figures mean besides the server: its SLA (the effective throughput is the
+# highest rate meeting it) and its design (the p99s are taken at the lowest of --rates, over
+# --requests requests; --refine and --burstiness move the effective throughput).
+DESIGN = ("rates", "requests", "refine", "burstiness")
+
+
+def sweep_mismatch(details: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """Why a sweep's figures cannot be judged against a baseline cell's (``details`` of
+    each): another SLA or another sweep design. None when they agree, or when either side does
+    not record it (a file written before the SLA was compared is judged as it was)."""
+    ours, theirs = details.get("serving"), expected.get("serving")
+    if not isinstance(ours, dict) or not isinstance(theirs, dict):
+        return None
+    sla, their_sla = sla_of(ours), sla_of(theirs)
+    if sla is not None and their_sla is not None and sla != their_sla:
+        mine_text, theirs_text = describe_sla(sla), describe_sla(their_sla)
+        return f"the sweep's SLA ({mine_text}) is not the baseline's ({theirs_text})"
+    mine, baseline = ours.get("settings") or {}, theirs.get("settings") or {}
+    for key in DESIGN:
+        a, b = mine.get(key), baseline.get(key)
+        if a is not None and b is not None and design_value(a) != design_value(b):
+            return f"the sweep's --{key} {a} is not the baseline's {b}"
+    return None
+
+
+def sla_of(data: dict[str, Any]) -> Sla | None:
+    try:
+        return Sla(**data["sla"])
+    except (KeyError, TypeError, BloomperfError):
+        return None
+
+
+def describe_sla(sla: Sla) -> str:
+    return f"TTFT <= {sla.ttft_s:g} s, >= {sla.token_rate:g} tokens/s, {sla.attainment:.0%}"
+
+
+def design_value(value: Any) -> Any:
+    """A setting as compared: ``--rates "4, 2"`` is ``2,4``; 1 is 1.0."""
+    try:
+        return tuple(sorted({float(part) for part in str(value).split(",") if part.strip()}))
+    except ValueError:
+        return str(value)
 
 
 def read_sweep(details: dict[str, Any]) -> tuple[Sla, list[RateSummary], float | None] | None:

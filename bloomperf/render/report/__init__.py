@@ -6,6 +6,8 @@ summary, next to the PNG files it links) and the PNGs themselves, replacing the 
 (``bloomperf.core.swapdir``; one holding other files is refused):
 
 * ``ratio_heatmap.png``: measured ÷ baseline per cell and judged metric, coloured by verdict.
+* ``ms_per_token.png``, ``memory.png``, ``load_time.png``, where the run has a cell of the blog's
+  workload (a serving-only run has none of their figures):
 * ``ms_per_token.png``: ms/token against batch size, one colour per backend and dtype, log axes
   whose ticks are the batch sizes; the baseline dashed beside the measurement; OOM cells crossed
   at the top edge (measured) or ringed (expected by the baseline).
@@ -17,8 +19,9 @@ summary, next to the PNG files it links) and the PNGs themselves, replacing the 
   energy, where the cells have them.
 * ``serving_curve.png``, where the run holds a ``bloomperf serve`` sweep: its latency–throughput
   curve (p99 TTFT and ITL against completed requests/s) against the baseline's.
-* ``trend.png`` (with ``--history``): ms/token of every cell over the nights, the nights where a
-  persistent change started marked (``bloomperf.analysis.changes`` finds them).
+* ``trend.png`` (with ``--history``): ms/token of every cell, and a serving sweep's effective
+  throughput and p99s, over the nights, the nights where a persistent change started marked
+  (``bloomperf.analysis.changes`` finds them).
 
 The page opens with the verdicts and what changed in the software since the previous night (or
 the baseline; ``bloomperf.render.report.changes``). The verdicts come from
@@ -35,13 +38,14 @@ from typing import Any
 from bloomperf.analysis.changes import DEFAULT_TOLERANCE, Change, detect_changes
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.stats import REGRESSED
+from bloomperf.analysis.verdicts import Comparison
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.swapdir import fresh_folder
 from bloomperf.render.report.changes import WhatChanged, what_changed_since
 from bloomperf.render.report.curve import SERVING_FILE, plot_serving_curves
 from bloomperf.render.report.figure import save_figure
 from bloomperf.render.report.heatmap import ratio_heatmap
-from bloomperf.render.report.latency import LATENCY_FILES, write_latency_plots
+from bloomperf.render.report.latency import LATENCY_FILES, LatencyPlots, write_latency_plots
 from bloomperf.render.report.memory import plot_memory
 from bloomperf.render.report.page import write_pages
 from bloomperf.render.report.timing import plot_load_times, plot_ms_per_token
@@ -49,6 +53,7 @@ from bloomperf.render.report.trend import plot_trend
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.history.nights import Night, load_history
 from bloomperf.store.results import RunResult
+from bloomperf.store.serving import read_sweep
 
 # Every file a report writes into its --out-dir folder.
 REPORT_FILES = (
@@ -116,23 +121,13 @@ def render_report(
 ) -> Report:
     """Every file of the report, written into ``out``."""
     comparison = judge(run, baseline, no_baseline="no baseline for this topology and model")
-    plots = {
-        "heatmap": save_figure(ratio_heatmap(comparison), out / "ratio_heatmap.png"),
-        "ms": plot_ms_per_token(
-            run,
-            baseline,
-            out / "ms_per_token.png",
-            frozenset(
-                c.id
-                for c in comparison.cells
-                for m in c.metrics
-                if m.metric == "ms_per_token" and m.status == REGRESSED
-            ),
-        ),
-        "memory": plot_memory(run, baseline, out / "memory.png"),
-        "load": plot_load_times(run, baseline, out / "load_time.png"),
-    }
-    latency = write_latency_plots(run, baseline, out)
+    plots = {"heatmap": save_figure(ratio_heatmap(comparison), out / "ratio_heatmap.png")}
+    # A serving-only run has none of the blog's workload's figures: no plot of them, nor a
+    # note per plot saying so.
+    latency = LatencyPlots({}, {}, {})
+    if any(read_sweep(c.details) is None for c in run.cells):
+        plots |= offline_plots(run, baseline, comparison, out)
+        latency = write_latency_plots(run, baseline, out)
     plots.update(latency.paths)
     if plot_serving_curves(run, baseline, out / SERVING_FILE):
         plots["serving"] = out / SERVING_FILE
@@ -150,3 +145,21 @@ def render_report(
         out, run, comparison, plots, nights, changes, latency.notes, changed
     )
     return Report(html_path, md_path, tuple(plots.values()), tuple(changes), tuple(changed))
+
+
+def offline_plots(
+    run: RunResult, baseline: Baseline | None, comparison: Comparison, out: Path
+) -> dict[str, Path]:
+    """ms/token, memory and load time against batch size: the blog's workload's plots, drawn
+    where the run has a cell of it (a serving sweep has none of these figures)."""
+    regressed = frozenset(
+        c.id
+        for c in comparison.cells
+        for m in c.metrics
+        if m.metric == "ms_per_token" and m.status == REGRESSED
+    )
+    return {
+        "ms": plot_ms_per_token(run, baseline, out / "ms_per_token.png", regressed),
+        "memory": plot_memory(run, baseline, out / "memory.png"),
+        "load": plot_load_times(run, baseline, out / "load_time.png"),
+    }

@@ -97,6 +97,8 @@ def write_pages(
     md += [f"- {markdown_text(f)}" for f in failures] + ([""] if failures else [])
     md += markdown_lines(changed)
     for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
+        if key not in plots and key not in notes:
+            continue  # a plot of figures the run has none of (ms/token of a serving sweep)
         shown = f"![{heading}]({plots[key].name})" if key in plots else markdown_text(notes[key])
         md += [f"## {heading}", "", shown, ""]
     if "serving" in plots:
@@ -121,6 +123,8 @@ def write_pages(
         doc.append("<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in failures) + "</ul>")
     doc += html_lines(changed)
     for key, heading in (*PLOT_HEADINGS, *LATENCY_HEADINGS):
+        if key not in plots and key not in notes:
+            continue
         shown = embedded(plots[key]) if key in plots else f"<p>{html.escape(notes[key])}</p>"
         doc += [f"<h2>{heading}</h2>", shown]
     if "serving" in plots:

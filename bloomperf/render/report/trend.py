@@ -1,8 +1,9 @@
-"""The report's trend plot: ms/token of every cell over the nights of a history, the nights where a
+"""The report's trend plot: ms/token of every cell over the nights of a history (and a serving
+sweep's effective throughput and p99 TTFT and ITL: it has no ms/token), the nights where a
 persistent change started (``bloomperf.analysis.changes`` finds them) marked in red.
 
-Each panel is one cell relative to its own median, all on one y scale: ±3 % of noise must look
-small next to a 15 % step, which autoscaled axes would both blow up to full height.
+Each panel is one cell's figure relative to its own median, all on one y scale: ±3 % of noise
+must look small next to a 15 % step, which autoscaled axes would both blow up to full height.
 """
 
 from __future__ import annotations
@@ -14,16 +15,31 @@ from pathlib import Path
 from typing import Any
 
 from bloomperf.analysis.changes import Change
+from bloomperf.core.metrics import format_value, label_of
 from bloomperf.render.report.figure import COLOURS, OOM_COLOUR, new_figure, save_figure
 from bloomperf.store.history.nights import METRIC_MS, Night, series
 from bloomperf.store.results import CellResult
+from bloomperf.store.serving import EFFECTIVE, ITL_P99, TTFT_P99
+
+# What a panel draws: a cell's ms/token, else (a serving sweep) the figures the gate judges of it.
+TREND_METRICS = (METRIC_MS, EFFECTIVE, TTFT_P99, ITL_P99)
+Panel = tuple[CellResult, str]  # a cell and one metric of it
 
 
-def percent_range(nights: Sequence[Night], cells: Sequence[CellResult]) -> tuple[float, float]:
+def trend_panels(nights: Sequence[Night]) -> list[Panel]:
+    """Every cell of the history with each trend metric it has figures of, in table order."""
+    cells = sorted(
+        {c.id: c for n in nights for c in n.run.cells}.values(),
+        key=lambda c: (c.backend, c.dtype, c.batch_size),
+    )
+    return [(c, m) for c in cells for m in TREND_METRICS if series(nights, c.id, m)]
+
+
+def percent_range(nights: Sequence[Night], panels: Sequence[Panel]) -> tuple[float, float]:
     """A y range shared by every trend panel: at least ±10 %, wider where the data go."""
     low, high = -10.0, 10.0
-    for cell in cells:
-        values = [v for _, v in series(nights, cell.id, METRIC_MS)]
+    for cell, metric in panels:
+        values = [v for _, v in series(nights, cell.id, metric)]
         centre = statistics.median(values)
         low = min(low, *((v / centre - 1) * 100 for v in values))
         high = max(high, *((v / centre - 1) * 100 for v in values))
@@ -51,27 +67,25 @@ def mark_change(ax: Any, change: Change, colour: str = OOM_COLOUR) -> None:
 def plot_trend(
     nights: Sequence[Night], changes: Sequence[Change], path: Path, tolerance: float
 ) -> Path:
-    """ms/token per cell over the nights; a red line where a persistent change started."""
-    cells = sorted(
-        {c.id: c for n in nights for c in n.run.cells}.values(),
-        key=lambda c: (c.backend, c.dtype, c.batch_size),
-    )
-    cells = [c for c in cells if series(nights, c.id, METRIC_MS)]
-    columns = 4 if len(cells) > 4 else max(1, len(cells))
-    lines = max(1, math.ceil(len(cells) / columns))
+    """Each panel's figure over the nights; a red line where a persistent change started."""
+    panels = trend_panels(nights)
+    columns = 4 if len(panels) > 4 else max(1, len(panels))
+    lines = max(1, math.ceil(len(panels) / columns))
     # A fixed grid: constrained layout costs seconds per panel with a month of cells.
     fig = new_figure(3.2 * columns, 2.3 * lines + 0.7, layout=None)
     fig.set_dpi(90)
-    top = 1 - 0.6 / (2.3 * lines + 0.7)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.04, top=top, hspace=0.45, wspace=0.25)
+    height = 2.3 * lines + 0.7
+    # Inches, not shares: one row of panels must still show its dates under the axes.
+    top, bottom = 1 - 0.6 / height, 0.3 / height
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=bottom, top=top, hspace=0.45, wspace=0.25)
     axes = fig.subplots(lines, columns, squeeze=False)
-    for ax in axes.flat[len(cells) :]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
-    step = max(1, len(nights) // 6)
+    step = max(1, math.ceil(len(nights) / 5))  # five dates fit a panel's width
     ticks = list(range(0, len(nights), step))
-    low, high = percent_range(nights, cells)
-    for ax, cell in zip(axes.flat, cells, strict=False):
-        points = series(nights, cell.id, METRIC_MS)
+    low, high = percent_range(nights, panels)
+    for ax, (cell, metric) in zip(axes.flat, panels, strict=False):
+        points = series(nights, cell.id, metric)
         # Relative to the cell's median, on one scale for all cells: ±3 % of noise must look
         # small next to a 15 % step, which autoscaled axes would both blow up to full height.
         centre = statistics.median(v for _, v in points)
@@ -79,9 +93,11 @@ def plot_trend(
         ax.axhspan(-tolerance * 100, tolerance * 100, color="grey", alpha=0.12, lw=0)
         ax.plot([i for i, _ in points], percent, "-o", ms=3, color=COLOURS[0])
         for change in changes:
-            if change.cell == cell.id and change.metric in (METRIC_MS, "outcome"):
+            if change.cell == cell.id and change.metric in (metric, "outcome"):
                 mark_change(ax, change)
-        ax.set_title(f"{cell.id} (median {centre:.3g} ms)", fontsize=8)
+        shown = "" if metric == METRIC_MS else f"\n{label_of(metric)}"
+        median = format_value(metric, centre)
+        ax.set_title(f"{cell.id}{shown} (median {median})", fontsize=8)
         ax.set_xticks(ticks, [nights[i].label[5:10] for i in ticks], fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
         ax.set_xlim(-0.5, len(nights) - 0.5)
@@ -89,8 +105,9 @@ def plot_trend(
         ax.grid(True, alpha=0.3)
     for ax in axes[:, 0]:
         ax.set_ylabel("% vs median", fontsize=8)
+    what = "ms per token" if all(m == METRIC_MS for _, m in panels) else "each cell's figures"
     fig.suptitle(
-        f"ms per token over {len(nights)} nights ({nights[0].label} … {nights[-1].label}); "
+        f"{what} over {len(nights)} nights ({nights[0].label} … {nights[-1].label}); "
         f"grey band: ±{tolerance * 100:g} %; dashed red: a persistent change started",
         fontsize=10,
     )
