@@ -100,9 +100,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "plugin-ignores-incomparable",
         "bloomperf/analysis/compare.py",
-        "return compare_cell(cell, expected_cell(baseline, cell), strict=strict, "
-        "incomparable=reason)",
-        "return compare_cell(cell, expected_cell(baseline, cell), strict=strict)",
+        "return compare_in(incomparable_reason(run, baseline), cell, baseline, strict=strict)",
+        "return compare_in(None, cell, baseline, strict=strict)",
         (
             "tests/test_gate_properties.py::test_judge_and_the_plugins_per_cell_judgement_follow_the_rule",
             "tests/test_verdict_paths.py::test_an_incomparable_workload_is_judged_by_no_path",
