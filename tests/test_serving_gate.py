@@ -255,5 +255,7 @@ def test_a_serving_report_draws_only_plots_with_data_and_its_trend(tmp_path: Pat
     nights = load_history(history)
     panels = [(cell.backend, metric) for cell, metric in trend_panels(nights)]
     assert panels == [("serve-fastgen-1200-128", m) for m in (EFFECTIVE, TTFT_P99, ITL_P99)]
-    # The history's change detection watches ms/token and memory, not these (drawn, not marked).
-    assert not report.changes
+    # The history's change detection watches the registry's watched metrics, these included:
+    # the TTFT step is found at the sixth night, worse; nothing else moved.
+    found = [(c.cell, c.metric, c.night, c.worse) for c in report.changes]
+    assert found == [(run.cells[0].id, TTFT_P99, 5, True)], found

@@ -49,10 +49,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomperf.core.errors import BloomperfError
-from bloomperf.core.metrics import BUILT_INS, better, metrics
+from bloomperf.core.metrics import better, metrics
 from bloomperf.store.history.nights import (
-    METRIC_MEMORY,
-    METRIC_MS,
     METRIC_OUTCOME,
     Night,
     cell_ids,
@@ -214,9 +212,10 @@ def check_test_settings(tolerance: float, window: int, confirm: int) -> None:
 
 
 def tracked_metrics() -> tuple[str, ...]:
-    """What the nightly history watches: ms/token and peak memory (load time and latency swing
-    with the file cache and neighbours night to night), and every metric a package adds."""
-    return (METRIC_MS, METRIC_MEMORY, *(m.name for m in metrics() if m not in BUILT_INS))
+    """What the nightly history watches: each registered metric marked ``watched`` (ms/token,
+    peak memory, a sweep's figures, and what a package adds; not load time or latency, which
+    swing with the file cache and neighbours night to night)."""
+    return tuple(m.name for m in metrics() if m.watched)
 
 
 def detect_changes(

@@ -63,6 +63,9 @@ class Metric:
     measure: Callable[[], Meter] | None = None  # the worker-side hook, one meter per cell
     per_row: bool = False  # one figure serves a table row (a load), not each batch size
     short_label: str = ""  # for a narrow terminal cell; the label when empty
+    # Whether the nightly history looks for level shifts in it (``analysis.changes``): not in
+    # figures that swing night to night with the file cache and neighbours.
+    watched: bool = True
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
@@ -127,10 +130,20 @@ BUILT_INS = (
         read=lambda c: _one(c.load_time_s),
         default_tolerance=0.25,
         per_row=True,
+        watched=False,
     ),
-    Metric("ttft_ms", "TTFT", "ms", read=_latency("ttft_ms"), default_tolerance=0.10),
-    Metric("tpot_ms", "TPOT p50", "ms", read=_latency("tpot_ms")),
-    Metric("tpot_p99_ms", "TPOT p99", "ms", read=_latency("tpot_p99_ms"), default_tolerance=0.15),
+    Metric(
+        "ttft_ms", "TTFT", "ms", read=_latency("ttft_ms"), default_tolerance=0.10, watched=False
+    ),
+    Metric("tpot_ms", "TPOT p50", "ms", read=_latency("tpot_ms"), watched=False),
+    Metric(
+        "tpot_p99_ms",
+        "TPOT p99",
+        "ms",
+        read=_latency("tpot_p99_ms"),
+        default_tolerance=0.15,
+        watched=False,
+    ),
     # A `bloomperf serve` sweep's figures (its cell's ``figures``, docs/serving.md). Even on a
     # loaded CPU a server's capacity is judged, loosely: the sweep's rates are 10-25 % apart
     # and a p99 of 40 requests moves by half between runs, but a halved effective throughput
