@@ -29,6 +29,7 @@ REFUSED = [
     ["diff", "x.json", "--format", "{}"],
     ["doctor", "--device", "{}"],
     ["history", "{}"],
+    ["baseline", "{}"],
     ["{}"],
 ]
 
@@ -43,6 +44,7 @@ def test_a_refused_name_is_one_line_within_the_width(
     (line,) = captured.err.splitlines()
     assert len(line) <= LINE_WIDTH, line
     assert "error: " in line and captured.out == ""
+    assert "_command" not in line, line  # argparse's internal name is no word of the user's
 
 
 @pytest.mark.parametrize("typo", TYPOS)

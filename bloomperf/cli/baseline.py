@@ -29,7 +29,7 @@ from bloomperf.store.results.files import read_results, refuse_synthetic
 def add_command(subparsers: Any) -> None:
     parser = subparsers.add_parser("baseline", help="show or accept baselines")
     actions = parser.add_subparsers(
-        dest="baseline_command", required=True, parser_class=type(parser)
+        dest="baseline_command", metavar="ACTION", required=True, parser_class=type(parser)
     )
     show = actions.add_parser("show", help="print a baseline as the blog's tables")
     show.add_argument(

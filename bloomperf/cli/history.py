@@ -36,7 +36,7 @@ from bloomperf.store.history.nights import add_to_history, history_folders, pars
 def add_command(subparsers: Any) -> None:
     parser = subparsers.add_parser("history", help="the nightly history folder")
     actions = parser.add_subparsers(
-        dest="history_command", required=True, parser_class=type(parser)
+        dest="history_command", metavar="ACTION", required=True, parser_class=type(parser)
     )
     add = actions.add_parser("add", help="copy a results file into the history folder")
     add.add_argument("result", type=Path, help="a bloomperf results JSON file")
