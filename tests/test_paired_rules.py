@@ -122,6 +122,25 @@ def test_the_error_budget_is_spread_over_exactly_the_looks_ab_takes(
     assert intervals_computed(min_pairs, max_pairs, stop_at) <= looks(min_pairs, max_pairs)
 
 
+@given(min_pairs=st.integers(1, 20))
+def test_the_first_report_and_interval_come_at_min_pairs_or_two_at_least(min_pairs: int) -> None:
+    """``--min-pairs 1`` or ``2``: progress is shown and the first interval computed at the
+    second pair (one pair has no spread to make an interval of), not later; above two, at
+    ``--min-pairs`` itself."""
+    log = PairLog(
+        Cell("accelerate", "fp32", 1), Settings(tolerance=0.01, min_pairs=min_pairs, max_pairs=400)
+    )
+    reported, looked = [], []
+    for i in range(max(min_pairs, 2)):
+        log.add_pair({"a": 1.0, "b": float(NOISE[i])}, ("a", "b"))
+        reported.append(log.report_due())
+        assert not log.decided()
+        looked.append(log.estimate is not None)
+    expected = [False] * (max(min_pairs, 2) - 1) + [True]
+    assert reported == expected and looked == expected
+    assert log.estimate is not None and log.estimate.pairs == max(min_pairs, 2)
+
+
 @given(
     confidence=st.floats(0.5, 0.999),
     min_pairs=st.integers(1, 50),

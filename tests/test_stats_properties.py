@@ -6,6 +6,8 @@
 * The interval lies within the ratios the samples themselves allow.
 * ``classify_ratio``'s limits are strict: a ratio exactly at the tolerance, or an interval
   touching ``1 + min_effect``, is "same".
+* For a higher-is-better metric (a throughput) the verdicts are mirrored: a fall beyond the
+  tolerance regressed, a rise improved, and "same" stays "same".
 * Each refusal names what it refuses (the one line a user sees).
 """
 
@@ -31,6 +33,7 @@ from bloomperf.analysis.stats import (
     run_spread,
 )
 from bloomperf.core.errors import BloomperfError
+from bloomperf.core.metrics import HIGHER, LOWER
 
 samples = st.lists(st.floats(0.5, 50.0), min_size=1, max_size=12)
 
@@ -115,6 +118,38 @@ def test_the_limits_of_classify_ratio_are_strict(tolerance: float, min_effect: f
     edge_up, edge_down = 1.0 + min_effect, 1.0 - min_effect
     assert classify_ratio(RatioEstimate(far_up, edge_up, 9), tolerance, min_effect) == SAME
     assert classify_ratio(RatioEstimate(far_down, 0.01, edge_down), tolerance, min_effect) == SAME
+
+
+MIRROR = {REGRESSED: IMPROVED, IMPROVED: REGRESSED, SAME: SAME}
+
+
+@given(
+    ratio=st.floats(0.05, 20.0),
+    spread=st.tuples(st.floats(0.0, 0.5), st.floats(0.0, 0.5)),
+    tolerance=st.floats(0.0, 0.5),
+    min_effect=st.floats(0.0, 0.2),
+)
+def test_a_higher_is_better_metric_reads_each_verdict_the_other_way(
+    ratio: float, spread: tuple[float, float], tolerance: float, min_effect: float
+) -> None:
+    estimate = RatioEstimate(ratio, ratio * (1 - spread[0]), ratio * (1 + spread[1]))
+    lower = classify_ratio(estimate, tolerance, min_effect, direction=LOWER)
+    assert classify_ratio(estimate, tolerance, min_effect) == lower  # lower is the default
+    assert classify_ratio(estimate, tolerance, min_effect, direction=HIGHER) == MIRROR[lower]
+
+
+@given(factor=st.floats(1.5, 5.0), tolerance=st.sampled_from((0.0, 0.05, 0.15, 0.25)))
+def test_a_throughput_that_fell_regressed_and_one_that_rose_improved(
+    factor: float, tolerance: float
+) -> None:
+    """Samples a factor apart, five cycles each, as ``compare`` hands them to the verdict."""
+    base = [100.0, 101.0, 99.0, 100.5, 99.5]
+    fell = estimate_ratio([v / factor for v in base], base)
+    rose = estimate_ratio([v * factor for v in base], base)
+    assert classify_ratio(fell, tolerance, direction=HIGHER) == REGRESSED
+    assert classify_ratio(rose, tolerance, direction=HIGHER) == IMPROVED
+    same = estimate_ratio(base[::-1], base)
+    assert classify_ratio(same, tolerance, direction=HIGHER) == SAME
 
 
 @pytest.mark.parametrize(
