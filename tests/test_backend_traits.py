@@ -230,7 +230,10 @@ def test_the_same_cell_with_a_model_is_predicted_and_skipped(fake_backends: None
 # ---- the core names no backend -------------------------------------------------------------
 
 # Not backend names: the same words as distribution names, whose versions the fingerprint records.
-DISTRIBUTIONS = {"catalog/fingerprint.py": "FINGERPRINT_PACKAGES"}
+DISTRIBUTIONS = {
+    "catalog/fingerprint.py": "FINGERPRINT_PACKAGES",
+    "harness/engine_identity.py": "ENGINE_DISTRIBUTIONS",  # the serving venv's vLLM builds
+}
 
 
 def named_backends(path: Path) -> list[str]:
