@@ -7,8 +7,8 @@ layer the same way every time.
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -113,21 +113,14 @@ UNREACHED = "\n\ndef planted_unreached(x: int) -> bool:\n    return x > 1\n"
 
 
 def copy_tree(target: Path) -> Path:
-    """The tracked and untracked-unignored files, in a fresh git repository (the runner lists
-    the tree with git)."""
-    listing = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listing.split("\0")):
-        source, copy = ROOT / name, target / name
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_symlink():
-            copy.symlink_to(os.readlink(source))
-        elif source.is_file():
-            shutil.copy2(source, copy)
+    """The tracked and untracked-unignored files (the runner's own copy), in a fresh git
+    repository (the runner lists the tree with git)."""
+    spec = importlib.util.spec_from_file_location("mutation_run", ROOT / "tests/mutation/run.py")
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = runner  # dataclasses look their module up
+    spec.loader.exec_module(runner)
+    runner.copy_tree(target)
     subprocess.run(["git", "init", "-q"], cwd=target, check=True)
     return target
 

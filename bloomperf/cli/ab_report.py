@@ -96,7 +96,6 @@ def render_table(comparisons: list[Comparison], settings: Settings) -> str:
     header = ["cell", "A ms/token", "B ms/token", "B/A", "interval", "pairs", "verdict"]
     rows = []
     for c in comparisons:
-        e = c.estimate
         a, b = c.median("a"), c.median("b")
         verdict = (
             c.verdict or f"{c.outcome.value}: {c.message.splitlines()[0] if c.message else ''}"
@@ -108,9 +107,7 @@ def render_table(comparisons: list[Comparison], settings: Settings) -> str:
                 c.cell.id,
                 f"{a:.3f}" if a else "–",
                 f"{b:.3f}" if b else "–",
-                f"{e.ratio:.3f}" if e else "–",
-                f"[{e.low:.3f}, {e.high:.3f}]" if e else "–",
-                str(e.pairs if e else 0),
+                *interval_cells(c),
                 verdict,
             ]
         )
@@ -123,6 +120,14 @@ def render_table(comparisons: list[Comparison], settings: Settings) -> str:
     return "\n".join(lines)
 
 
+def interval_cells(c: Comparison) -> list[str]:
+    """B/A, its interval and the pairs behind it: the columns every verdict table shares."""
+    e = c.estimate
+    if e is None:
+        return ["–", "–", "0"]
+    return [f"{e.ratio:.3f}", f"[{e.low:.3f}, {e.high:.3f}]", str(e.pairs)]
+
+
 # A serving figure's verdict in plain words: "slower" is B worse in the metric's direction.
 METRIC_WORDS = {SLOWER: "worse", FASTER: "better"}
 
@@ -133,7 +138,7 @@ def render_metric_table(comparisons: list[Comparison], settings: Settings) -> st
     header = ["cell", "metric", "A", "B", "B/A", "interval", "pairs", "verdict"]
     rows = []
     for c in comparisons:
-        e, found = c.estimate, metric(c.metric)
+        found = metric(c.metric)
         a, b = c.median("a"), c.median("b")
         first = c.message.splitlines()[0] if c.message else ""
         verdict = METRIC_WORDS.get(c.verdict or "", c.verdict) or f"{c.outcome.value}: {first}"
@@ -143,9 +148,7 @@ def render_metric_table(comparisons: list[Comparison], settings: Settings) -> st
                 found.abbrev,
                 found.format(a) if a else "–",
                 found.format(b) if b else "–",
-                f"{e.ratio:.3f}" if e else "–",
-                f"[{e.low:.3f}, {e.high:.3f}]" if e else "–",
-                str(e.pairs if e else 0),
+                *interval_cells(c),
                 verdict,
             ]
         )

@@ -200,8 +200,8 @@ def config(module: str, tests: tuple[str, ...]) -> str:
     )
 
 
-def prepare(scratch: Path, module: str, tests: tuple[str, ...]) -> None:
-    """The tracked tree in ``scratch``, with this module's mutmut section in its pyproject."""
+def copy_tree(scratch: Path) -> None:
+    """The files git tracks or would track, as they are in the working tree, into ``scratch``."""
     listing = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
@@ -215,6 +215,11 @@ def prepare(scratch: Path, module: str, tests: tuple[str, ...]) -> None:
             target.symlink_to(os.readlink(source))
         elif source.is_file():
             shutil.copy2(source, target)
+
+
+def prepare(scratch: Path, module: str, tests: tuple[str, ...]) -> None:
+    """The tracked tree in ``scratch``, with this module's mutmut section in its pyproject."""
+    copy_tree(scratch)
     pyproject = scratch / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + config(module, tests))
 
