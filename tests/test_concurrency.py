@@ -281,8 +281,11 @@ def test_run_refuses_an_output_that_is_one_of_its_inputs(
     # A valid input of each kind: an empty DeepSpeed config; a hostfile of this node.
     text = "{}\n" if option == "--ds-config" else "localhost slots=1\n"
     source.write_text(text)
+    # The smallest run: refused, it measures nothing; allowed (the canary's mutant), one cell.
+    smallest = ["--backends", "accelerate", "--dtypes", "fp32", "--batch-sizes", "1"]
+    smallest += ["--new-tokens", "2", "--cycles", "1"]
     for output in spellings(source, tmp_path):
-        code = main(["run", "--no-lock", option, str(source), "--output", str(output)])
+        code = main(["run", "--no-lock", *smallest, option, str(source), "--output", str(output)])
         err = capsys.readouterr().err
         assert code == 2, err
         lines = err.strip().splitlines()
