@@ -24,9 +24,18 @@ from tests.builders import BLOG_BASELINE, BLOG_RESULTS
 # a property on hypothesis's deadline.
 # (The reference profile's venv has no hypothesis: its files state no properties.)
 if importlib.util.find_spec("hypothesis") is not None:
-    from hypothesis import settings
+    from hypothesis import Phase, settings
 
     settings.register_profile("derandomized", derandomize=True, deadline=None, database=None)
+    # The canaries' (tests/canaries/run.py): the same examples, and no shrinking of a failure,
+    # since a canary asks only whether its mutant fails the property, not for the least example.
+    settings.register_profile(
+        "canary",
+        derandomize=True,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+    )
     if os.environ.get("CI"):
         settings.load_profile("derandomized")
 

@@ -127,6 +127,7 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
         # at the first failure and prove only that one).
         report = scratch / ".canary-junit.xml"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        command += ["--hypothesis-profile", "canary"]  # tests/conftest.py
         command += [f"--junitxml={report}", *mutation.tests]
         limit = timeout * len(mutation.tests)
         try:
