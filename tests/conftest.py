@@ -55,10 +55,6 @@ SERIAL_FILES = frozenset(
         "test_contention.py",
         "test_latency.py",
         "test_slowdown.py",
-        # Twice in the parallel pass this file's two-rank DeepSpeed launcher got a SIGTERM from
-        # outside (DeepSpeed's "Main process received SIGTERM" 2.5 and 40 s after the ranks
-        # started) while other workers ran; alone it passes. Here until the sender is found.
-        "test_ds_backends.py",
     }
 )
 

@@ -232,6 +232,10 @@ def test_bloomperf_run_on_two_nodes_then_faults_on_the_second(
     nodes = controller_env
     sess = two_node_session(nodes, tmp_path, cell_timeout="20")
     assert (sess.topology.id, sess.topology.nodes) == ("2xcpu", 2)  # read on both nodes
+    # Another job's DeepSpeed launcher on these nodes, as `pkill -f` sees one: no teardown of
+    # this run's groups may kill it (DeepSpeed's pdsh runner, SIGTERMed, pkills every launcher
+    # of its interpreter on every node).
+    other_job = decoy_launcher()
     try:
         ok = sess.measure_cell(Cell("ds-autotp", "fp32", 2))
         assert ok.outcome is Outcome.OK, ok.message
@@ -272,9 +276,18 @@ def test_bloomperf_run_on_two_nodes_then_faults_on_the_second(
         )
         assert frozen.outcome is Outcome.TIMEOUT, frozen.message
         assert_nothing_left(nodes, third_group)  # the frozen rank too: killed on its node
+        assert other_job.poll() is None, "a group's teardown killed another job's launcher"
     finally:
         sess.stop()
+        other_job.kill()
+        other_job.wait()
     assert nodes.leftovers() == []
+
+
+def decoy_launcher() -> subprocess.Popen[bytes]:
+    """A process whose command line is a DeepSpeed launcher's of this interpreter."""
+    line = f"{sys.executable} -u -m deepspeed.launcher.launch --world_info=e30="
+    return subprocess.Popen(["bash", "-c", f'exec -a "{line}" sleep 900'])
 
 
 # ---- Slurm: the same group through DeepSpeed's Slurm runner (srun) ---------------------------

@@ -364,7 +364,7 @@ class WorkerGroup:
         if self.multinode and self.process is not None:
             from bloomperf.harness.multinode import stop_runner
 
-            stop_runner(self.process)  # DeepSpeed's pdsh handler kills the ranks on every node
+            stop_runner(self.process, self.spec.launch.launcher)
         if self.process is not None:
             if grace_s:
                 terminate_group(self.process, grace_s)

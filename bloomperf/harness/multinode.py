@@ -14,11 +14,11 @@ What bloomperf does around it:
 - **entry.** ``srun`` and ``mpirun`` run a script path (DeepSpeed's Slurm runner drops
   ``--module``), so every launcher runs ``rankentry/run_module.py MODULE``.
 - **faults.** ``NodeWatch`` notices a node lost while the group runs (its pdsh ssh connection
-  closed, or the launcher exited) and fails the cell. Teardown SIGTERMs the runner first (its pdsh
-  handler runs ``pkill`` on every node), then kills what is left here, then runs ``cleanup`` on
-  every node (``on_every_node``: srun under Slurm, pdsh over ssh otherwise): it kills whatever
-  still carries the group's id in its environment and removes the ``/dev/shm`` segments no live
-  process maps.
+  closed, or the launcher exited) and fails the cell. Teardown stops the runner first (SIGKILL
+  under pdsh: its handler's ``pkill`` would hit other jobs), then kills what is left here, then
+  runs ``cleanup`` on every node (``on_every_node``: srun under Slurm, pdsh over ssh otherwise):
+  it kills whatever still carries the group's id in its environment and removes the
+  ``/dev/shm`` segments no live process maps.
 """
 
 from __future__ import annotations
@@ -222,11 +222,16 @@ class NodeWatch:
         return hosts
 
 
-def stop_runner(runner: subprocess.Popen[bytes]) -> None:
-    """SIGTERM DeepSpeed's runner so that its pdsh handler kills the ranks on every node."""
+def stop_runner(runner: subprocess.Popen[bytes], launcher: str) -> None:
+    """Stop DeepSpeed's runner; ``cleanup_nodes`` then kills the group's ranks on every node.
+
+    Under pdsh the runner is SIGKILLed, never SIGTERMed: its SIGTERM handler runs ``pkill -f
+    '<python> -u -m deepspeed.launcher.launch'`` on every node, which kills every DeepSpeed
+    launcher of that interpreter there, other jobs' included. mpirun and srun pass a SIGTERM
+    to their own tasks only."""
     if runner.poll() is None:
         try:
-            runner.send_signal(signal.SIGTERM)
+            runner.send_signal(signal.SIGKILL if launcher == "pdsh" else signal.SIGTERM)
             runner.wait(timeout=RUNNER_STOP_S)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
