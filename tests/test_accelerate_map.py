@@ -204,3 +204,26 @@ def test_summary_folds_blocks_per_device() -> None:
 @pytest.fixture(autouse=True)
 def _quiet() -> None:
     logging.getLogger("accelerate.utils.modeling").setLevel(logging.ERROR)
+
+
+def test_a_meta_model_refuses_to_build_when_the_meta_device_is_not_in_effect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch caches the factories a device context redirects, once per process; a cache filled
+    while they were wrapped (a test's patch, a profiler) redirects nothing afterwards. The
+    planner then refuses at once instead of building bloom-176b's weights in memory."""
+    import torch
+    from torch.utils._device import _device_constructors
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.zeros(*a, **k))
+    _device_constructors.cache_clear()
+    _device_constructors()  # filled with the wrapper
+    monkeypatch.undo()
+    try:
+        with pytest.raises(RuntimeError, match="meta"):
+            # bloom-560m, one layer: without the refusal, 0.5 GB built for real, not 350 GB
+            meta_model(MODEL_SHAPES["bloom-560m"], 1, "bf16")
+    finally:
+        _device_constructors.cache_clear()
+    model, _ = meta_model(MODEL_SHAPES["bloom-176b"], 1, "bf16")  # the cache refilled: meta again
+    assert {p.device.type for p in model.parameters()} == {"meta"}

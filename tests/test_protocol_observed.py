@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils._device import _device_constructors as device_constructors
 
 from bloomperf import backends
 from bloomperf.backends.accelerate import AccelerateBackend
@@ -177,6 +178,11 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     clock = time.perf_counter
     monkeypatch.setattr(time, "perf_counter", recorded("clock", clock))
     monkeypatch.setattr(workload, "build_inputs", recorded("inputs", workload.build_inputs))
+    # torch caches the factory functions a `with torch.device(...)` block redirects, once per
+    # process: filled while they are patched, it would hold the wrappers, and later in this
+    # process every meta-device model (the planners') would be built for real, 14 GB for the
+    # 176B's embedding alone. Filled here, before the patch, it keeps torch's own.
+    device_constructors()
     for name in ALLOCATIONS:
         monkeypatch.setattr(torch, name, recorded("alloc", getattr(torch, name)))
     # The cell's memory phase starts where the worker resets the peaks: recorded, so that a

@@ -41,6 +41,7 @@ class DeviceMap:
 def meta_model(shape: ModelShape, layers: int, dtype: str) -> tuple[Any, Any]:
     """BloomForCausalLM on the meta device, as ``from_pretrained`` prepares it before loading:
     (model, the quantizer or None)."""
+    import torch
     from transformers import BitsAndBytesConfig, BloomConfig, BloomForCausalLM
     from transformers.quantizers.auto import get_hf_quantizer
     from transformers.utils import ContextManagers
@@ -53,6 +54,10 @@ def meta_model(shape: ModelShape, layers: int, dtype: str) -> tuple[Any, Any]:
     # 8-bit layers must be made inside it too, or their biases come out fp32, not fp16.
     contexts = BloomForCausalLM.get_init_context(torch_dtype, quantizer is not None, False, None)
     with ContextManagers(contexts):
+        # A 176B model built for real takes the machine's memory (14 GB for the embedding
+        # alone) before anything could notice: refuse unless the meta device is in effect.
+        if torch.empty(0).device.type != "meta":
+            raise RuntimeError("meta_model: torch.device('meta') is not in effect; not building")
         model = BloomForCausalLM(config)
         if quantizer is not None:
             quantizer.preprocess_model(
