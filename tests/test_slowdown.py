@@ -152,7 +152,9 @@ def test_wait_for_is_precise(seconds: float) -> None:
     """Never short, and within microseconds when the machine lets it: judged on the waits during
     which this thread never waited for a CPU (the kernel's run-queue figures say which; at load
     10 on this 2-core VM, a third to a half of them), by their median (a VM's steal time is in
-    no figure). A spun end overshoots by about 1 us, a slept one by the timer slack (50 us)."""
+    no figure). A spun end overshoots by about 1 us, and by 10-20 us after a 30 ms sleep (a tick
+    lands in the spin); a slept end by the thread's timer slack (50 us) and its wake-up: 89-272
+    us seen here. The bound is the timer slack."""
     overshoots, undisturbed = [], []
     deadline = time.perf_counter() + 20.0
     while len(undisturbed) < UNDISTURBED_WAITS and time.perf_counter() < deadline:
@@ -168,7 +170,13 @@ def test_wait_for_is_precise(seconds: float) -> None:
         f"overshoot of all {statistics.median(overshoots) * 1e6:.0f} us; load {os.getloadavg()}"
     )
     assert len(undisturbed) == UNDISTURBED_WAITS, load
-    assert statistics.median(undisturbed) < 20e-6, load
+    assert statistics.median(undisturbed) < timer_slack_seconds(), load
+
+
+def timer_slack_seconds() -> float:
+    """How late the kernel may wake this process from a sleep (prctl's timer slack)."""
+    with open("/proc/self/timerslack_ns") as slack:
+        return int(slack.read()) / 1e9
 
 
 def run_queue_seconds() -> float:
