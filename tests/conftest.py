@@ -59,27 +59,10 @@ SERIAL_FILES = frozenset(
 )
 
 
-# The longest files of the parallel pass (docs/ci.md's profile), longest first: pytest-xdist's
-# --dist loadfile hands files out in collection order, a file to a worker, so a long file handed
-# out last would run on alone at the end while the other workers sit idle.
-FIRST_FILES = (
-    "test_serving.py",
-    "test_serving_ab.py",
-    "test_run.py",
-    "test_gpu_check.py",
-    "test_faults.py",
-    "test_outside_package.py",
-    "test_process_tree.py",
-    "test_multinode.py",
-)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
-    rank = {name: index for index, name in enumerate(FIRST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST_FILES)))  # stable
 
 
 # bloomperf fits its text to the terminal's width: a CI runner's pseudo-terminal is 80 columns,
