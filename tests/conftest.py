@@ -30,11 +30,7 @@ if importlib.util.find_spec("hypothesis") is not None:
     # The canaries' (tests/canaries/run.py): the same examples, and no shrinking of a failure,
     # since a canary asks only whether its mutant fails the property, not for the least example.
     settings.register_profile(
-        "canary",
-        derandomize=True,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
+        "canary", settings.get_profile("derandomized"), phases=[Phase.explicit, Phase.generate]
     )
     if os.environ.get("CI"):
         settings.load_profile("derandomized")
