@@ -8,7 +8,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bloomperf.analysis.prometheus import server_means_ms
+from bloomperf.analysis.prometheus import TTFT, HistogramTotals, histogram_totals, server_means_ms
 from bloomperf.analysis.serving import (
     effective_throughput,
     failed_rate,
@@ -113,6 +113,31 @@ def test_the_servers_means_come_from_the_histogram_deltas():
         "vllm:inter_token_latency_seconds_sum 0.5\nvllm:inter_token_latency_seconds_count 10\n"
     )
     assert server_means_ms(before, after) == {"ttft": 1000.0, "itl": 50.0}
+
+
+# One label set's histogram in /metrics: its sum and count, whole numbers of seconds so that the
+# oracle's sum is exact in any order.
+label_sets = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=4)
+
+
+@given(label_sets)
+def test_a_histogram_totals_every_label_set_and_reads_past_comments(
+    sets: list[tuple[int, int]],
+) -> None:
+    """vLLM writes `# HELP` and `# TYPE` lines and its buckets around each label set's samples;
+    the totals are the sums over every label set, and zero where the histogram is absent."""
+    lines = [f"# HELP {TTFT} Histogram of time to first token.", f"# TYPE {TTFT} histogram"]
+    for engine, (total, count) in enumerate(sets):
+        labels = f'{{engine="{engine}",model_name="m"}}'
+        lines += [
+            f'{TTFT}_bucket{{engine="{engine}",le="+Inf",model_name="m"}} {count}',
+            "# a comment between the samples",
+            f"{TTFT}_sum{labels} {total}",
+            f"{TTFT}_count{labels} {count}",
+        ]
+    expected = HistogramTotals(sum(t for t, _ in sets), sum(c for _, c in sets))
+    assert histogram_totals("\n".join(lines), TTFT) == expected
+    assert histogram_totals("\n".join(lines), "vllm:absent_seconds") == HistogramTotals(0.0, 0.0)
 
 
 @given(st.sampled_from(sorted(SHAPES)), st.integers(128, 8192), st.integers(0, 2**32 - 1))
