@@ -194,3 +194,30 @@ def test_prefill_at_the_dtypes_own_peak_is_100_percent_mfu(
     cell = SuiteCell(SHAPE, None, topology_id(1, per_node, gpu), backend, dtype, batch, 100)
     figures = cell_utilisation(cell, ttft_ms, 50.0)
     assert figures["mfu_percent"] == pytest.approx(100.0, rel=1e-9)
+
+
+@given(
+    nodes=st.integers(1, 2),
+    per_node=st.integers(1, 8),
+    gpu=gpus,
+    shape=shapes,
+    backend=st.sampled_from(MODELLED),
+    dtype=st.sampled_from(DTYPES),
+    new_tokens=st.integers(1, 4096),
+)
+def test_a_suite_cell_is_predicted_on_every_gpu_of_every_node_for_its_own_length(
+    nodes: int,
+    per_node: int,
+    gpu: GpuSpec,
+    shape: ModelShape,
+    backend: str,
+    dtype: str,
+    new_tokens: int,
+) -> None:
+    """``--new-tokens`` reaches the roofline's mean cache length (not the blog's 100), and the
+    topology id's nodes times GPUs per node are the GPUs counted."""
+    cell = SuiteCell(shape, 2, topology_id(nodes, per_node, gpu), backend, dtype, 1, new_tokens)
+    expected = Scenario(
+        shape, 2, backend, dtype, gpu, nodes * per_node, nodes, PROMPT_TOKENS, new_tokens
+    )
+    assert cell.scenario() == expected
