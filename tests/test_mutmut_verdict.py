@@ -276,3 +276,15 @@ def test_a_shard_outside_one_to_n_is_refused_on_the_command_line() -> None:
         text=True,
     )
     assert done.returncode == 2 and "--shard wants K/N with 1 <= K <= N" in done.stderr
+
+
+def test_every_test_the_runner_leaves_out_exists() -> None:
+    """A renamed test would stop being left out, and fail mutmut's first pass again."""
+    spec = importlib.util.spec_from_file_location("mutation_run", ROOT / "tests/mutation/run.py")
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = runner
+    spec.loader.exec_module(runner)
+    for node in runner.DESELECT:
+        path, _, name = node.partition("::")
+        assert f"\ndef {name}(" in (ROOT / path).read_text(encoding="utf-8"), node
