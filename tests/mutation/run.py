@@ -186,14 +186,14 @@ DESELECT = (
     # pip-installs the tree it runs in: in mutmut's copy that is a tree of trampolines, which
     # run only under mutmut's own process (the install's CLI exits 2).
     "tests/test_baseline_folders.py::test_a_non_editable_install_finds_the_shipped_baselines",
-    # The repository's baselines/ is a link to the package's: mutmut copies it as a folder.
-    "tests/test_baseline_folders.py::test_the_repository_baselines_are_the_shipped_ones",
     # Reads vLLM's build in the serving venv: the weekly runner has none, nor has the copy.
     "tests/test_serving_identity.py::test_the_serving_venvs_vllm_build_and_version_are_read",
 )
 
-# Besides bloomperf/ and tests/ (mutmut copies those), what the tests read.
-ALSO_COPY = ("conftest.py", "baselines", "benchmarks", "README.md", "docs", "requirements", ".ci")
+# Besides bloomperf/ and tests/ (mutmut copies those), what the tests read. Not baselines/, a
+# link to the package's: mutmut would copy it as a folder of its own (a checkout's baselines
+# would then differ from the shipped ones); ``prepare`` links it in mutmut's copy instead.
+ALSO_COPY = ("conftest.py", "benchmarks", "README.md", "docs", "requirements", ".ci")
 
 
 def config(module: str, tests: tuple[str, ...]) -> str:
@@ -233,6 +233,8 @@ def copy_tree(scratch: Path) -> None:
 def prepare(scratch: Path, module: str, tests: tuple[str, ...]) -> None:
     """The tracked tree in ``scratch``, with this module's mutmut section in its pyproject."""
     copy_tree(scratch)
+    (scratch / "mutants").mkdir()
+    (scratch / "mutants" / "baselines").symlink_to(os.readlink(scratch / "baselines"))
     pyproject = scratch / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + config(module, tests))
 
