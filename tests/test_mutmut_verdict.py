@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,15 +113,20 @@ REAL = "bloomperf/analysis/utilisation.py"
 UNREACHED = "\n\ndef planted_unreached(x: int) -> bool:\n    return x > 1\n"
 
 
-def copy_tree(target: Path) -> Path:
-    """The tracked and untracked-unignored files (the runner's own copy), in a fresh git
-    repository (the runner lists the tree with git)."""
+def load_runner() -> Any:
+    """tests/mutation/run.py as a module (it is a script, not a package)."""
     spec = importlib.util.spec_from_file_location("mutation_run", ROOT / "tests/mutation/run.py")
     assert spec is not None and spec.loader is not None
     runner = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = runner  # dataclasses look their module up
     spec.loader.exec_module(runner)
-    runner.copy_tree(target)
+    return runner
+
+
+def copy_tree(target: Path) -> Path:
+    """The tracked and untracked-unignored files (the runner's own copy), in a fresh git
+    repository (the runner lists the tree with git)."""
+    load_runner().copy_tree(target)
     subprocess.run(["git", "init", "-q"], cwd=target, check=True)
     return target
 
@@ -280,11 +286,15 @@ def test_a_shard_outside_one_to_n_is_refused_on_the_command_line() -> None:
 
 def test_every_test_the_runner_leaves_out_exists() -> None:
     """A renamed test would stop being left out, and fail mutmut's first pass again."""
-    spec = importlib.util.spec_from_file_location("mutation_run", ROOT / "tests/mutation/run.py")
-    assert spec is not None and spec.loader is not None
-    runner = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = runner
-    spec.loader.exec_module(runner)
+    runner = load_runner()
     for node in runner.DESELECT:
         path, _, name = node.partition("::")
         assert f"\ndef {name}(" in (ROOT / path).read_text(encoding="utf-8"), node
+
+
+def test_a_module_of_only_its_docstring_has_no_mutant_and_runs_no_test() -> None:
+    runner = load_runner()
+    tally = runner.run_module("bloomperf/store/history/__init__.py", 1.0, 1, None)
+    assert (tally.mutants, tally.problem) == (0, "")
+    assert not runner.has_code("bloomperf/analysis/__init__.py")
+    assert runner.has_code(REAL) and runner.has_code("bloomperf/store/baseline/__init__.py")

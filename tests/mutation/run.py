@@ -20,6 +20,7 @@ without any mutant (mutmut's clean run); 2 bad usage.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -285,7 +286,18 @@ def run_mutmut(folder: Path, children: int, budget: float) -> str:
     return ""
 
 
+def has_code(module: str) -> bool:
+    """Whether the module holds more than its docstring (a package's ``__init__`` may not):
+    mutmut writes no mutant there, and its tests need not run for nothing."""
+    body = ast.parse((ROOT / module).read_text(encoding="utf-8")).body
+    return any(
+        not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in body
+    )
+
+
 def run_module(module: str, budget: float, children: int, keep: Path | None) -> Tally:
+    if not has_code(module):
+        return Tally(module, {}, 0.0)
     start = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="mutmut-"))
     try:
