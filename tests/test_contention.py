@@ -33,7 +33,6 @@ from bloomperf.analysis.contention import (
     clean,
     clean_estimate,
     contended,
-    judge,
     lean,
 )
 from bloomperf.analysis.paired import (
@@ -103,6 +102,11 @@ def ab_args(tiny: str, tmp_path: Path) -> list[str]:
 
 
 # ---- the pair filter, by property --------------------------------------------------------------
+
+
+def judge(a: list[float], b: list[float], flags: list[bool], confidence: float, tol: float) -> str:
+    """The verdict from the clean pairs by the paired rule, as ``PairLog`` gives it."""
+    return final_verdict(clean_estimate(a, b, flags, confidence), tol)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
