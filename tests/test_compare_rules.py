@@ -97,11 +97,48 @@ def test_a_figure_without_a_baseline_keeps_its_tolerance_and_median(
 
 @pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning", "ignore:invalid:RuntimeWarning")
 @pytest.mark.parametrize("measured", [[1e300, 1e300, 1e300], [1e300]])
-def test_an_unbounded_slowdown_regresses(measured: list[float]) -> None:
+@pytest.mark.parametrize(
+    ("metric", "status"), [("ms_per_token", "regressed"), ("serving_effective_rps", "improved")]
+)
+def test_an_unbounded_ratio_is_beyond_every_tolerance_in_its_metrics_direction(
+    measured: list[float], metric: str, status: str
+) -> None:
     """A ratio that overflows (a reading astronomically above its baseline) is beyond every
-    tolerance: regressed, never "same" nor "improved"."""
-    verdict = compare_metric("ms_per_token", measured, 1e-10, 0.05)
-    assert verdict.status == "regressed"
+    tolerance: regressed for a time, improved for a throughput, never "same"."""
+    verdict = compare_metric(metric, measured, 1e-10, 0.05)
+    assert verdict.status == status
+
+
+@pytest.mark.parametrize(
+    ("metric", "factor", "status"),
+    [
+        ("ms_per_token", 1.2, "regressed"),
+        ("ms_per_token", 0.8, "improved"),
+        ("serving_effective_rps", 1.5, "improved"),
+        ("serving_effective_rps", 0.5, "regressed"),
+        ("serving_effective_rps", 1.01, "same"),
+    ],
+)
+def test_a_figure_is_judged_in_its_metrics_direction(
+    metric: str, factor: float, status: str
+) -> None:
+    """A throughput that rose is better, a time that rose is worse (beyond the tolerance)."""
+    measured = [10.0 * factor * (1 + d) for d in (-0.001, 0.0, 0.001)]
+    assert compare_metric(metric, measured, 10.0, 0.15).status == status
+
+
+def test_a_sweep_under_another_design_than_its_baseline_cells_is_incomparable() -> None:
+    """The cell's own reason (its serving sweep's settings), even when the run is comparable."""
+    serving = {"serving": {"settings": {"rates": "2,4"}}}
+    baseline = cpu_baseline(replace(expectation(), details={"serving": {"settings": {}}}))
+    assert judge_cell(tiny_run(cpu_cell()), baseline, cpu_cell()).status == "same"
+    baseline = cpu_baseline(
+        replace(expectation(), details={"serving": {"settings": {"rates": "8"}}})
+    )
+    cell = cpu_cell(details=serving)
+    verdict = judge_cell(tiny_run(cell), baseline, cell)
+    assert verdict.status == "incomparable"
+    assert "the sweep's --rates 2,4 is not the baseline's 8" in verdict.message
 
 
 @pytest.mark.parametrize("has_load_time", [True, False])

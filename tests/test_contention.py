@@ -28,9 +28,11 @@ from hypothesis import strategies as st
 
 from bloomperf.analysis.contention import (
     LEAN_SHARE_OF_TOLERANCE,
+    Busy,
     busy_figures,
+    clean,
+    clean_estimate,
     contended,
-    judge,
     lean,
 )
 from bloomperf.analysis.paired import (
@@ -100,6 +102,11 @@ def ab_args(tiny: str, tmp_path: Path) -> list[str]:
 
 
 # ---- the pair filter, by property --------------------------------------------------------------
+
+
+def judge(a: list[float], b: list[float], flags: list[bool], confidence: float, tol: float) -> str:
+    """The verdict from the clean pairs by the paired rule, as ``PairLog`` gives it."""
+    return final_verdict(clean_estimate(a, b, flags, confidence), tol)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
@@ -187,6 +194,68 @@ def test_a_pair_is_set_aside_just_past_half_the_tolerance(inside: bool) -> None:
     # An unknown wait is not a reason to set a pair aside; a GPU neighbour always is.
     assert not contended((CycleLoad(1.0),), (b,), TOLERANCE)
     assert contended((CycleLoad(1.0, 0.0, gpu_others=1),), (a,), TOLERANCE)
+
+
+def test_a_pair_that_leans_exactly_half_the_tolerance_is_kept() -> None:
+    """Set aside only *beyond* half the tolerance: at it exactly, the pair is clean."""
+    a, b = CycleLoad(1.0, 0.0), CycleLoad(1.0, 0.25)  # wait shares 0 and exactly 1/4
+    tolerance = -math.log1p(-0.25) / LEAN_SHARE_OF_TOLERANCE
+    assert not contended((a,), (b,), tolerance)
+    assert contended((a,), (b,), tolerance * (1 - 1e-9))
+
+
+def test_a_cycle_with_no_load_reading_leans_nowhere() -> None:
+    hit = CycleLoad(1.0, 0.5)
+    assert lean(None, hit) == lean(hit, None) == 0.0
+    assert not contended((None,), (hit,), TOLERANCE)
+
+
+def test_flags_that_do_not_match_the_pairs_are_refused() -> None:
+    """A flag list of another length would pair values with the wrong flags: refused."""
+    assert clean([1.0, 2.0, 3.0], [False, True, False]) == [1.0, 3.0]
+    for flags in ([False], [False, False, False, False]):
+        with pytest.raises(ValueError):
+            clean([1.0, 2.0, 3.0], flags)
+
+
+def test_the_clean_estimate_is_at_the_confidence_asked_for() -> None:
+    a = [1.0 + 0.01 * (i % 7) for i in range(30)]
+    b = [x * (1.02 + 0.004 * ((i * 3) % 5)) for i, x in enumerate(a)]
+    flags = [i % 4 == 0 for i in range(30)]
+    kept_a = [x for x, aside in zip(a, flags, strict=True) if not aside]
+    kept_b = [x for x, aside in zip(b, flags, strict=True) if not aside]
+    for confidence in (0.8, 0.99):
+        estimate = clean_estimate(a, b, flags, confidence)
+        assert estimate == estimate_paired(kept_a, kept_b, confidence)
+    assert clean_estimate(a, b, flags, 0.8) != clean_estimate(a, b, flags, 0.99)
+    assert clean_estimate(a, b, [True] * 30, 0.8) is None
+
+
+@pytest.mark.parametrize(
+    ("busy", "said"),
+    [
+        (Busy(2, 0, None, None, 0), "2 of 2 pairs clean"),
+        (
+            Busy(4, 1, 0.6, 1.5, 3),
+            "3 of 4 pairs clean; workers waited up to 60 % of a cycle; "
+            "others used 1.50 cores (median); 3 other processes on the GPU",
+        ),
+        (Busy(3, 3, 0.0, None, 0), "0 of 3 pairs clean; workers waited up to 0 % of a cycle"),
+    ],
+)
+def test_a_busy_verdict_says_each_figure_it_has(busy: Busy, said: str) -> None:
+    assert busy.describe() == said
+
+
+def test_no_gpu_neighbour_seen_is_none_counted() -> None:
+    quiet = [((CycleLoad(1.0, 0.0),), (CycleLoad(1.0, 0.0, gpu_others=0),))]
+    assert busy_figures(quiet, [False]).gpu_neighbours == 0
+    unread = busy_figures([((None,), (None,))], [False])
+    assert (unread.gpu_neighbours, unread.max_wait_share, unread.median_other_cores) == (
+        0,
+        None,
+        None,
+    )
 
 
 def test_groups_mode_weighs_every_cycle_of_one_arm_against_every_cycle_of_the_other() -> None:

@@ -272,3 +272,39 @@ def test_the_history_section_uses_the_settings_it_is_given(tmp_path: Path) -> No
     short, _ = history_section(tmp_path, "text", window=3, confirm=3)
     long, _ = history_section(tmp_path, "text", window=10, confirm=3)
     assert "2 change(s)" in short and "0 change(s)" in long
+
+
+@pytest.mark.parametrize(
+    ("logs", "window", "confirm", "shifts"),
+    [
+        # A step at the second night: one night of the old level is enough before it.
+        ([0.0] + [0.5] * 4, 6, 2, [1]),
+        ([0.3, 0.0, 0.0, 0.01, 0.0, 0.3], 4, 2, [1]),
+        # A level that moves in two nights is one change, not a second one a night later.
+        ([0.0] * 3 + [1.0] + [2.0] * 4, 6, 3, [3]),
+        ([1.0, 0.3, 0.01, 0.0, 0.0, 0.0, 0.01, 0.0, -0.29, 0.0], 7, 3, [1]),
+        # A drop seen only from the one scan position that has enough nights after it.
+        ([-0.29, -0.3, 0.0, 1.2, 0.5, 0.99, 1.2, -0.01, 0.0, 0.0, 0.0, 0.0], 5, 4, [7]),
+    ],
+)
+def test_shifts_are_dated_where_the_new_level_starts(
+    logs: list[float], window: int, confirm: int, shifts: list[int]
+) -> None:
+    assert find_shifts(logs, window=window, confirm=confirm) == shifts
+
+
+def test_an_outcome_change_at_the_second_nights_confirm_says_what_it_left() -> None:
+    """OK, then OOM for good, confirmed by two nights: before is the first nights' outcome
+    (a tie goes to the earlier one), read with the --confirm given."""
+    outcomes = [Outcome.OK, Outcome.OOM, Outcome.OOM, Outcome.OOM]
+    nights = nights_of([10.0] * len(outcomes), outcomes)
+    [change] = [
+        c for c in detect_changes(nights, window=6, confirm=2) if c.metric == METRIC_OUTCOME
+    ]
+    assert (change.night, change.before, change.after) == (2, "ok", "oom")
+
+
+def test_only_the_metrics_asked_for_are_watched() -> None:
+    ms = [10.0] * 6 + [15.0] * 6
+    assert [c.metric for c in detect_changes(nights_of(ms))] == ["ms_per_token"]
+    assert detect_changes(nights_of(ms), metrics=()) == []

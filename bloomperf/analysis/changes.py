@@ -154,8 +154,8 @@ def find_shifts(
             # that leaves a night before it is a candidate, else such a step is dated late.
             split = locate_split(logs, lo, range(lo + 1, hi), hi)
             new_level = logs[split : split + window]
-            confirmed = len(new_level) >= confirm and split - max(start, split - window) >= 1
-            if confirmed and is_shifted(
+            # split > lo >= start: at least one night of the old level precedes the split.
+            if len(new_level) >= confirm and is_shifted(
                 logs[max(start, split - window) : split], new_level, sigma, tolerance
             ):
                 shifts.append(split)

@@ -30,7 +30,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bloomperf.analysis.paired import PairedEstimate, estimate_paired, final_verdict
+from bloomperf.analysis.paired import PairedEstimate, estimate_paired
 from bloomperf.store.contention import CycleLoad
 
 # A pair is set aside when waiting could have moved its log-ratio by more than this share of
@@ -97,17 +97,6 @@ def clean_estimate(
     """The paired estimate over the pairs not set aside; None when every pair was."""
     kept_a, kept_b = clean(a, flags), clean(b, flags)
     return estimate_paired(kept_a, kept_b, confidence) if kept_b else None
-
-
-def judge(
-    a: Sequence[float],
-    b: Sequence[float],
-    flags: Sequence[bool],
-    confidence: float,
-    tolerance: float,
-) -> str:
-    """The verdict from the clean pairs by the paired rule (inconclusive when too few)."""
-    return final_verdict(clean_estimate(a, b, flags, confidence), tolerance)
 
 
 def busy_figures(loads: Sequence[tuple[Loads, ...]], flags: Sequence[bool]) -> Busy:
