@@ -112,6 +112,9 @@ def test_the_summary_takes_prefill_first_and_decode_medians_and_tails() -> None:
     assert summary.tpot_p99_ms == pytest.approx(float(numpy.percentile(decode, 99)))
     assert summarize_steps([]) is None and summarize_steps([(5.0,)]) is None
     assert percentile([3.0], 99.0) == 3.0
+    with pytest.raises(ValueError) as raised:
+        percentile([], 50.0)
+    assert str(raised.value) == "percentile of no values"
 
 
 def test_step_times_survive_the_results_file_and_old_files_read_without_them() -> None:

@@ -15,7 +15,7 @@ mutants alive: only the boundaries it predicts were tested, never what each GPU 
 from __future__ import annotations
 
 import subprocess
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import deepspeed
@@ -29,18 +29,21 @@ from bloomperf.analysis.memory_model import (
     CUDA_CONTEXT_BYTES,
     KV_HEADROOM,
     ZERO_PINNED_GATHER_BLOCKS,
+    MemoryPrediction,
     block_activation_bytes,
     ds_workspace,
     kv_bytes,
     logits_bytes,
+    memory_model_of,
     predict_cell,
     predict_cpu_rss,
     zero_largest_gather,
 )
 from bloomperf.analysis.scenario import Scenario
+from bloomperf.backends import backend_class
 from bloomperf.catalog.hardware import GPU_SPECS, GiB
 from bloomperf.catalog.models import MODEL_SHAPES
-from bloomperf.catalog.weights import embedding_bytes, layer_bytes
+from bloomperf.catalog.weights import embedding_bytes, layer_bytes, model_weight_bytes
 from bloomperf.core.errors import BloomperfError
 from tests.tools import require
 
@@ -337,3 +340,136 @@ def test_zero_gathers_the_mlp_where_it_outweighs_the_embedding() -> None:
     narrow = replace(BLOOM, vocab_size=1000)  # a 1000-token vocabulary: the 4h x h MLP wins
     assert zero_largest_gather(narrow, "bf16") == 4 * BLOOM.hidden_size**2 * 2
     assert zero_largest_gather(narrow, "fp32") == 4 * BLOOM.hidden_size**2 * 4
+
+
+# ---- edges: refusals, bounds, whole bytes ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("n_gpus", "layers"), [(1, 16), (2, 30), (2, 31)])
+def test_an_explicit_map_is_lowered_to_what_the_context_leaves_free(
+    n_gpus: int, layers: int
+) -> None:
+    """A 200 GiB cap on an 80 GiB GPU: transformers lowers it to the memory free on the GPU,
+    which is its capacity less the CUDA context (16 blocks of BLOOM-176B need 80.2 GiB)."""
+    s = bloom("accelerate", "bf16", layers, n_gpus)
+    p = predict_cell(s, 1, max_memory=",".join(f"{i}:200GiB" for i in range(n_gpus)))
+    if n_gpus == 1:
+        assert p.limit == "max_memory map cannot hold the weights" and not p.fits
+    else:
+        assert sum(g.weights for g in p.per_gpu) == model_weight_bytes(BLOOM, layers, "bf16")
+    assert all(g.weights <= A100.memory_bytes - CUDA_CONTEXT_BYTES for g in p.per_gpu)
+
+
+def test_a_map_with_another_gpu_count_and_accelerate_over_nodes_are_refused() -> None:
+    with pytest.raises(BloomperfError) as refused:
+        predict_cell(bloom("accelerate", "bf16", 4, 4), 1, max_memory="0:10GiB,1:10GiB")
+    assert str(refused.value) == "--max-memory: 2 entries for 4 GPUs"
+    two_nodes = replace(bloom("accelerate", "bf16", 4, 16), nodes=2)
+    p = predict_cell(two_nodes, 1)
+    assert (p.fits, p.limit, len(p.per_gpu)) == (False, "Accelerate runs on one node only", 16)
+
+
+def test_a_backend_without_a_model_or_a_dtype_unknown_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert memory_model_of("vllm") is None
+    with pytest.raises(BloomperfError) as refused:
+        predict_cell(bloom("vllm", "bf16", 4), 1)
+    assert str(refused.value) == "--backends vllm: has no memory model to predict by"
+    with pytest.raises(BloomperfError) as refused:
+        predict_cell(bloom("ds-zero", "fp8", 4), 1)
+    assert str(refused.value) == "--dtypes: unknown dtype 'fp8'"
+    # A plug-in backend naming a model bloomperf does not have.
+    monkeypatch.setattr(backend_class("ds-zero"), "memory_model", "warp")
+    with pytest.raises(BloomperfError) as refused:
+        memory_model_of("ds-zero")
+    assert str(refused.value) == "--backends ds-zero: unknown memory model 'warp'"
+
+
+@pytest.mark.parametrize("spare", [-1, 0, 1])
+def test_the_workspace_fits_from_exactly_the_tokens_it_needs(spare: int) -> None:
+    s = bloom("ds-inference", "fp16", 24)
+    needed = int((s.prompt_tokens + s.new_tokens) * KV_HEADROOM)
+    p = predict_cell(s, 1, max_out_tokens=needed + spare)
+    assert p.fits == (spare >= 0)
+    assert p.limit == (
+        ""
+        if spare >= 0
+        else f"workspace holds {needed - 1} tokens, needs {needed} "
+        f"({s.prompt_tokens + s.new_tokens} x KV_HEADROOM {KV_HEADROOM})"
+    )
+
+
+def test_the_workspace_is_sized_from_what_the_torch_side_leaves_free() -> None:
+    """batch 128 of 24 blocks over 4 GPUs: the workspace is below its 1024-token cap, so every
+    byte of the activations moves it."""
+    s = bloom("ds-inference", "fp16", 24)
+    gpu = predict_cell(s, 128, tp=4).per_gpu[0]
+    free = A100.memory_bytes - (gpu.weights + gpu.activations + gpu.logits + gpu.context)
+    workspace, tokens = ds_workspace(BLOOM, 24, 128, 4, free, 1024)
+    assert gpu.workspace == workspace and 0 < tokens < 1024
+
+
+@pytest.mark.parametrize("over", [-1, 0, 1])
+def test_a_cell_fits_up_to_exactly_its_gpus_capacity(over: int) -> None:
+    """ZeRO-3's bytes do not depend on the capacity: put the GPU's capacity at the peak."""
+    peak = predict_cell(bloom("ds-zero", "bf16", 4, 2), 8).peak_per_gpu_bytes
+    gpus = replace(A100, memory_bytes=peak - over)
+    p = predict_cell(replace(bloom("ds-zero", "bf16", 4, 2), gpus=gpus), 8)
+    assert p.peak_per_gpu_bytes == peak and p.fits == (over <= 0)
+    assert (p.limit == "") == (over <= 0)
+
+
+def whole_bytes(p: MemoryPrediction) -> bool:
+    figures = [p.peak_per_gpu_bytes, p.capacity_bytes]
+    figures += [getattr(g, f.name) for g in p.per_gpu for f in fields(g)]
+    return all(type(x) is int for x in figures)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    backend=st.sampled_from(("ds-inference", "ds-autotp", "ds-zero")),
+    tp=st.sampled_from((1, 2, 4, 8)),
+    batch=st.sampled_from((1, 3, 8, 128)),
+    layers=st.sampled_from((4, 24)),
+)
+def test_every_figure_is_whole_bytes(backend: str, tp: int, batch: int, layers: int) -> None:
+    """Bytes are ints however the GPUs divide them: a results file carries no fractional byte,
+    and a parallel degree that does not divide a count rounds it down, as torch's shards do."""
+    # 7 heads x 256 (head size above 128, DeepSpeed's own branch) over 7 GPUs: nothing divides.
+    odd = replace(BLOOM, name="odd", hidden_size=7 * 256, n_head=7, vocab_size=1001)
+    assert whole_bytes(predict_cell(bloom(backend, "fp16", layers), batch, tp=tp))
+    p = predict_cell(Scenario(odd, layers, backend, "fp16", A100, 7), batch, tp=7)
+    assert whole_bytes(p)
+    for free in (2 * GiB, 20 * GiB):
+        workspace, tokens = ds_workspace(odd, layers, batch, 7, free, 100_000)
+        assert type(workspace) is int and type(tokens) is int and 0 < tokens < 100_000
+
+
+# ---- the CPU's edges -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("stored", "width"), [("float32", 4), ("bfloat16", 2), ("float16", 2)])
+def test_a_checkpoint_larger_than_the_working_set_sets_the_cpu_peak(
+    stored: str, width: int
+) -> None:
+    """bloom-560m at batch 1 of one token: its mapped checkpoint (1.1 GB in bf16) outweighs
+    the working set (a few MB), so the peak moves by its bytes per parameter."""
+    shape = MODEL_SHAPES["bloom-560m"]
+    weights = shape.n_layer * layer_bytes(shape, "fp32") + embedding_bytes(shape, "fp32")
+    predicted = predict_cpu_rss(
+        shape, None, 1, prompt_tokens=1, new_tokens=1, checkpoint_dtype=stored
+    )
+    assert predicted == CPU_RUNTIME_RSS_BYTES + weights + shape.parameters(24) * width
+    # Without a dtype, the checkpoint's own (bfloat16 for bloom-560m).
+    assert predict_cpu_rss(shape, None, 1, prompt_tokens=1, new_tokens=1) == predict_cpu_rss(
+        shape, None, 1, prompt_tokens=1, new_tokens=1, checkpoint_dtype="bfloat16"
+    )
+
+
+def test_too_many_cpu_layers_are_refused_naming_the_model() -> None:
+    with pytest.raises(BloomperfError) as refused:
+        predict_cpu_rss(TINY, TINY.n_layer + 1, 1)
+    assert str(refused.value) == (
+        f"--layers: {TINY.n_layer + 1} is out of range for tiny (1 to {TINY.n_layer})"
+    )

@@ -77,6 +77,39 @@ def test_a_newer_or_nonsense_version_is_refused(
     assert "\n" not in str(raised.value)
 
 
+ONE_VERSION = DocumentKind("bloomperf-one", 1)
+
+
+@pytest.mark.parametrize(
+    ("content", "kind", "message"),
+    [
+        ("[1]", TEST_KIND, "expected a JSON object, found list"),
+        ('{"kind": "other"}', TEST_KIND, "not a bloomperf-test file (kind is 'other')"),
+        ("{}", TEST_KIND, "not a bloomperf-test file (kind is None)"),
+        (
+            '{"kind": "bloomperf-one", "schema_version": 2}',
+            ONE_VERSION,
+            "schema_version 2 is not supported (this bloomperf reads 1); upgrade bloomperf to "
+            "read it",
+        ),
+    ],
+)
+def test_a_file_of_another_shape_or_kind_is_refused_naming_what_it_is(
+    tmp_path: Path, content: str, kind: DocumentKind, message: str
+) -> None:
+    path = tmp_path / "odd.json"
+    path.write_text(content)
+    with pytest.raises(BloomperfError) as raised:
+        read_versioned(path, kind)
+    assert str(raised.value) == f"{path}: {message}"
+
+
+def test_a_folder_is_refused_naming_the_kind_expected(tmp_path: Path) -> None:
+    with pytest.raises(BloomperfError) as raised:
+        read_versioned(tmp_path, TEST_KIND)
+    assert str(raised.value) == f"{tmp_path}: is a directory, expected a bloomperf-test JSON file"
+
+
 def test_writing_stamps_the_current_version_first(tmp_path: Path) -> None:
     stale = {"count": "1", "schema_version": 1, "kind": "bloomperf-test", "steps": []}
     write_versioned(tmp_path / "out.json", TEST_KIND, stale)

@@ -57,10 +57,6 @@ ACCELERATE_IO_CACHE_COPIES = 2
 DS_MAX_OUT_TOKENS = 1024
 DS_WORKSPACE_RESERVE_BYTES = 500 * 1024**2
 
-# ZeRO-3 in the blog's script: stage3_prefetch_bucket_size = 0.9 x hidden^2 parameters.
-# DeepSpeed gathers parameters per module (``iter_params(module, recurse=False)``) and
-# prefetches whole parameters until the bucket is exceeded, so at least the next one.
-ZERO_PREFETCH_HIDDEN2 = 0.9
 
 # ZeRO-3 allocates every gathered parameter anew at each step, through the caching allocator,
 # and frees it after the module runs; the growing KV cache (new K and V tensors every step) is
@@ -275,8 +271,9 @@ def _predict_ds_kernels(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPredict
     activations = cell.block_activations() // tp + embedded
     logits = cell.logits()
     torch_side = weights + activations + logits + CUDA_CONTEXT_BYTES
-    # The kernels size their workspace from what is free at the first forward (cudaMemGetInfo).
-    free = max(0, s.gpus.memory_bytes - torch_side)
+    # The kernels size their workspace from what is free at the first forward (cudaMemGetInfo);
+    # below nothing free, ds_workspace's reserve is not met either: no workspace.
+    free = s.gpus.memory_bytes - torch_side
     workspace, capacity_tokens = ds_workspace(
         shape, cell.layers, cell.batch, tp, free, max_out_tokens
     )
@@ -318,7 +315,7 @@ def _predict_tensor_parallel(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPr
 
 def _predict_zero3(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPrediction:
     s = cell.scenario
-    offload = bool(layout.get("offload", False))
+    offload = bool(layout.get("offload"))
     shape, dtype = s.shape, s.dtype
     if dtype == "int8":
         return cell.result([GpuMemory()] * s.n_gpus, "ZeRO-3 has no int8 inference")
@@ -327,9 +324,10 @@ def _predict_zero3(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPrediction:
     # Gathered on the fly: the module being run (its own parameters only) and the prefetch.
     # The peak is at the embedding, with the first block's fused QKV prefetched behind it.
     largest = zero_largest_gather(shape, dtype)
-    width = weight_bytes_per_param(dtype)
-    bucket = int(ZERO_PREFETCH_HIDDEN2 * shape.hidden_size**2) * width
-    prefetch = max(bucket, 3 * shape.hidden_size**2 * width)
+    # The blog's stage3_prefetch_bucket_size is 0.9 x hidden^2 parameters. DeepSpeed gathers
+    # per module (``iter_params(module, recurse=False)``) and prefetches whole parameters until
+    # the bucket is exceeded: the next one, the 3h x h fused QKV, alone exceeds it.
+    prefetch = 3 * shape.hidden_size**2 * weight_bytes_per_param(dtype)
     kv = cell.held_kv(cell.layers)  # the whole model's cache, for this rank's own batch
     activations = cell.block_activations() + 2 * cell.kv(1)
     pinned = ZERO_PINNED_GATHER_BLOCKS * largest
