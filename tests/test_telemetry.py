@@ -8,12 +8,14 @@ import time
 from dataclasses import replace
 
 import pynvml
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bloomperf.analysis.compare import judge
 from bloomperf.analysis.verdicts import UNTRUSTWORTHY
 from bloomperf.cli.diff import baseline_of_run
+from bloomperf.core.errors import BloomperfError
 from bloomperf.measure.telemetry import TelemetrySampler, create_sampler
 from bloomperf.render.comparison import render_comparison
 from bloomperf.store.results import CellResult, Outcome
@@ -21,8 +23,11 @@ from bloomperf.store.results.codec import cell_from_dict, cell_to_dict
 from bloomperf.store.telemetry import (
     HW_THERMAL_SLOWDOWN,
     SW_POWER_CAP,
+    Telemetry,
     TelemetrySample,
+    flags_for,
     summarize,
+    telemetry_from_dict,
 )
 from tests.builders import bloom_run
 from tests.nvml_replay import NvmlReplay
@@ -169,3 +174,49 @@ def test_a_cycle_shorter_than_the_interval_still_has_a_sample_of_every_gpu() -> 
     sampler.start()
     sampler.stop()
     assert len(sampler.samples) == 2
+
+
+@pytest.mark.parametrize(
+    ("sm_min", "sm_max", "moved"),
+    [(0, 0, False), (0, 1, True), (1, 1, False), (9, 10, False), (8, 10, True)],
+)
+def test_clocks_move_by_their_spread_and_a_gpu_that_reads_no_clock_is_not_flagged(
+    sm_min: int, sm_max: int, moved: bool
+) -> None:
+    """A 0 MHz reading (a GPU whose NVML reports no SM clock) has no spread to flag."""
+    expected = (f"sm-clock-moved {sm_min}-{sm_max} MHz",) if moved else ()
+    assert flags_for(0, sm_min, sm_max) == expected
+
+
+def test_the_reason_there_is_no_telemetry_and_an_error_during_sampling_are_kept() -> None:
+    steady = TelemetrySample(1410, 1593, 300.0, 60, 0)
+    assert summarize([]) == Telemetry(0, reason="no telemetry samples")
+    assert summarize([], "cpu: no GPU telemetry") == Telemetry(0, reason="cpu: no GPU telemetry")
+    sampled = summarize([steady, steady])
+    assert (sampled.samples, sampled.reasons, sampled.flags, sampled.reason) == (2, 0, (), "")
+    assert summarize([steady], "NVML: GPU is lost").reason == "NVML: GPU is lost"
+
+
+def test_stored_telemetry_needs_only_its_sample_count_and_keeps_a_zero_clock() -> None:
+    assert telemetry_from_dict({"samples": 0}, "x") == Telemetry(0)
+    read = telemetry_from_dict({"samples": 3, "sm_clock_mhz": [0, 1410]}, "x")
+    assert read is not None and read.sm_clock_mhz == (0, 1410)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"samples": 1, "mem_clock_mhz": [1, 2, 3]},
+            "cell 2 telemetry: field 'mem_clock_mhz' must be [min, max]",
+        ),
+        ({"samples": 1, "sm_clock_mhz": [1]}, "cell 2 telemetry: field 'sm_clock_mhz' must be"),
+        ({"samples": 1, "flags": ["hw-slowdown", 3]}, "cell 2 telemetry: field 'flags[1]' must"),
+        ({"samples": 1, "reasons": "0x8"}, "cell 2 telemetry: field 'reasons' must be"),
+        ({"samples": 1, "reason": 5}, "cell 2 telemetry: field 'reason' must be a string"),
+    ],
+)
+def test_broken_stored_telemetry_is_refused_naming_the_field(data: object, message: str) -> None:
+    with pytest.raises(BloomperfError) as refused:
+        telemetry_from_dict(data, "cell 2 telemetry")
+    assert str(refused.value).startswith(message), refused.value

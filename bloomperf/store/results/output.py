@@ -42,7 +42,7 @@ def results_path(given: Path | None, raw: str | None, prefix: str) -> Path:
 def previous_path(output: Path) -> Path:
     """``keep.json`` → ``keep.previous.json``, its stem cut to fit the name limit."""
     suffix = output.suffix if output.suffix == ".json" else ""
-    stem = output.name[: len(output.name) - len(suffix)] if suffix else output.name
+    stem = output.name.removesuffix(suffix)
     room = NAME_MAX - len(os.fsencode(PREVIOUS + suffix))
     stem = os.fsdecode(os.fsencode(stem)[:room])
     return output.with_name(f"{stem}{PREVIOUS}{suffix}")
@@ -53,13 +53,10 @@ def keep_previous(output: Path) -> Path | None:
     try:
         if output.stat().st_size == 0:
             return None
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise BloomperfError(f"--output {output}: cannot read: {exc.strerror or exc}") from None
-    check_output_target(output)
-    try:
+        check_output_target(output)
         data = output.read_bytes()
+    except FileNotFoundError:  # none there, or gone since: nothing to keep
+        return None
     except OSError as exc:
         raise BloomperfError(f"--output {output}: cannot read: {exc.strerror or exc}") from None
     aside = previous_path(output)
