@@ -108,6 +108,16 @@ def test_a_cell_without_a_load_time_has_no_load_tolerance() -> None:
     assert cell.ms_per_token_tolerance == GPU_TOLERANCES["ms_per_token"]
 
 
+@pytest.mark.parametrize(
+    "details",
+    [{}, {"serving": {"rates": [1.0, 4.0]}}, {"device_map": "auto", "serving": {"rates": [2.0]}}],
+)
+def test_the_baseline_keeps_only_the_details_a_report_draws(details: dict[str, object]) -> None:
+    """A serving sweep's rates are kept to draw against; a device map describes one run only."""
+    cell = baseline_cell_of(replace(measured(), details=details), None, "cpu", "p")
+    assert cell.details == ({"serving": details["serving"]} if "serving" in details else {})
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     first=st.sets(st.sampled_from((1, 2, 4)), min_size=1),

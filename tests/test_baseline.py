@@ -12,7 +12,16 @@ import pytest
 
 from bloomperf.core.errors import BloomperfError
 from bloomperf.render.baseline import render_baseline_json, render_baseline_text
-from bloomperf.store.baseline import EXPECT_NOT_RUN, expected_cell, oom_boundary
+from bloomperf.store.baseline import (
+    EXPECT_NOT_RUN,
+    EXPECT_OK,
+    BaselineCell,
+    Expected,
+    expected_cell,
+    expected_figure,
+    oom_boundary,
+    with_figures,
+)
 from bloomperf.store.baseline.accept import accept_run
 from bloomperf.store.baseline.codec import (
     baseline_to_dict,
@@ -225,3 +234,59 @@ def test_accept_refuses_errors_and_timeouts_unless_forced() -> None:
         accept_run(run, None, source="run.json")
     forced = accept_run(run, None, source="run.json", force=True)
     assert [c.id for c in forced.cells] == ["accelerate-fp32-bs1"]
+
+
+# A cell that already expects something of every kind, so a field left unwritten shows.
+STALE = BaselineCell(
+    "hf",
+    "bf16",
+    1,
+    EXPECT_OK,
+    ms_per_token=9.0,
+    ms_per_token_tolerance=0.9,
+    ms_per_token_samples=(9.0,),
+    peak_memory_bytes=9,
+    peak_memory_tolerance=0.9,
+    load_time_s=9.0,
+    load_time_tolerance=0.9,
+    figure_samples={"stale_ms": (9.0,)},
+    figure_tolerances={"stale_ms": 0.9},
+)
+FIGURES = {
+    "ms_per_token": Expected(20.0, 0.05, (19.0, 20.0, 22.0)),
+    "peak_memory": Expected(4096.0, 0.1),
+    "load_time": Expected(31.5, 0.2),
+    "ttft_ms": Expected(80.0, None, (70.0, 80.0, 95.0, 100.0)),
+}
+
+
+@pytest.mark.parametrize("names", [(), ("ms_per_token",), ("load_time", "ttft_ms"), (*FIGURES,)])
+def test_with_figures_writes_exactly_the_figures_given(names: tuple[str, ...]) -> None:
+    """Every figure given lands in its own field, every other one is cleared, the stale one
+    included: the cell expects ``figures`` and nothing else."""
+    cell = with_figures(STALE, {n: FIGURES[n] for n in names})
+    given = set(names)
+    assert cell.ms_per_token == (20.0 if "ms_per_token" in given else None)
+    assert cell.ms_per_token_tolerance == (0.05 if "ms_per_token" in given else None)
+    assert cell.ms_per_token_samples == ((19.0, 20.0, 22.0) if "ms_per_token" in given else ())
+    assert cell.peak_memory_bytes == (4096 if "peak_memory" in given else None)
+    assert cell.load_time_s == (31.5 if "load_time" in given else None)
+    assert cell.load_time_tolerance == (0.2 if "load_time" in given else None)
+    ttft = "ttft_ms" in given
+    assert cell.figure_samples == ({"ttft_ms": (70.0, 80.0, 95.0, 100.0)} if ttft else {})
+    assert cell.figure_tolerances == ({"ttft_ms": None} if ttft else {})
+
+
+def test_expected_figure_reads_each_metric_from_where_it_is_kept() -> None:
+    """An own field as stored; any other metric as the median of its cycles (the mean of the
+    two middle ones for an even count) with its own tolerance; an unknown one as nothing."""
+    cell = replace(
+        STALE,
+        figure_samples={"ttft_ms": (100.0, 70.0, 95.0, 80.0), "tpot_ms": (3.0,)},
+        figure_tolerances={"ttft_ms": 0.25},
+    )
+    assert expected_figure(cell, "ms_per_token") == Expected(9.0, 0.9, (9.0,))
+    assert expected_figure(cell, "ttft_ms") == Expected(87.5, 0.25, (100.0, 70.0, 95.0, 80.0))
+    assert expected_figure(cell, "tpot_ms") == Expected(3.0, None, (3.0,))
+    missing = expected_figure(cell, "stale_ms")
+    assert (missing.value, missing.tolerance, missing.samples) == (None, None, ())

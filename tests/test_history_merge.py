@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bloomperf.cli import main
+from bloomperf.core.errors import BloomperfError
 from bloomperf.store.history.merge import merge_histories
 from bloomperf.store.history.nights import add_to_history, load_history
 from bloomperf.store.results import RunResult
@@ -215,3 +216,52 @@ def test_merge_compares_each_run_with_its_own_identity_only(
     merge_histories([src], dest)  # again: every run already there
     assert len(load_history(dest / EIGHT)) == n
     assert calls == 0, f"{calls} run_to_dict comparisons for {n} nights"
+
+
+def test_a_conflict_between_sources_names_both_files_and_the_run(tmp_path: Path) -> None:
+    """The same run (topology and start) finished at another time with other figures: whatever
+    part differs, the two files and the run are named, and nothing is written."""
+    first = write(tmp_path / "a" / "results.json", night_of(EIGHT, 0))
+    other = replace(night_of(EIGHT, 0, 1.5), finished_at=f"{night(0)}T04:00:00Z")
+    second = write(tmp_path / "b" / "results.json", other)
+    with pytest.raises(BloomperfError) as refused:
+        merge_histories([first, second], tmp_path / "dest")
+    assert str(refused.value) == (
+        f"{second}: conflicts with {first}: the same run ({EIGHT}, started "
+        f"{night(0)}T01:30:00Z) with different content; refusing to merge"
+    )
+    assert not (tmp_path / "dest").exists()
+
+
+def test_runs_without_a_start_are_told_apart_by_content(tmp_path: Path) -> None:
+    """Two history nights whose runs have no started_at share no identity: both are merged,
+    each in its folder named after its topology; the same one twice is kept once."""
+    runner = tmp_path / "runner"
+    for day, factor in ((1, 1.0), (2, 1.3)):
+        write(runner / f"{night(day)}.json", replace(night_of(EIGHT, day, factor), started_at=""))
+    (runner / ".tmp-partial.json").write_text("{ half a file")  # an atomic write in progress
+    dest = tmp_path / "dest"
+    [merged] = merge_histories([runner, runner], dest)
+    assert merged.folder == dest / EIGHT
+    assert [p.name for p in merged.added] == [f"{night(1)}.json", f"{night(2)}.json"]
+    assert merged.already == 0
+    [again] = merge_histories([runner], dest)
+    assert (again.added, again.already) == ((), 2)
+
+
+def test_refusals_of_the_whole_merge_name_what_is_wrong(tmp_path: Path) -> None:
+    empty, bare = tmp_path / "empty", tmp_path / "bare"
+    empty.mkdir()
+    bare.mkdir()
+    with pytest.raises(BloomperfError) as refused:
+        merge_histories([empty, bare], tmp_path / "dest")
+    assert str(refused.value) == f"{empty}, {bare}: holds no results files"
+    afile = write(tmp_path / "r.json", night_of(EIGHT, 0))
+    with pytest.raises(BloomperfError) as refused:
+        merge_histories([afile], afile)
+    assert str(refused.value) == f"--history {afile}: is not a directory"
+    # A results file not named as a night is dated by its run, which must say when it started.
+    undated = write(tmp_path / "undated.json", replace(night_of(EIGHT, 0), started_at=""))
+    with pytest.raises(BloomperfError) as refused:
+        merge_histories([undated], tmp_path / "dest")
+    assert str(refused.value).startswith(f"{undated}: the run has no started_at")

@@ -118,27 +118,27 @@ class RunIndex:
 
     def holds(self, run: RunResult, where: Path) -> bool:
         """True for a run seen already; a conflict (same identity, other content) raises."""
-        incoming = Incoming(source=where, run=run, day=date.min)
         bucket = self._buckets.get(bucket_key(run), [])
-        return any(is_same_run(incoming, other, source) for other, source in bucket)
+        return any(is_same_run(run, where, other, source) for other, source in bucket)
 
 
-def is_same_run(incoming: Incoming, other: RunResult, where: Path) -> bool:
+def is_same_run(run: RunResult, where: Path, other: RunResult, other_where: Path) -> bool:
     """True for the same run twice; False for two runs; a conflict raises."""
     # Equal records are equal documents; only unequal ones need their stored form compared
     # (the costly part: a few ms per run).
-    same_content = incoming.run == other or run_to_dict(incoming.run) == run_to_dict(other)
-    key = run_key(incoming.run)
+    same_content = run == other or run_to_dict(run) == run_to_dict(other)
+    key = run_key(run)
     if key is not None and key == run_key(other) and not same_content:
         raise BloomperfError(
-            f"{incoming.source}: conflicts with {where}: the same run "
+            f"{where}: conflicts with {other_where}: the same run "
             f"({key[0]}, started {key[1]}) with different content; refusing to merge"
         )
     return same_content
 
 
 def plan_merge(runs: Sequence[Incoming], dest: Path) -> dict[str, list[Incoming]]:
-    """Per topology, the runs DEST lacks; raises on a conflict with a night already there."""
+    """Per topology, the runs DEST lacks; raises on a conflict with a night already there.
+    Called under the folders' locks, which made each folder that did not exist yet."""
     by_topology: dict[str, list[Incoming]] = {}
     for incoming in runs:
         by_topology.setdefault(incoming.run.topology, []).append(incoming)
@@ -146,7 +146,7 @@ def plan_merge(runs: Sequence[Incoming], dest: Path) -> dict[str, list[Incoming]
     for topology in sorted(by_topology):
         folder = dest / topology
         stored = RunIndex()
-        for night in load_history(folder) if folder.exists() else []:
+        for night in load_history(folder):
             stored.add(night.run, night.path)
         missing[topology] = [i for i in by_topology[topology] if not stored.holds(i.run, i.source)]
     return missing
