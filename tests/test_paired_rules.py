@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from bloomperf.analysis.paired import (
     EXACT_UP_TO,
+    PairedEstimate,
+    as_cost,
     critical_rank,
     estimate_paired,
     first_look,
@@ -152,3 +154,24 @@ def test_each_looks_level_splits_the_error_rate_evenly(
     level = look_confidence(confidence, min_pairs, min_pairs + extra)
     assert confidence <= level < 1.0
     assert (1.0 - level) * looks(min_pairs, min_pairs + extra) == pytest.approx(1.0 - confidence)
+
+
+ends = st.floats(min_value=0.05, max_value=20.0, allow_nan=False)
+
+
+@given(ends, ends, ends, st.integers(1, 500), st.floats(0.5, 0.999))
+def test_a_throughputs_estimate_is_read_as_a_cost_by_inverting_it(
+    x: float, y: float, z: float, pairs: int, confidence: float
+) -> None:
+    """For a higher-is-better figure, B/A becomes A/B: the ratio inverts and the interval's
+    ends swap (1/high is the new low); a cost's estimate, and no estimate, pass unchanged."""
+    low, ratio, high = sorted((x, y, z))
+    estimate = PairedEstimate(ratio, low, high, pairs, confidence)
+    cost = as_cost(estimate, higher_is_better=True)
+    assert cost is not None
+    assert cost.ratio * ratio == pytest.approx(1.0)
+    assert cost.low * high == pytest.approx(1.0) and cost.high * low == pytest.approx(1.0)
+    assert cost.low <= cost.ratio <= cost.high
+    assert (cost.pairs, cost.confidence) == (pairs, confidence)
+    assert as_cost(estimate, higher_is_better=False) is estimate
+    assert as_cost(None, higher_is_better=True) is None
