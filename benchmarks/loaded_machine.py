@@ -7,12 +7,16 @@ change) on the tiny model while two busy loops load the CPU the workers run on:
 * ``--load burst``: they run only while arm B's worker generates (a planted ``sitecustomize`` in
   `ab`; in `bisect`, the package of one version in the middle of the range wakes them): every
   burst hits one arm of a pair, the case pairing cannot cancel;
+* ``--load random`` (``ab-serve``): three loops on every CPU, woken and stopped at random for 1
+  to 6 s each (``--seed``): a server's run lasts a second or two of its client's ten, and a
+  burst lands on one arm's run, on both, or on neither;
 * ``--load none``: nothing added (the machine's own load still counts).
 
 It prints each verdict with its figures and ``/proc/loadavg`` before and after, e.g.:
 
     python benchmarks/loaded_machine.py ab --load burst
     python benchmarks/loaded_machine.py bisect --load burst --bloomperf /other/.venv/bin/bloomperf
+    python benchmarks/loaded_machine.py ab-serve --load random --seed 1 --requests 8
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ import argparse
 import contextlib
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,13 +48,34 @@ def loadavg() -> str:
 
 
 @contextlib.contextmanager
-def load(kind: str) -> Iterator[dict[str, str]]:
+def load(kind: str, seed: int = 0) -> Iterator[dict[str, str]]:
     """The environment the run gets: the stopped loops' group for a burst, nothing else."""
     if kind == "none":
         yield {}
         return
+    if kind == "random":
+        with spinners(3, limit_s=1800, stopped=True, anywhere=True) as pgid:
+            stop = threading.Event()
+            toggler = threading.Thread(target=toggle, args=(pgid, seed, stop), daemon=True)
+            toggler.start()
+            try:
+                yield {}
+            finally:
+                stop.set()
+                toggler.join()
+        return
     with spinners(2, limit_s=1800, stopped=kind == "burst") as pgid:
         yield {NOISE_ENV: str(pgid)} if kind == "burst" else {}
+
+
+def toggle(pgid: int, seed: int, stop: threading.Event) -> None:
+    """Wake the loops and stop them again, each for 1 to 6 s drawn from ``seed``."""
+    rng = random.Random(seed)
+    while not stop.wait(rng.uniform(1.0, 6.0)):
+        os.killpg(pgid, signal.SIGCONT)
+        if stop.wait(rng.uniform(1.0, 6.0)):
+            break
+        os.killpg(pgid, signal.SIGSTOP)
 
 
 def common(folder: Path) -> list[str]:
@@ -102,10 +130,32 @@ def bisect(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     return {"exit": code, "elapsed_s": round(elapsed), "first_slower": named, "steps": steps}
 
 
+def ab_serve(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """Two servers started alike (the serving venv, tiny-serving), three pairs at 75 %."""
+    output = folder / "ab.json"
+    command = [args.bloomperf, "ab", "--serve", "--rates", "inf", "--refine", "0"]
+    command += ["--requests", str(args.requests), "--min-pairs", "3", "--max-pairs", "3"]
+    command += ["--confidence", "0.75", "--no-lock", "--output", str(output)]
+    with load(args.load, args.seed) as env:
+        code, elapsed = run(command, env)
+    verdicts = {}
+    for cell in json.loads(output.read_text())["cells"]:
+        figures = (
+            f"{cell['ratio']:.3f} [{cell['low']:.3f}, {cell['high']:.3f}]"
+            if cell["ratio"]
+            else "no interval"
+        )
+        aside = cell.get("pairs_set_aside", 0)
+        verdicts[cell["metric"]] = f"{cell['verdict']} {figures}, {aside} of 3 pairs set aside"
+    return {"exit": code, "elapsed_s": round(elapsed), "verdicts": verdicts}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("ab", "bisect"))
-    parser.add_argument("--load", choices=("none", "steady", "burst"), default="burst")
+    parser.add_argument("what", choices=("ab", "bisect", "ab-serve"))
+    parser.add_argument("--load", choices=("none", "steady", "burst", "random"), default="burst")
+    parser.add_argument("--seed", type=int, default=1, help="random: when the loops run")
+    parser.add_argument("--requests", type=int, default=32, help="ab-serve: requests per run")
     parser.add_argument("--bloomperf", default=str(Path(sys.executable).parent / "bloomperf"))
     parser.add_argument("--max-pairs", type=int, default=30)
     parser.add_argument("--tolerance", type=float, help="[ab: 0.1, bisect: 0.3]")
@@ -113,7 +163,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bloomperf-loaded-") as folder:
         before = loadavg()
-        result = (ab if args.what == "ab" else bisect)(args, Path(folder))
+        measure = {"ab": ab, "bisect": bisect, "ab-serve": ab_serve}[args.what]
+        result = measure(args, Path(folder))
         print(json.dumps({"load": args.load, "loadavg": [before, loadavg()], **result}))
 
 

@@ -36,12 +36,13 @@ if importlib.util.find_spec("hypothesis") is not None:
         settings.load_profile("derandomized")
 
 
-# Files whose verdicts rest on measured time (paired A/B, bisect, A/A noise, planted slowdowns,
-# loaded machines), and the tiny-model matrix, whose cells run pytest-benchmark's loop (it turns
-# itself off in a pytest-xdist worker): .ci/run runs them alone (-m serial) after the parallel
-# pass (-n 3 -m "not serial"), so that another worker's tests never weigh on one arm of their
-# comparisons. (Files with real DeepSpeed launches run in the workers: .ci/run builds DeepSpeed's
-# CPU op before the tests, so that no launch builds it under a test's timeouts.)
+# Files whose verdicts rest on measured time (paired A/B, served or not, bisect, A/A noise,
+# planted slowdowns, loaded machines), and the tiny-model matrix, whose cells run
+# pytest-benchmark's loop (it turns itself off in a pytest-xdist worker): .ci/run runs them alone
+# (-m serial) after the parallel pass (-n 3 -m "not serial"), so that another worker's tests
+# never weigh on one arm of their comparisons. (Files with real DeepSpeed launches run in the
+# workers: .ci/run builds DeepSpeed's CPU op before the tests, so that no launch builds it
+# under a test's timeouts.)
 SERIAL_FILES = frozenset(
     {
         "test_ab.py",
@@ -50,6 +51,7 @@ SERIAL_FILES = frozenset(
         "test_calibrate.py",
         "test_contention.py",
         "test_latency.py",
+        "test_serving_ab.py",
         "test_slowdown.py",
     }
 )

@@ -64,11 +64,14 @@ _plant_noise()
 
 
 @contextlib.contextmanager
-def spinners(count: int = 2, limit_s: float = 300.0, stopped: bool = False) -> Iterator[int]:
-    """``count`` busy loops on the last allowed CPU; yields their process group id. With
-    ``stopped`` they start stopped, for a planted hook to wake."""
-    cpu = max(os.sched_getaffinity(0))
-    code = SPIN.format(cpu=cpu, limit=limit_s, count=count)
+def spinners(
+    count: int = 2, limit_s: float = 300.0, stopped: bool = False, anywhere: bool = False
+) -> Iterator[int]:
+    """``count`` busy loops on the last allowed CPU (``anywhere``: on every allowed one); yields
+    their process group id. With ``stopped`` they start stopped, for a planted hook to wake."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = ", ".join(str(cpu) for cpu in (allowed if anywhere else allowed[-1:]))
+    code = SPIN.format(cpu=cpus, limit=limit_s, count=count)
     leader = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
         if stopped:

@@ -485,3 +485,38 @@ def test_a_bisect_never_names_the_version_a_burst_of_load_hit(
         assert steps["1.3"]["verdict"] == INCONCLUSIVE and "busy" in steps["1.3"]["message"]
     else:
         assert steps["1.3"]["verdict"] == SLOWER
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    waits=st.tuples(st.floats(0.0, 5.0), st.floats(0.0, 5.0)),
+    others=st.tuples(st.floats(0.0, 4.0), st.floats(0.0, 4.0)),
+    cpus=st.integers(1, 64),
+)
+def test_a_served_sweep_is_judged_by_the_others_share_of_its_cpus_not_by_its_wait(
+    waits: tuple[float, float], others: tuple[float, float], cpus: int
+) -> None:
+    """A served sweep's processes (server threads, client) wait for each other as much as for
+    others, so with ``cpus`` set the wait leans nowhere: the others' CPU share of those CPUs
+    does, as a wait of that share would (and it is capped below 1 as a wait is)."""
+    a = CycleLoad(1.0, waits[0], others[0], 2, None, cpus)
+    b = CycleLoad(1.0, waits[1], others[1], 2, None, cpus)
+    shares = [min(o / cpus, 0.99) for o in others]
+    assert math.isclose(lean(a, b), abs(math.log1p(-shares[1]) - math.log1p(-shares[0])))
+    alike = CycleLoad(1.0, waits[1], others[0], 2, None, cpus)  # another wait, the same others
+    assert lean(a, alike) == 0.0 and not contended((a,), (alike,), TOLERANCE)
+    unknown = CycleLoad(1.0, waits[1], None, 2, None, cpus)
+    assert lean(a, unknown) == 0.0
+
+
+def test_a_served_pair_with_one_arm_under_a_burst_is_set_aside() -> None:
+    """Figures of the kind measured (docs/serving.md): a client's run of 0.5 s, two CPUs; the
+    others took a core during B's run and nothing during A's. Waits of our own, however they
+    differ, do not set it aside; a tenth of a core either way does not either."""
+    quiet = CycleLoad(0.5, 0.2, 0.0, 2, None, 2)
+    burst = CycleLoad(0.5, 0.2, 0.5, 2, None, 2)  # 1 core of 2 for the whole run
+    assert contended((quiet,), (burst,), 0.4) and contended((burst,), (quiet,), 0.9)
+    own = CycleLoad(0.5, 0.49, 0.0, 2, None, 2)
+    assert not contended((quiet,), (own,), 0.4)
+    light = CycleLoad(0.5, 0.2, 0.05, 2, None, 2)  # 0.1 core
+    assert not contended((quiet,), (light,), 0.4)

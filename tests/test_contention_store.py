@@ -75,3 +75,21 @@ def test_a_broken_load_is_refused_naming_where_and_the_field(data: object, messa
     with pytest.raises(BloomperfError) as refused:
         load_from_dict(data, "cell 3")
     assert str(refused.value).startswith(message), refused.value
+
+
+@given(cpus=st.integers(1, 512), wall=st.floats(0.01, 1e4), other=seconds)
+def test_a_served_sweeps_cpus_are_stored_only_when_set_and_read_back(
+    cpus: int, wall: float, other: float
+) -> None:
+    """A served sweep's load names the CPUs its processes share (``cpus``); a cycle's load
+    without them is written as before, so older readers and files are unchanged."""
+    served = load_to_dict(CycleLoad(wall, 0.1, other, 2, None, cpus))
+    assert served is not None and served["cpus"] == cpus
+    read = load_from_dict(served, "x")
+    assert read is not None and read.cpus == cpus
+    plain = load_to_dict(CycleLoad(wall, 0.1, other, 2, None))
+    assert plain is not None and "cpus" not in plain
+    rounded = CycleLoad(float(f"{wall:.6f}"), 0.1, float(f"{other:.4f}"), 2, None)
+    assert load_from_dict(plain, "x") == rounded
+    with pytest.raises(BloomperfError, match="cpus"):
+        load_from_dict({**served, "cpus": 0}, "x")

