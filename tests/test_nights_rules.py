@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from dataclasses import replace
 from datetime import date
 from pathlib import Path
@@ -23,9 +24,11 @@ from bloomperf.store.history.nights import (
     history_folders,
     load_history,
     metric_value,
+    night_date,
     night_file,
     night_order,
     outcome_series,
+    parse_date,
     series,
     topology_history,
 )
@@ -115,19 +118,50 @@ def test_a_series_holds_the_nights_with_a_positive_figure(kinds: list[str]) -> N
     ]
 
 
+def test_a_zero_figure_is_no_point_of_the_series() -> None:
+    """A night whose cycles all read 0 ms/token measured nothing: the series leaves it out
+    (the metric's samples are its positive ones, so no figure of it is 0)."""
+    zero = replace(CELL, samples_ms_per_token=(0.0, 0.0, 0.0))
+    nights = nights_of([CELL, zero, CELL])
+    assert series(nights, CELL.id, "ms_per_token") == [(0, 2.0), (2, 2.0)]
+
+
+@pytest.mark.parametrize(
+    ("started_at", "night_is"),
+    [
+        ("2026-11-29T23:30:00Z", date(2026, 11, 29)),
+        ("2026-11-30T01:00:00+00:00", date(2026, 11, 30)),
+        ("2026-11-29T23:30:00-05:00", date(2026, 11, 30)),  # 04:30 UTC
+        ("2026-11-30T00:30:00+02:00", date(2026, 11, 29)),  # 22:30 UTC
+        ("2026-11-29T23:30:00", date(2026, 11, 29)),  # no offset: taken as written
+    ],
+)
+def test_a_night_is_the_utc_date_whatever_the_machines_zone(
+    started_at: str, night_is: date, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dated in UTC on a machine five hours behind it (the runner's zone never counts)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        assert night_date(replace(bloom_run(CELL), started_at=started_at), "r.json") == night_is
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_date_that_is_not_one_is_refused_naming_it() -> None:
+    with pytest.raises(BloomperfError) as refused:
+        parse_date("29/11/2026")
+    assert str(refused.value) == "--date: '29/11/2026' is not a date like 2026-11-29"
+
+
 def test_nights_of_one_date_are_named_in_turn(tmp_path: Path) -> None:
     day = date(2026, 11, 29)
-    names = []
-    for _ in range(4):
+    # Checked one at a time: a wrong name taken would make the next search run in circles.
+    for name in ("2026-11-29.json", "2026-11-29-2.json", "2026-11-29-3.json", "2026-11-29-4.json"):
         path = night_file(tmp_path, day)
+        assert path.name == name
         path.write_text("{}")
-        names.append(path.name)
-    assert names == [
-        "2026-11-29.json",
-        "2026-11-29-2.json",
-        "2026-11-29-3.json",
-        "2026-11-29-4.json",
-    ]
     ordered = sorted(
         (
             Path(n)

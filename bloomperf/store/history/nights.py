@@ -161,11 +161,7 @@ def metric_value(cell: CellResult, name: str) -> float | None:
 
 def cell_ids(nights: Sequence[Night]) -> list[str]:
     """Every cell id seen in the history, in the order they first appear."""
-    seen: dict[str, None] = {}
-    for night in nights:
-        for cell in night.run.cells:
-            seen.setdefault(cell.id, None)
-    return list(seen)
+    return list(dict.fromkeys(cell.id for night in nights for cell in night.run.cells))
 
 
 def find_cell(run: RunResult, cell: str) -> CellResult | None:
@@ -177,8 +173,9 @@ def series(nights: Sequence[Night], cell: str, metric: str) -> list[tuple[int, f
     points = []
     for i, night in enumerate(nights):
         found = find_cell(night.run, cell)
+        # A metric's samples are its positive ones: a figure found is positive.
         value = metric_value(found, metric) if found is not None else None
-        if value is not None and value > 0:
+        if value is not None:
             points.append((i, value))
     return points
 
