@@ -97,9 +97,9 @@ print("Starting initial single prompt test run...", flush=True)
 time.sleep(0.4)
 print({starts!r} + "...", flush=True)
 time.sleep(0.3)
-print("=" * 9 + " " + {ends!r} + " " + "=" * 9, flush=True)
-time.sleep(0.4)
 Path(sys.argv[1]).write_text(json.dumps({{"duration": 0.3, "errors": []}}))
+print("=" * 9 + " " + {ends!r} + " " + "=" * 9, flush=True)
+time.sleep({after})
 """
 
 
@@ -109,18 +109,26 @@ class Heard:
 
     def __init__(self, log: Path) -> None:
         self.log = log
-        self.calls: list[tuple[str, float, int, str]] = []
+        self.calls: list[tuple[str, float, int, str, bool]] = []
+
+    def note(self, what: str, pid: int) -> None:
+        stat = Path(f"/proc/{pid}/stat")
+        running = stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        self.calls.append((what, time.monotonic(), pid, self.log.read_text(), running))
 
     def started(self, pid: int) -> None:
-        self.calls.append(("started", time.monotonic(), pid, self.log.read_text()))
+        self.note("started", pid)
 
     def ended(self, pid: int) -> None:
-        self.calls.append(("ended", time.monotonic(), pid, self.log.read_text()))
+        self.note("ended", pid)
 
 
-def marked_client(tmp_path: Path, *, ends: bool = True) -> list[str]:
+def marked_client(tmp_path: Path, *, ends: bool = True, after: float = 0.4) -> list[str]:
+    """The stand-in's command; ``after``: how long it lives on past its end mark."""
     code = MARKED_CLIENT.format(
-        starts=RUN_STARTS.decode(), ends=RUN_ENDS.decode() if ends else "Something else"
+        starts=RUN_STARTS.decode(),
+        ends=RUN_ENDS.decode() if ends else "Something else",
+        after=after,
     )
     return [sys.executable, "-c", code, str(tmp_path / RESULT_NAME)]
 
@@ -134,13 +142,17 @@ def test_a_watch_hears_the_clients_timed_run_start_and_end_while_it_runs(tmp_pat
     heard = Heard(log)
     started = time.monotonic()
     run = run_client(marked_client(tmp_path), tmp_path, log, 60.0, heard)
-    exited = time.monotonic()
     assert run.requests == () and run.duration_s == 0.3
-    (first, at_start, pid, log_then), (second, at_end, pid_end, log_later) = heard.calls
-    assert (first, second) == ("started", "ended") and pid == pid_end
+    (one, at_start, pid, log_then, _), (two, at_end, pid_end, log_later, running) = heard.calls
+    assert (one, two) == ("started", "ended") and pid == pid_end
     assert log_then.count(RUN_STARTS.decode()) == 2 and RUN_ENDS.decode() not in log_then
-    assert RUN_ENDS.decode() in log_later
-    assert started + 0.4 <= at_start and at_start + 0.3 <= at_end <= exited - 0.4 + 0.05
+    assert RUN_ENDS.decode() in log_later and running  # heard while the client still ran
+    assert started + 0.4 <= at_start and started + 0.7 <= at_end  # the sleeps before each
+    # A client that exits at once after its end mark (within one look) is still heard to end.
+    for index in range(5):
+        prompt = Heard(tmp_path / f"prompt-{index}.log")
+        run_client(marked_client(tmp_path, after=0.0), tmp_path, prompt.log, 60.0, prompt)
+        assert [call[0] for call in prompt.calls] == ["started", "ended"]
 
 
 def test_a_client_that_never_marks_its_end_gives_no_window_and_one_that_hangs_is_killed(

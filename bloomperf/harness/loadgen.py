@@ -202,16 +202,18 @@ def follow(
     seen, marks = b"", [(RUN_STARTS, watch.started), (RUN_ENDS, watch.ended)]
     while marks:
         code = process.poll()
-        if code is not None:
-            return code
-        if time.monotonic() > deadline:
-            raise subprocess.TimeoutExpired(process.args, timeout_s)
+        # The log before the exit: a client that prints its end mark and exits within one look
+        # is still heard to end (late by its exit, not lost).
         if log.stat().st_size > offset + len(seen):
             with open(log, "rb") as file:
                 file.seek(offset + len(seen))
                 seen += file.read()
         while marks and marks[0][0] in seen:
             marks.pop(0)[1](process.pid)
+        if code is not None:
+            return code
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(process.args, timeout_s)
         time.sleep(WATCH_POLL_S)
     return process.wait(timeout=max(deadline - time.monotonic(), 0.0))
 
