@@ -2,7 +2,8 @@
 that takes one sequence at a time is judged worse than the default one, and a server started
 the same way as the default is not. Each comparison starts its two servers at once, warms each
 up with one run, and runs three pairs of one-rate sweeps (32 requests all at once): about two
-minutes each, alone on the machine (-m serial: tests/conftest.py)."""
+minutes each, alone on the machine (-m serial: tests/conftest.py); the refused argument judges
+no time and runs beside other tests."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ def verdicts(document: dict) -> dict[str, str]:
     return {entry["metric"]: entry["verdict"] for entry in document["cells"]}
 
 
+@pytest.mark.serial  # judges measured time: alone, after the parallel pass
 def test_a_server_taking_one_sequence_at_a_time_is_judged_worse(tmp_path: Path) -> None:
     code, document, output = serving_ab(tmp_path, "--b-engine-args", "--max-num-seqs 1")
     found = verdicts(document)
@@ -98,6 +100,7 @@ def test_a_server_taking_one_sequence_at_a_time_is_judged_worse(tmp_path: Path) 
     assert not any("warm-up" in line for line in progress[2:]) and len(progress) == 8
 
 
+@pytest.mark.serial  # judges measured time: alone, after the parallel pass
 def test_a_server_started_the_same_way_is_not_judged_worse(tmp_path: Path) -> None:
     code, document, output = serving_ab(tmp_path)
     assert code == 0, output
