@@ -242,14 +242,14 @@ def warm_up(
     without this they would all fall on the first pair, on whichever arm it draws first: a
     bias towards one arm, not noise. Their requests are apart from every pair's (seeds past
     ``max_pairs`` repeats)."""
-    words = single_token_words(spec.tokenizer / "tokenizer.json")
+
+    def seen(arm: str, summary: RateSummary, _: str) -> None:
+        on_rate(arm, summary, "warm-up")
+
     for round_ in range(settings.warmup):
         warm = repeat_spec(spec, settings.max_pairs + round_)
-        for arm in ARMS:
-            model = (targets[arm].models() or [""])[0]
-            folder = workdir / f"{round_}" / arm
-            summary = measure_rate(warm, targets[arm], model, words, folder, spec.rates[0], 0)
-            on_rate(arm, summary, "warm-up")
+        first = replace(warm, rates=spec.rates[:1], refine_steps=0)
+        sweep_pair(first, targets, ARMS, workdir / f"{round_}", seen)
 
 
 def start_servers(servers: dict[str, Server], cell: Cell) -> Comparison | None:
