@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -158,7 +159,12 @@ def test_sigterm_kills_a_busy_worker_within_seconds_and_keeps_the_cells(tmp_path
     for pid in workers:
         os.kill(pid, signal.SIGSTOP)
     run.send_signal(signal.SIGTERM)
-    code, rest, took = finish(run, timeout=60)
+    # Waited for no longer than the bound: a run still going at 10 s has failed already (and a
+    # mutant that waits 30 s for the worker fails in 10, not 30).
+    try:
+        code, rest, took = finish(run, timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run was still going 10 s after SIGTERM")
     assert code == 143, rest
     assert took < 10, f"the run took {took:.1f} s to stop after SIGTERM"
     assert len(read_results(out).cells) >= 1
@@ -230,7 +236,12 @@ def test_sigterm_during_a_ds_zero_load_stops_the_group_at_once(tmp_path: Path) -
         time.sleep(0.2)
     wait_inside_the_load(tmp_path, run, 2)  # both ranks
     run.send_signal(signal.SIGTERM)
-    code, rest, took = finish(run, timeout=60)
+    # Waited for no longer than the bound: a run still going at 10 s has failed already (and a
+    # mutant that waits 30 s for the worker fails in 10, not 30).
+    try:
+        code, rest, took = finish(run, timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run was still going 10 s after SIGTERM")
     assert code == 143, rest
     assert took < 10, f"the run took {took:.1f} s to stop after SIGTERM"
     assert "terminated (SIGTERM)" in rest
@@ -446,9 +457,14 @@ def test_stopping_a_runner_whose_request_an_interrupt_left_unanswered_does_not_w
 
     with pytest.raises(KeyboardInterrupt):
         runner.run_cell(2, interrupted_mid_cycle)
-    started = time.monotonic()
-    runner.stop()
-    assert time.monotonic() - started < 10
+    # Stopped in a thread, waited for 10 s at most: a stop that waits for the worker fails at
+    # the bound, not at the end of its wait.
+    stopping = threading.Thread(target=runner.stop, daemon=True)
+    stopping.start()
+    stopping.join(timeout=10)
+    if stopping.is_alive():
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("stopping the runner waited for its busy worker")
     assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == "zombie"
 
 

@@ -306,7 +306,9 @@ def test_a_server_killed_during_a_rate_gives_that_rate_error_and_the_sweep_goes_
     out = tmp_path / "sweep.json"
     log = out.with_suffix(".server.log")
     mark = tmp_path / "mark"
-    sweep = ["--rates", "0.5,0.6,0.7", "--requests", "8", "--refine", "0", "-o", str(out)]
+    # Rates whose 8 requests take 2 to 4 s: long enough for the kill to land mid-rate (the
+    # second rate's first request, the client's test request, is seen before the timed ones).
+    sweep = ["--rates", "2,3,4", "--requests", "8", "--refine", "0", "-o", str(out)]
     sla = ["--sla-ttft", "30", "--sla-token-rate", "0.5"]  # every rate meets it: none is error
     controller = subprocess.Popen(
         [*BLOOMPERF, "serve", "--python", str(PYTHON), *sweep, *sla],
@@ -338,7 +340,7 @@ def test_a_server_killed_during_a_rate_gives_that_rate_error_and_the_sweep_goes_
     stderr = (tmp_path / "stderr").read_text()
     assert controller.returncode == 1, stderr[-2000:]  # a rate failed
     first, second, third = rates_written(out)
-    assert (first["rate"], second["rate"], third["rate"]) == (0.5, 0.6, 0.7)
+    assert (first["rate"], second["rate"], third["rate"]) == (2, 3, 4)
     assert first["outcome"] == "ok" and first["completed"] == 8 and first["ttft_ms"]["p99"] > 0
     assert second["outcome"] == "error" and "died during this rate" in second["message"]
     assert third["outcome"] == "ok" and third["completed"] == 8, third["message"]
