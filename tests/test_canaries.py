@@ -142,6 +142,9 @@ def test_a_mutant_that_breaks_a_fixture_is_not_counted_killed() -> None:
         ("tests/test_compare.py::test_a_run_made_from_the_baseline_is_all_same",),
         "a fixture that errors",
     )
-    verdict = runner.run_one(broken, timeout=300)
+    try:
+        verdict = runner.run_one(broken, timeout=300)
+    finally:
+        runner.close_pytest_servers()
     assert verdict.status == "broken", verdict
     assert "error, no test failed" in verdict.detail

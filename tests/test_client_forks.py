@@ -146,3 +146,34 @@ def test_nothing_of_the_client_outlives_its_controller(tmp_path: Path, ending: s
     assert controller.wait(timeout=60) == (0 if ending == "exit" else -signal.SIGKILL)
     assert wait_gone(server_pid) and wait_gone(run_pid)
     assert not marked_processes(mark)
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "own-process"])
+def test_a_run_starts_in_its_folder_with_its_environment_and_path(
+    tmp_path: Path, fork: bool
+) -> None:
+    """A run's ``cwd``, ``env`` and ``path`` hold alike forked and as a process of its own (the
+    canaries run pytest in a mutated copy this way), and its module on ``path`` shadows ours."""
+    here, first = tmp_path / "here", tmp_path / "first"
+    here.mkdir()
+    (first / "bloomperf").mkdir(parents=True)
+    (first / "bloomperf" / "__init__.py").write_text("WHERE = 'the copy'\n")
+    script = tmp_path / "where.py"
+    script.write_text(
+        "import json, os, sys\nfrom pathlib import Path\nimport bloomperf\n"
+        "Path(sys.argv[1]).write_text(json.dumps({'duration': 0.0, 'errors': []}))\n"
+        "print(json.dumps([os.getcwd(), os.environ['WHERE_ENV'], bloomperf.WHERE]))\n"
+    )
+    command = ClientCommand(
+        sys.executable,
+        (str(tmp_path / RESULT_NAME),),
+        script,
+        ("json",),
+        cwd=str(here),
+        env=(("WHERE_ENV", "set"),),
+        path=(str(first),),
+    )
+    log = tmp_path / "client.log"
+    run_client(command, tmp_path, log, 60.0, fork=fork)
+    assert json.loads(log.read_text().splitlines()[-1]) == [str(here), "set", "the copy"]
+    assert "WHERE_ENV" not in os.environ and os.getcwd() != str(here)

@@ -33,10 +33,24 @@ class ClientCommand:
     args: tuple[str, ...]
     script: Path
     imports: tuple[str, ...]
+    # Where and how it runs, when not as this process: its folder, environment variables set
+    # over this one's, and folders first on its sys.path (what PYTHONPATH would give).
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    path: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
-        """As a process of its own."""
+        """As a process of its own (in ``cwd``, with ``environment()``)."""
         return [self.python, str(self.script), *self.args]
+
+    def environment(self) -> dict[str, str]:
+        """As a process of its own: this one's environment, ``env`` over it, ``path`` first on
+        its PYTHONPATH."""
+        merged = {**os.environ, **dict(self.env)}
+        if self.path:
+            rest = merged.get("PYTHONPATH")
+            merged["PYTHONPATH"] = os.pathsep.join([*self.path, *([rest] if rest else [])])
+        return merged
 
 
 class ClientProcess(Protocol):
@@ -111,7 +125,14 @@ class ForkServer:
 
     def start(self, command: ClientCommand, log: Path) -> Forked:
         assert self.process.stdin is not None
-        job = {"script": str(command.script), "args": list(command.args), "log": str(log)}
+        job = {
+            "script": str(command.script),
+            "args": list(command.args),
+            "log": str(log),
+            "cwd": command.cwd,
+            "env": dict(command.env),
+            "path": list(command.path),
+        }
         self.process.stdin.write(json.dumps(job).encode() + b"\n")
         self.process.stdin.flush()
         return Forked(self, int(self.read_line(None) or 0))

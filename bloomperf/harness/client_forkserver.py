@@ -9,10 +9,11 @@ every run starts from the same state, as a fresh process would, and none carries
 the one before (a client kept across runs was measured noisier: docs/serving.md).
 
 Protocol on stdin and stdout, one line each: this process says ``ready`` once its imports are
-done; then, for each job read (JSON: ``script``, ``args``, ``log``), it says the fork's pid,
-waits for it, and says its exit code (negative: the signal that ended it). A fork's stdout and
-stderr go to the job's log. The fork dies with this process, and this process with its parent
-(the controller sets that) or when its stdin closes.
+done; then, for each job read (JSON: ``script``, ``args``, ``log``; if given, ``cwd``, ``env``
+and ``path``, the folders put first on ``sys.path``), it says the fork's pid, waits for it, and
+says its exit code (negative: the signal that ended it). A fork's stdout and stderr go to the
+job's log. The fork dies with this process, and this process with its parent (the controller
+sets that) or when its stdin closes.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def run_job(job: dict[str, Any], server: int) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    # As ``cd CWD && env ENV python SCRIPT ARGS`` would start it (PATH: what PYTHONPATH gives).
+    os.chdir(job.get("cwd") or ".")
+    os.environ.update(job.get("env") or {})
+    sys.path[:0] = job.get("path") or []
     sys.argv = [job["script"], *job["args"]]
     code = 0
     try:

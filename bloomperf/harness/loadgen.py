@@ -196,6 +196,8 @@ def start_client(
         return fork_server(command, log, timeout_s).start(command, log)
     return subprocess.Popen(
         command.argv(),
+        cwd=command.cwd,
+        env=command.environment(),
         stdin=subprocess.DEVNULL,
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -23,15 +23,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mutations import MUTATIONS, Mutation  # noqa: E402
+
+from bloomperf.harness.client_forks import ClientCommand, ForkServer  # noqa: E402
 
 # Virtual environments are not tracked; tests that run a tool from them find them through links.
 LINKED = (".venv", ".venv-ref")
@@ -110,6 +115,50 @@ def imports_the_copy(scratch: Path, env: dict[str, str]) -> str | None:
     return None
 
 
+# What a pytest process of a canary imports before its first test (seconds of CPU each time):
+# imported once by a fork server per job thread, whose forks run the canaries' pytest (a fork
+# imports bloomperf and the tests afresh, from the mutated copy first on its path).
+PRELOADED = ("torch", "transformers", "numpy", "scipy.stats", "hypothesis", "pytest", "psutil")
+PYTEST_MAIN = Path(pytest.__file__).with_name("__main__.py")
+_THREAD = threading.local()
+_SERVERS: list[ForkServer] = []
+
+
+def run_pytest(
+    args: list[str], scratch: Path, env: dict[str, str], log: Path, limit: float
+) -> int | None:
+    """``python -m pytest ARGS`` in ``scratch`` with ``env`` (output to ``log``), forked by
+    this thread's fork server: its exit code, or None past ``limit`` s (then killed)."""
+    command = ClientCommand(
+        sys.executable,
+        tuple(args),
+        PYTEST_MAIN,
+        PRELOADED,
+        cwd=str(scratch),
+        env=tuple(env.items()),
+        path=(str(scratch),),
+    )
+    server = getattr(_THREAD, "server", None)
+    if server is None or not server.alive():
+        own_log = Path(tempfile.mkstemp(prefix="canary-forkserver-", suffix=".log")[1])
+        server = _THREAD.server = ForkServer(command, own_log)
+        _SERVERS.append(server)
+        server.wait_ready(600)
+    run = server.start(command, log)
+    try:
+        return run.wait(limit)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        run.wait()
+        return None
+
+
+def close_pytest_servers() -> None:
+    """Stop every job thread's fork server (they would die with this process anyway)."""
+    while _SERVERS:
+        _SERVERS.pop().close()
+
+
 def run_one(mutation: Mutation, timeout: float) -> Verdict:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"canary-{mutation.name}-") as folder:
@@ -126,19 +175,16 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
         # canary that names two tests claims that EACH of them kills it (no -x, which would stop
         # at the first failure and prove only that one).
         report = scratch / ".canary-junit.xml"
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        command += ["--hypothesis-profile", "canary"]  # tests/conftest.py
-        command += [f"--junitxml={report}", *mutation.tests]
+        args = ["-q", "-p", "no:cacheprovider", "--hypothesis-profile", "canary"]  # conftest.py
+        args += [f"--junitxml={report}", *mutation.tests]
         limit = timeout * len(mutation.tests)
-        try:
-            done = subprocess.run(
-                command, cwd=scratch, env=env, capture_output=True, text=True, timeout=limit
-            )
-        except subprocess.TimeoutExpired:
+        log = scratch / ".canary.log"
+        code = run_pytest(args, scratch, env, log, limit)
+        if code is None:
             return Verdict(
                 mutation.name, "broken", time.monotonic() - start, f"ran over {limit:g} s"
             )
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
         outcomes = junit_outcomes(report)
         survivors, killers = [], []
         for test in mutation.tests:
@@ -150,9 +196,7 @@ def run_one(mutation: Mutation, timeout: float) -> Verdict:
             else:
                 # An error in a fixture is no kill: a test that never ran to its assertions
                 # killed nothing (a file missing from the copy looked like a kill).
-                detail = (
-                    f"{test}: {outcome}, no test failed (pytest exit {done.returncode}):\n{tail}"
-                )
+                detail = f"{test}: {outcome}, no test failed (pytest exit {code}):\n{tail}"
                 return Verdict(mutation.name, "broken", time.monotonic() - start, detail)
     seconds = time.monotonic() - start
     if survivors:
@@ -225,10 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(run_one, mutation, args.timeout) for mutation in chosen]
-        for future in concurrent.futures.as_completed(futures):
-            verdict = future.result()
-            verdicts.append(verdict)
-            print(f"  {verdict.status:8} {verdict.name} ({verdict.seconds:.0f} s)", flush=True)
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                verdict = future.result()
+                verdicts.append(verdict)
+                print(f"  {verdict.status:8} {verdict.name} ({verdict.seconds:.0f} s)", flush=True)
+        finally:
+            close_pytest_servers()
             if verdict.status != "killed":
                 print("    " + verdict.detail.replace("\n", "\n    "), flush=True)
     bad = [v for v in verdicts if v.status != "killed"]
