@@ -80,19 +80,19 @@ def test_a_fork_that_fails_says_how_and_a_dead_fork_server_is_started_again(
 ) -> None:
     crash = stand_in(tmp_path, 0.0, "raise ValueError('the client broke')")
     with pytest.raises(RuntimeError, match=r"code 1(.|\n)*ValueError: the client broke"):
-        run_client(crash, tmp_path, tmp_path / "crash.log", 60.0)
+        run_client(crash, tmp_path, tmp_path / "crash.log", 60.0, fork=True)
     quits = stand_in(tmp_path, 0.0, "import sys; sys.exit(3)")
     with pytest.raises(RuntimeError, match="code 3"):
-        run_client(quits, tmp_path, tmp_path / "quits.log", 60.0)
+        run_client(quits, tmp_path, tmp_path / "quits.log", 60.0, fork=True)
     # A run past its time is killed (the fork, not its server), and the next run goes on.
     hangs = stand_in(tmp_path, 0.0, "import time; time.sleep(60)")
     with pytest.raises(TimeoutError, match="client ran over 1 s"):
-        run_client(hangs, tmp_path, tmp_path / "hangs.log", 1.0)
+        run_client(hangs, tmp_path, tmp_path / "hangs.log", 1.0, fork=True)
     assert preludes.read_text().count("ran") == 1
     server = fork_server(stand_in(tmp_path, 0.0), tmp_path / "log", 60.0)
     server.process.kill()
     server.process.wait()
-    run = run_client(stand_in(tmp_path, 0.5), tmp_path, tmp_path / "again.log", 60.0)
+    run = run_client(stand_in(tmp_path, 0.5), tmp_path, tmp_path / "again.log", 60.0, fork=True)
     assert run.duration_s == 0.5 and preludes.read_text().count("ran") == 2
 
 
@@ -101,7 +101,7 @@ def test_a_fork_server_whose_imports_fail_is_one_error_with_its_log(tmp_path: Pa
     script.write_text("print('never run')")
     broken = ClientCommand(sys.executable, (), script, ("no_such_module_here",))
     with pytest.raises(RuntimeError, match=r"fork server exited(.|\n)*no_such_module_here"):
-        run_client(broken, tmp_path, tmp_path / "client.log", 60.0)
+        run_client(broken, tmp_path, tmp_path / "client.log", 60.0, fork=True)
 
 
 # A controller that starts a run which outlives it: the run sleeps; the controller says its

@@ -38,7 +38,6 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import write_json_atomic
 from bloomperf.core.metrics import label_of, metrics
 from bloomperf.harness.interleave import ARMS, Comparison, PairLog, Settings
-from bloomperf.harness.loadgen import preload_vllm_client
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.overlay import (
@@ -121,8 +120,6 @@ def serving_ab_command(
             )
             servers[arm.name] = stack.enter_context(Server(server_spec))
         print(f"bloomperf ab: starting both servers ({model.name})", file=err)
-        # The client's imports beside the servers' start.
-        preload_vllm_client(spec.client_python, Path(tmp) / "client-forkserver.log")
         failed = start_servers(servers, cell)
         serving = ServingArms(
             {name: Managed(server) for name, server in servers.items()},

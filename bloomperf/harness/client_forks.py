@@ -1,6 +1,8 @@
-"""The serving client's runs, each forked from a fork server that did its imports once
-(``client_forkserver.py``, run by the client's interpreter), or started as a process of its own.
-The controller's side: the fork servers it keeps, one per interpreter and imports, and the runs.
+"""Runs of a Python client forked from a fork server that did its imports once
+(``client_forkserver.py``, run by the client's interpreter): the controller's side, the fork
+servers it keeps (one per interpreter and imports) and the runs. Used by the canaries' pytest
+runs, and by ``loadgen.run_client(..., fork=True)`` (vLLM's client runs as a process of its own:
+docs/serving.md).
 """
 
 from __future__ import annotations
@@ -197,8 +199,8 @@ def fork_server(command: ClientCommand, log: Path, timeout_s: float) -> ForkServ
 
 
 def preload_client(command: ClientCommand, log: Path) -> ForkServer:
-    """Start ``command``'s fork server, unless one lives: called before a server's start, its
-    imports (seconds) overlap that start instead of delaying the first run."""
+    """Start ``command``'s fork server, unless one lives (its imports not waited for: they
+    may overlap whatever comes before its first run)."""
     key = (command.python, command.imports)
     server = _FORK_SERVERS.get(key)
     if server is None or not server.alive():

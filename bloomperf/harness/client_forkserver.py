@@ -1,12 +1,12 @@
-"""A fork server for the serving sweep's load client, run by the serving venv's interpreter as a
-script (``python client_forkserver.py MODULE ...``): it imports nothing of bloomperf.
+"""A fork server, run by a client's interpreter as a script (``python client_forkserver.py
+MODULE ...``): it imports nothing of bloomperf.
 
-Why: the client is vLLM's own, and its imports (torch, transformers, vLLM) cost about ten
-CPU-seconds, paid again at every rate and every arm of every pair, while the run they precede
-lasts a second or two. Here the MODULEs (the client's imports) are imported once; each run is a
+Why: a Python tool's imports (torch, transformers, pytest) cost seconds of CPU, paid again at
+every run while the run itself may be shorter. Here the MODULEs are imported once; each run is a
 fork of this process that runs the job's script as ``__main__`` with the run's arguments, so
-every run starts from the same state, as a fresh process would, and none carries anything from
-the one before (a client kept across runs was measured noisier: docs/serving.md).
+every run starts from the same state, as a fresh process would. The canaries' pytest runs use
+it; vLLM's load client does not by default: its forks were measured reading the stream in
+bursts (docs/serving.md).
 
 Protocol on stdin and stdout, one line each: this process says ``ready`` once its imports are
 done; then, for each job read (JSON: ``script``, ``args``, ``log``; if given, ``cwd``, ``env``
@@ -19,6 +19,7 @@ sets that) or when its stdin closes.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -66,6 +67,10 @@ def run_job(job: dict[str, Any], server: int) -> None:
 def serve(modules: list[str]) -> None:
     for name in modules:
         importlib.import_module(name)
+    # What the imports made is never collected in a fork: a fork's first full collection would
+    # otherwise walk (and so copy, page by page) the whole inherited heap in the middle of its
+    # timed run, a pause a fresh process's collection does not have.
+    gc.freeze()
     server = os.getpid()
     say("ready")
     for line in sys.stdin:

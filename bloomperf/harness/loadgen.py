@@ -28,7 +28,7 @@ from bloomperf.analysis.serving import RequestTiming
 from bloomperf.catalog.serving_workload import RequestLengths
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import write_json_atomic
-from bloomperf.harness.client_forks import ClientCommand, ClientProcess, fork_server, preload_client
+from bloomperf.harness.client_forks import ClientCommand, ClientProcess, fork_server
 from bloomperf.harness.orphans import die_with_parent
 
 # The client (a script the serving venv runs) and the modules its fork server imports once for
@@ -65,12 +65,6 @@ class ClientRun:
 def vllm_client(python: Path, args: tuple[str, ...] = ()) -> ClientCommand:
     """vLLM's client in ``python`` (the serving venv's), with ``args``."""
     return ClientCommand(str(python), args, CLIENT_SCRIPT, CLIENT_IMPORTS)
-
-
-def preload_vllm_client(python: Path, log: Path) -> None:
-    """Start vLLM's client's fork server now (its imports take seconds): called before a
-    server's start, they overlap it instead of delaying the first run."""
-    preload_client(vllm_client(python), log)
 
 
 def single_token_words(tokenizer_file: Path) -> list[str]:
@@ -162,11 +156,12 @@ def run_client(
     log: Path,
     timeout_s: float,
     watch: RunWatch | None = None,
-    fork: bool = True,
+    fork: bool = False,
 ) -> ClientRun:
-    """Run one rate's client (``fork``: from its interpreter's fork server, else as a process of
-    its own); its result, or ``RuntimeError`` with the log's tail. ``watch`` hears of its timed
-    run's start and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
+    """Run one rate's client (as a process of its own; ``fork``: from its interpreter's fork
+    server, which vLLM's client is not: measured, its forks read the stream in bursts, see
+    docs/serving.md); its result, or ``RuntimeError`` with the log's tail. ``watch`` hears of
+    its timed run's start and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
     result = result_dir / RESULT_NAME
     result.unlink(missing_ok=True)
     deadline = time.monotonic() + timeout_s

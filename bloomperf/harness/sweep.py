@@ -31,7 +31,6 @@ from bloomperf.harness.launch import WorkerFailure
 from bloomperf.harness.loadgen import (
     RunWatch,
     client_command,
-    preload_vllm_client,
     run_client,
     single_token_words,
     write_dataset,
@@ -123,7 +122,6 @@ Target = Endpoint | Managed
 def run_sweep(spec: SweepSpec, target: Target, workdir: Path, on_rate: RateCallback) -> SweepResult:
     """Every listed rate, then the bisection steps; each rate's summary goes to ``on_rate``."""
     words = single_token_words(spec.tokenizer / "tokenizer.json")
-    preload_vllm_client(spec.client_python, workdir / "client-forkserver.log")
     ready_s: float | None = None
     try:
         ready_s = target.ensure()
