@@ -84,7 +84,6 @@ class ForkServer:
                 preexec_fn=die_with_parent,
             )
         self.pending = b""
-        self.ready = False
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -123,7 +122,6 @@ class ForkServer:
             self.process.kill()
             self.process.wait()
             raise subprocess.TimeoutExpired(str(FORKSERVER), timeout_s)
-        self.ready = True
 
     def start(self, command: ClientCommand, log: Path) -> Forked:
         assert self.process.stdin is not None
@@ -190,19 +188,12 @@ atexit.register(close_fork_servers)
 
 
 def fork_server(command: ClientCommand, log: Path, timeout_s: float) -> ForkServer:
-    """The fork server for ``command``'s interpreter and imports, started when there is none
-    or the last one died, its imports waited for (within ``timeout_s``) before its first run."""
-    server = preload_client(command, log)
-    if not server.ready:
-        server.wait_ready(timeout_s)
-    return server
-
-
-def preload_client(command: ClientCommand, log: Path) -> ForkServer:
-    """Start ``command``'s fork server, unless one lives (its imports not waited for: they
-    may overlap whatever comes before its first run)."""
+    """The fork server for ``command``'s interpreter and imports, started (its imports waited
+    for, within ``timeout_s``) when there is none or the last one died."""
     key = (command.python, command.imports)
     server = _FORK_SERVERS.get(key)
     if server is None or not server.alive():
-        server = _FORK_SERVERS[key] = ForkServer(command, log)
+        server = ForkServer(command, log)
+        server.wait_ready(timeout_s)
+        _FORK_SERVERS[key] = server
     return server
