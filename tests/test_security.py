@@ -205,7 +205,6 @@ DIRECT_WRITES = {
     # crash leaves as far as it got (the log tail is what a timeout reports), never a document.
     "bloomperf/harness/server.py": "the vLLM server's log, its stdout and stderr",
     "bloomperf/harness/loadgen.py": "the load client's log, its stdout and stderr",
-    "bloomperf/harness/client_forks.py": "the client's fork server's log, its stderr",
 }
 
 

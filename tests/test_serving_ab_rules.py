@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,8 @@ from hypothesis import strategies as st
 
 from bloomperf.analysis.paired import FASTER, SAME, SLOWER
 from bloomperf.cli.ab_report import comparison_json, render_metric_table
-from bloomperf.harness.client_forks import ClientCommand, close_fork_servers
 from bloomperf.harness.interleave import PairLog, Settings
-from bloomperf.harness.loadgen import RESULT_NAME, RUN_ENDS, RUN_STARTS, run_client
+from bloomperf.harness.loadgen import RESULT_NAME, RUN_ENDS, RUN_STARTS, ClientCommand, run_client
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.serve_ab import MISSING_FACTOR, pair_values, turn
 from bloomperf.store.serving import EFFECTIVE, ITL_P99, TTFT_P99
@@ -114,7 +112,7 @@ class Heard:
         self.calls: list[tuple[str, float, int, str, bool]] = []
 
     def note(self, what: str, pid: int) -> None:
-        try:  # a fork is reaped by its server at once: it may be gone between two reads
+        try:
             running = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
         except (FileNotFoundError, ProcessLookupError):
             running = False
@@ -136,22 +134,11 @@ def marked_client(tmp_path: Path, *, ends: bool = True, after: float = 0.4) -> C
     )
     script = tmp_path / f"marked-{ends}-{after}.py"
     script.write_text(code)
-    return ClientCommand(sys.executable, (str(tmp_path / RESULT_NAME),), script=script, imports=())
+    return ClientCommand(sys.executable, (str(tmp_path / RESULT_NAME),), script=script)
 
 
-# Both ways a client starts: forked by its interpreter's fork server, and as a process of its own.
-STARTS = pytest.mark.parametrize("fork", [True, False], ids=["forked", "own-process"])
-
-
-@pytest.fixture(autouse=True)
-def no_fork_server_left() -> Iterator[None]:
-    yield
-    close_fork_servers()
-
-
-@STARTS
 def test_a_watch_hears_the_clients_timed_run_start_and_end_while_it_runs(
-    tmp_path: Path, fork: bool
+    tmp_path: Path,
 ) -> None:
     """The window a serving pair's load is read over is the client's timed run: heard after
     its start mark is in the log (not at its start-up or its test request), ended after its end
@@ -160,7 +147,7 @@ def test_a_watch_hears_the_clients_timed_run_start_and_end_while_it_runs(
     log.write_text("an earlier rate's lines: " + RUN_STARTS.decode() + "\n")  # appended after
     heard = Heard(log)
     started = time.monotonic()
-    run = run_client(marked_client(tmp_path), tmp_path, log, 60.0, heard, fork)
+    run = run_client(marked_client(tmp_path), tmp_path, log, 60.0, heard)
     assert run.requests == () and run.duration_s == 0.3
     (one, at_start, pid, log_then, _), (two, at_end, pid_end, log_later, running) = heard.calls
     assert (one, two) == ("started", "ended") and pid == pid_end
@@ -170,23 +157,22 @@ def test_a_watch_hears_the_clients_timed_run_start_and_end_while_it_runs(
     # A client that exits at once after its end mark (within one look) is still heard to end.
     for index in range(5):
         prompt = Heard(tmp_path / f"prompt-{index}.log")
-        run_client(marked_client(tmp_path, after=0.0), tmp_path, prompt.log, 60.0, prompt, fork)
+        run_client(marked_client(tmp_path, after=0.0), tmp_path, prompt.log, 60.0, prompt)
         assert [call[0] for call in prompt.calls] == ["started", "ended"]
 
 
-@STARTS
 def test_a_client_that_never_marks_its_end_gives_no_window_and_one_that_hangs_is_killed(
-    tmp_path: Path, fork: bool
+    tmp_path: Path,
 ) -> None:
     heard = Heard(tmp_path / "client.log")
-    run_client(marked_client(tmp_path, ends=False), tmp_path, heard.log, 60.0, heard, fork)
+    run_client(marked_client(tmp_path, ends=False), tmp_path, heard.log, 60.0, heard)
     assert [call[0] for call in heard.calls] == ["started"]
     script = tmp_path / "hung.py"
     starts = RUN_STARTS.decode()
     script.write_text(f"import time; print('{starts}', flush=True); time.sleep(60)")
-    hung = ClientCommand(sys.executable, (), script=script, imports=())
+    hung = ClientCommand(sys.executable, (), script=script)
     heard = Heard(tmp_path / "hung.log")
     with pytest.raises(TimeoutError, match="client ran over 1 s"):
-        run_client(hung, tmp_path, heard.log, 1.0, heard, fork)
+        run_client(hung, tmp_path, heard.log, 1.0, heard)
     pid = heard.calls[0][2]
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()

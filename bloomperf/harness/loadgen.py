@@ -20,7 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,13 +28,11 @@ from bloomperf.analysis.serving import RequestTiming
 from bloomperf.catalog.serving_workload import RequestLengths
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import write_json_atomic
-from bloomperf.harness.client_forks import ClientCommand, ClientProcess, fork_server
 from bloomperf.harness.orphans import die_with_parent
 
-# The client (a script the serving venv runs) and the modules its fork server imports once for
-# all runs (seconds of them).
+# The client: a script the serving venv runs, a process of its own per rate (run as forks of
+# one process that imported vLLM once, its runs read the stream in bursts: docs/serving.md).
 CLIENT_SCRIPT = Path(__file__).with_name("vllm_client.py")
-CLIENT_IMPORTS = ("vllm.benchmarks.serve", "vllm.utils.argparse_utils")
 RESULT_NAME = "result.json"
 # What the client prints just before its timed requests and just after them: the window a
 # ``RunWatch`` reads the machine's load over (its start-up and its one test request are not).
@@ -43,6 +41,18 @@ RUN_ENDS = b"Serving Benchmark Result"
 # How often the controller looks at the client's log: a stat and, when it grew, a read of what
 # was added (microseconds), so the window's ends are late by at most this.
 WATCH_POLL_S = 0.01
+
+
+@dataclass(frozen=True)
+class ClientCommand:
+    """One client run: the interpreter, the client's script and the run's arguments."""
+
+    python: str
+    args: tuple[str, ...]
+    script: Path
+
+    def argv(self) -> list[str]:
+        return [self.python, str(self.script), *self.args]
 
 
 class RunWatch(Protocol):
@@ -64,7 +74,7 @@ class ClientRun:
 
 def vllm_client(python: Path, args: tuple[str, ...] = ()) -> ClientCommand:
     """vLLM's client in ``python`` (the serving venv's), with ``args``."""
-    return ClientCommand(str(python), args, CLIENT_SCRIPT, CLIENT_IMPORTS)
+    return ClientCommand(str(python), args, CLIENT_SCRIPT)
 
 
 def single_token_words(tokenizer_file: Path) -> list[str]:
@@ -156,18 +166,21 @@ def run_client(
     log: Path,
     timeout_s: float,
     watch: RunWatch | None = None,
-    fork: bool = False,
 ) -> ClientRun:
-    """Run one rate's client (as a process of its own; ``fork``: from its interpreter's fork
-    server, which vLLM's client is not: measured, its forks read the stream in bursts, see
-    docs/serving.md); its result, or ``RuntimeError`` with the log's tail. ``watch`` hears of
-    its timed run's start and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
+    """Run one rate's client; its result, or ``RuntimeError`` with the log's tail. ``watch``
+    hears of its timed run's start and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
     result = result_dir / RESULT_NAME
     result.unlink(missing_ok=True)
     deadline = time.monotonic() + timeout_s
     with open(log, "ab") as out:
         try:
-            process = start_client(command, out, log, timeout_s, fork)
+            process = subprocess.Popen(
+                command.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
             try:
                 code = follow(process, log, out.tell(), deadline - time.monotonic(), watch)
             finally:
@@ -182,26 +195,8 @@ def run_client(
     return parse_result(json.loads(result.read_text()))
 
 
-def start_client(
-    command: ClientCommand, out: BinaryIO, log: Path, timeout_s: float, fork: bool
-) -> ClientProcess:
-    """The client started: forked by its fork server (started first if need be, its imports
-    within ``timeout_s``), or as a process of its own writing to ``out``."""
-    if fork:
-        return fork_server(command, log, timeout_s).start(command, log)
-    return subprocess.Popen(
-        command.argv(),
-        cwd=command.cwd,
-        env=command.environment(),
-        stdin=subprocess.DEVNULL,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        preexec_fn=die_with_parent,
-    )
-
-
 def follow(
-    process: ClientProcess,
+    process: subprocess.Popen[bytes],
     log: Path,
     offset: int,
     timeout_s: float,

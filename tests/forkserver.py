@@ -1,12 +1,12 @@
-"""A fork server, run by a client's interpreter as a script (``python client_forkserver.py
-MODULE ...``): it imports nothing of bloomperf.
+"""A fork server, run by a tool's interpreter as a script (``python forkserver.py MODULE ...``):
+it imports nothing of bloomperf. The canaries' pytest runs use it (``tests/forks.py`` is the
+controller's side).
 
 Why: a Python tool's imports (torch, transformers, pytest) cost seconds of CPU, paid again at
 every run while the run itself may be shorter. Here the MODULEs are imported once; each run is a
 fork of this process that runs the job's script as ``__main__`` with the run's arguments, so
-every run starts from the same state, as a fresh process would. The canaries' pytest runs use
-it; vLLM's load client does not by default: its forks were measured reading the stream in
-bursts (docs/serving.md).
+every run starts from the same state, as a fresh process would. (vLLM's load client was run this
+way once and read its stream in bursts: docs/serving.md.)
 
 Protocol on stdin and stdout, one line each: this process says ``ready`` once its imports are
 done; then, for each job read (JSON: ``script``, ``args``, ``log``; if given, ``cwd``, ``env``

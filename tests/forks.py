@@ -1,13 +1,9 @@
-"""Runs of a Python client forked from a fork server that did its imports once
-(``client_forkserver.py``, run by the client's interpreter): the controller's side, the fork
-servers it keeps (one per interpreter and imports) and the runs. Used by the canaries' pytest
-runs, and by ``loadgen.run_client(..., fork=True)`` (vLLM's client runs as a process of its own:
-docs/serving.md).
+"""The controller's side of ``forkserver.py``: a fork server (an interpreter with its imports
+done) and the runs it forks. The canaries' pytest runs are forks of one (``canaries/run.py``).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -17,62 +13,35 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from bloomperf.harness.orphans import die_with_parent
 
-FORKSERVER = Path(__file__).with_name("client_forkserver.py")
+FORKSERVER = Path(__file__).with_name("forkserver.py")
 # How long a fork server told to stop may take before it is killed (it only has to exit).
 CLOSE_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
-class ClientCommand:
-    """One client run: the interpreter, the client's script and the run's arguments, and the
-    modules a fork server imports for it beforehand."""
+class Job:
+    """One run: the interpreter, the script and the run's arguments, and the modules a fork
+    server imports for it beforehand."""
 
     python: str
     args: tuple[str, ...]
     script: Path
     imports: tuple[str, ...]
-    # Where and how it runs, when not as this process: its folder, environment variables set
-    # over this one's, and folders first on its sys.path (what PYTHONPATH would give).
+    # Where and how it runs: its folder, environment variables set over the server's, and
+    # folders first on its sys.path (what PYTHONPATH would give).
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     path: tuple[str, ...] = ()
 
-    def argv(self) -> list[str]:
-        """As a process of its own (in ``cwd``, with ``environment()``)."""
-        return [self.python, str(self.script), *self.args]
-
-    def environment(self) -> dict[str, str]:
-        """As a process of its own: this one's environment, ``env`` over it, ``path`` first on
-        its PYTHONPATH."""
-        merged = {**os.environ, **dict(self.env)}
-        if self.path:
-            rest = merged.get("PYTHONPATH")
-            merged["PYTHONPATH"] = os.pathsep.join([*self.path, *([rest] if rest else [])])
-        return merged
-
-
-class ClientProcess(Protocol):
-    """A running client: a process of its own (``subprocess.Popen``) or a fork (``Forked``)."""
-
-    @property
-    def pid(self) -> int: ...
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-    def kill(self) -> None: ...
-
 
 class ForkServer:
-    """One interpreter's client with its imports done (client_forkserver.py), forked per run.
-    It dies with this process (its parent-death signal) or when this process closes its stdin."""
+    """One interpreter with its imports done (forkserver.py), forked per run. It dies with
+    this process (its parent-death signal) or when this process closes its stdin."""
 
-    def __init__(self, command: ClientCommand, log: Path) -> None:
+    def __init__(self, command: Job, log: Path) -> None:
         self.log = log  # its own output: its imports' warnings, a crash
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
@@ -111,7 +80,7 @@ class ForkServer:
             chunk = os.read(self.process.stdout.fileno(), 4096)
             if not chunk:
                 tail = self.log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the client's fork server exited; log tail:\n{tail}")
+                raise RuntimeError(f"the fork server exited; log tail:\n{tail}")
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
         return line.decode()
@@ -123,7 +92,7 @@ class ForkServer:
             self.process.wait()
             raise subprocess.TimeoutExpired(str(FORKSERVER), timeout_s)
 
-    def start(self, command: ClientCommand, log: Path) -> Forked:
+    def start(self, command: Job, log: Path) -> Forked:
         assert self.process.stdin is not None
         job = {
             "script": str(command.script),
@@ -153,7 +122,7 @@ class Forked:
     def wait(self, timeout: float | None = None) -> int:
         code = self.code if self.code is not None else self.exit_code(timeout)
         if code is None:
-            raise subprocess.TimeoutExpired(f"client {self.pid}", timeout or 0.0)
+            raise subprocess.TimeoutExpired(f"run {self.pid}", timeout or 0.0)
         return code
 
     def exit_code(self, timeout: float | None) -> int | None:
@@ -169,31 +138,3 @@ class Forked:
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
-
-
-# One fork server per interpreter and imports, started at its first run and kept for the
-# controller's life (sweeps, pairs and arms all run one client at a time).
-_FORK_SERVERS: dict[tuple[str, tuple[str, ...]], ForkServer] = {}
-
-
-def close_fork_servers() -> None:
-    """Stop every fork server (its stdin closed, it exits): at the controller's exit, and
-    wherever a controller lives on after its sweeps (a test)."""
-    while _FORK_SERVERS:
-        _, server = _FORK_SERVERS.popitem()
-        server.close()
-
-
-atexit.register(close_fork_servers)
-
-
-def fork_server(command: ClientCommand, log: Path, timeout_s: float) -> ForkServer:
-    """The fork server for ``command``'s interpreter and imports, started (its imports waited
-    for, within ``timeout_s``) when there is none or the last one died."""
-    key = (command.python, command.imports)
-    server = _FORK_SERVERS.get(key)
-    if server is None or not server.alive():
-        server = ForkServer(command, log)
-        server.wait_ready(timeout_s)
-        _FORK_SERVERS[key] = server
-    return server
