@@ -97,10 +97,11 @@ def next_bisection_rate(
     so far, or None when they are within ``resolution`` (relative) or there is no such pair."""
     ordered = sorted(summaries, key=lambda s: s.rate)
     passing = effective_throughput(ordered, sla)
-    failing = [s.rate for s in ordered if s.rate > passing and not s.meets(sla)]
-    if not failing or passing <= 0 or math.isinf(failing[0]):
+    # The first rate above the passing run failed: had it passed, the run would reach it.
+    above = [s.rate for s in ordered if s.rate > passing]
+    if not above or passing <= 0 or math.isinf(above[0]):
         return None
-    low, high = passing, failing[0]
+    low, high = passing, above[0]
     if (high - low) / high <= resolution:
         return None
     return (low + high) / 2.0
