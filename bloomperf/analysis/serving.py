@@ -23,8 +23,7 @@ def percentiles_ms(values: Sequence[float]) -> dict[str, float]:
     """p50/p90/p99 of ``values`` (seconds) in milliseconds; empty when there are none."""
     if not values:
         return {}
-    found = np.percentile(np.asarray(values, dtype=float) * 1000.0, PERCENTILES)
-    return {f"p{p}": float(v) for p, v in zip(PERCENTILES, found, strict=True)}
+    return {f"p{p}": float(np.percentile(values, p)) * 1000.0 for p in PERCENTILES}
 
 
 def meets_sla(request: RequestTiming, sla: Sla) -> bool:
