@@ -113,7 +113,7 @@ def decode_rate(data: dict[str, Any]) -> RateSummary:
     values = dict(data)
     for key in ("rate", "request_throughput", "output_throughput"):
         value = values[key]
-        values[key] = math.inf if value == "inf" else math.nan if value is None else float(value)
+        values[key] = math.nan if value is None else float(value)  # float() reads "inf"
     return RateSummary(**values)
 
 
