@@ -23,6 +23,7 @@ import pytest
 from bloomperf.core.errors import BloomperfError
 from bloomperf.store.baseline import EXPECT_OK, Baseline, BaselineCell, LoadTime, Provenance
 from bloomperf.store.baseline.codec import load_baseline, save_baseline
+from bloomperf.store.contention import CycleLoad
 from bloomperf.store.results import (
     MAX_BATCH_SIZE,
     MAX_CYCLES,
@@ -84,6 +85,10 @@ FULL_CELL = replace(
     samples_step_ms=((5.0, 1.0, 1.1), (5.1, 1.0, 1.2), (5.0, 1.1, 1.0)),
     energy=EnergyReading("nvml", 100.0, 2.0, 300, ""),
     telemetry=Telemetry(4, (1400, 1410), (1593, 1593), 300.0, 60, 0, ("throttled",), ""),
+    # A figure of a metric that measures its own (one a missing package registered included),
+    # and each timed cycle's load with every optional part.
+    figures={"sm_util_pct": (80.0, 81.5, 79.0), "not_installed_here": (1.0,)},
+    loads=(CycleLoad(1.5, 0.25, 0.5, 2, 0, 2),) * 3,
 )
 FULL_RUN = replace(tiny_run(FULL_CELL), synthetic="slowdown 10 %")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from bloomperf.backends import BACKEND_NAMES, DTYPES
 from bloomperf.core.errors import BloomperfError
+from bloomperf.store.contention import CycleLoad
 from bloomperf.store.results import (
     CellResult,
     EnergyReading,
@@ -42,7 +44,7 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 positive = st.floats(0.01, 1e6, allow_nan=False, allow_infinity=False)
-sizes = st.integers(0, 2**45)
+sizes = st.sampled_from([0, 1]) | st.integers(0, 2**45)  # zero is a size a reader may not lose
 text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 memory = st.builds(
@@ -61,7 +63,7 @@ energy = st.builds(
     EnergyReading,
     source=st.sampled_from(("nvml", "rapl", "unavailable")),
     energy_j=st.none() | positive,
-    seconds=positive,
+    seconds=st.just(0.0) | positive,
     tokens=st.integers(0, 10**6),
     reason=text,
 )
@@ -78,6 +80,21 @@ telemetry = st.builds(
         tuple
     ),
     reason=text,
+)
+# Rounded as the file keeps them (microseconds; CPU time in clock ticks), so they read back equal.
+loads = st.builds(
+    CycleLoad,
+    wall_s=positive.map(lambda s: round(s, 6)),
+    wait_s=st.none() | st.floats(0, 100).map(lambda s: round(s, 6)),
+    other_cpu_s=st.none() | st.floats(0, 100).map(lambda s: round(s, 4)),
+    width=st.integers(1, 8),
+    gpu_others=st.none() | st.integers(0, 3),
+    cpus=st.none() | st.integers(1, 4),
+)
+figures = st.dictionaries(
+    st.sampled_from(("serving_effective_rps", "sm_util_pct", "a_metric_not_installed")),
+    st.lists(positive, min_size=1, max_size=4).map(tuple),
+    max_size=2,
 )
 details = st.dictionaries(
     st.sampled_from(("tp", "kernel_inject", "device_map", "load_count")),
@@ -107,6 +124,8 @@ def cells(draw: st.DrawFn, batch_size: int) -> CellResult:
         ),
         energy=draw(st.none() | energy),
         telemetry=draw(st.none() | telemetry),
+        figures=draw(figures),
+        loads=tuple(draw(loads) for _ in range(cycles)),
     )
 
 
@@ -121,7 +140,7 @@ def runs(draw: st.DrawFn) -> RunResult:
     )
     return RunResult(
         model=run.model,
-        workload=run.workload,
+        workload=replace(run.workload, warmup=draw(st.integers(0, 3))),
         topology=draw(st.sampled_from(("cpu", "8xA100-SXM4-80GB", "1xH200"))),
         environment=run.environment,
         cells=run.cells,
@@ -172,3 +191,22 @@ def test_a_wrongly_typed_value_is_refused_naming_the_file_and_the_place(
     with pytest.raises(BloomperfError) as refused:
         read_results(path)
     assert_names_the_place(str(refused.value), path, where)
+
+
+@SETTINGS
+@given(run=runs())
+def test_a_version_1_file_reads_as_its_run_without_figures_or_loads(
+    tmp_path: Path, run: RunResult
+) -> None:
+    """Version 1 cells had neither ``figures`` nor ``loads``: such a file reads as the same run
+    with both empty (schema migration ``update_to_2``)."""
+    path = tmp_path / "results.json"
+    save_run(run, path)
+    document = json.loads(path.read_text())
+    assert document["schema_version"] == 2
+    document["schema_version"] = 1
+    for cell in document["cells"]:
+        del cell["figures"], cell["loads"]
+    path.write_text(json.dumps(document))
+    expected = [replace(cell, figures={}, loads=()) for cell in run.cells]
+    assert read_results(path) == replace(run, cells=tuple(expected))
