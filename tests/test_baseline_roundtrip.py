@@ -73,6 +73,7 @@ def baseline_cells(draw: st.DrawFn, batch_size: int) -> BaselineCell:
         provenance=draw(st.sampled_from([p.id for p in PROVENANCE])),
         figure_samples={m: tuple(draw(st.lists(positive, max_size=3))) for m in metrics},
         figure_tolerances={m: draw(tolerance) for m in metrics},
+        details=draw(st.sampled_from([{}, {"serving": {"effective_rps": 6.0, "rates": []}}])),
     )
 
 
@@ -208,3 +209,33 @@ def test_a_load_time_names_a_described_provenance(tmp_path: Path) -> None:
     with pytest.raises(BloomperfError) as refused:
         load_baseline(path)
     assert str(refused.value) == (f"{path}: load time accelerate-fp32 names unknown provenance 'x'")
+
+
+@SETTINGS
+@given(baseline=baselines())
+def test_a_version_1_baseline_reads_with_its_latency_map_as_the_figures(
+    tmp_path: Path, baseline: Baseline
+) -> None:
+    """Version 1 named a cell's figures map ``latency``: such a file reads as the same
+    baseline (schema migration ``update_to_2``)."""
+    path = tmp_path / "baseline.json"
+    save_baseline(baseline, path)
+    document = json.loads(path.read_text())
+    assert document["schema_version"] == 2
+    document["schema_version"] = 1
+    for cell in document["cells"]:
+        if "figures" in cell:
+            cell["latency"] = cell.pop("figures")
+    path.write_text(json.dumps(document))
+    assert replace(load_baseline(path), path="") == baseline
+
+
+def test_a_version_1_cell_that_is_not_an_object_is_refused_naming_it(tmp_path: Path) -> None:
+    path = one_cell(tmp_path, {})
+    document = json.loads(path.read_text())
+    document["schema_version"] = 1
+    document["cells"].append("accelerate-fp32-bs2")
+    path.write_text(json.dumps(document))
+    with pytest.raises(BloomperfError) as refused:
+        load_baseline(path)
+    assert_names_the_place(str(refused.value), path, ("cells", 1))
