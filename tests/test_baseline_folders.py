@@ -12,7 +12,12 @@ import pytest
 
 from bloomperf import cli
 from bloomperf.store.baseline.codec import load_baseline, save_baseline
-from bloomperf.store.baseline.folders import package_baselines_dir, search_folders
+from bloomperf.store.baseline.folders import (
+    describe_search,
+    is_package_folder,
+    package_baselines_dir,
+    search_folders,
+)
 from bloomperf.store.baseline.search import find_baseline
 from tests.builders import BASELINES, BLOG_RESULTS, REPO
 
@@ -106,3 +111,68 @@ def test_accept_refuses_the_package_folder_by_any_name(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "inside the bloomperf package" in err
     assert {p.name: p.read_bytes() for p in package_baselines_dir().glob("*.json")} == before
+
+
+@pytest.fixture
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A working folder and an XDG data home of the test's own: (./baselines, user folder)."""
+    work, data = tmp_path / "work", tmp_path / "data"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    return work / "baselines", data / "bloomperf" / "baselines"
+
+
+@pytest.mark.parametrize("project", [True, False])
+@pytest.mark.parametrize("user", [True, False])
+def test_the_search_is_project_then_user_then_shipped_each_if_there(
+    places: tuple[Path, Path], project: bool, user: bool
+) -> None:
+    """In process, every combination: the order, an absent folder skipped by the search and
+    marked ``absent`` by the description, each with its label and number."""
+    project_dir, user_dir = places
+    if project:
+        project_dir.mkdir()
+    if user:
+        user_dir.mkdir(parents=True)
+    shipped = package_baselines_dir()
+    expected = [d for d, there in ((project_dir, project), (user_dir, user)) if there]
+    assert search_folders() == [*expected, shipped]
+    assert search_folders(Path("given")) == [Path("given")]
+
+    def absent(there: bool) -> str:
+        return "" if there else ", absent"
+
+    assert describe_search() == (
+        f"baselines searched, first match wins: 1. {project_dir} (./baselines{absent(project)});"
+        f" 2. {user_dir} (user{absent(user)}); 3. {shipped} (shipped)"
+    )
+    assert describe_search(Path("given")) == "baselines searched: given (--baselines)"
+
+
+def test_a_project_folder_that_links_to_the_shipped_one_is_searched_last_and_once(
+    places: tuple[Path, Path],
+) -> None:
+    project_dir, user_dir = places
+    project_dir.symlink_to(package_baselines_dir(), target_is_directory=True)
+    user_dir.parent.mkdir(parents=True)
+    user_dir.symlink_to(project_dir, target_is_directory=True)  # the same folder again
+    shipped = package_baselines_dir()
+    assert search_folders() == [user_dir]  # the link first; the shipped folder is it, once
+    assert describe_search() == (
+        f"baselines searched, first match wins: 1. {user_dir} (user); 2. {shipped} (shipped)"
+    )
+
+
+def test_the_package_folder_is_known_through_links_and_inside_it_and_nothing_else_is(
+    tmp_path: Path,
+) -> None:
+    shipped = package_baselines_dir()
+    link = tmp_path / "link"
+    link.symlink_to(shipped, target_is_directory=True)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert is_package_folder(shipped) and is_package_folder(link)
+    assert is_package_folder(link / "sub")
+    assert not is_package_folder(tmp_path) and not is_package_folder(shipped.parent)
+    assert not is_package_folder(loop) and not is_package_folder(Path("bad\0name"))

@@ -29,16 +29,21 @@ def user_baselines_dir() -> Path:
     return xdg_home("XDG_DATA_HOME", Path.home() / ".local" / "share") / "bloomperf" / "baselines"
 
 
+def candidate_folders() -> list[tuple[Path, str]]:
+    """Every folder searched without ``--baselines``, in order, each with its label."""
+    found = [(user_baselines_dir(), "user"), (package_baselines_dir(), "shipped")]
+    project = Path.cwd() / "baselines"
+    if not is_package_folder(project):  # a checkout's link: the shipped folder, searched last
+        found.insert(0, (project, "./baselines"))
+    return found
+
+
 def search_folders(folder: Path | None = None) -> list[Path]:
     """The folders searched, in order, that exist (one folder when given explicitly)."""
     if folder is not None:
         return [Path(folder)]
     found: list[Path] = []
-    project = Path.cwd() / "baselines"
-    candidates = [user_baselines_dir(), package_baselines_dir()]
-    if not is_package_folder(project):  # a checkout's link: the shipped folder, searched last
-        candidates.insert(0, project)
-    for candidate in candidates:
+    for candidate, _ in candidate_folders():
         if candidate.is_dir() and all(real_path(candidate) != real_path(f) for f in found):
             found.append(candidate)
     return found
@@ -63,14 +68,8 @@ def describe_search(folder: Path | None = None) -> str:
     """The search order as ``baseline show`` prints it."""
     if folder is not None:
         return f"baselines searched: {folder} (--baselines)"
-    labels = [
-        (user_baselines_dir(), "user"),
-        (package_baselines_dir(), "shipped"),
-    ]
-    if not is_package_folder(Path.cwd() / "baselines"):
-        labels.insert(0, (Path.cwd() / "baselines", "./baselines"))
     parts = [
         f"{i}. {path} ({label}{'' if path.is_dir() else ', absent'})"
-        for i, (path, label) in enumerate(labels, 1)
+        for i, (path, label) in enumerate(candidate_folders(), 1)
     ]
     return "baselines searched, first match wins: " + "; ".join(parts)
