@@ -83,6 +83,19 @@ MODULES: dict[str, tuple[str, ...]] = {
         "-k",
         "not (worker_sharing or records_each_timed or load_on_arm_b or bisect_never)",
     ),
+    # The measure layer in process: a worker or rank imports its module unmutated, so the
+    # tests that start one (test_faults.py, test_protocol_observed.py, a CPU run's energy, the
+    # contention probe on real busy loops) would only rerun for every mutant.
+    "bloomperf/measure/contention.py": (
+        "tests/test_contention.py",
+        "tests/test_contention_store.py",
+        "-k",
+        "not (worker_sharing or records_each_timed or load_on_arm_b or bisect_never)",
+    ),
+    "bloomperf/measure/memory.py": ("tests/test_memory.py", "tests/test_memory_properties.py"),
+    "bloomperf/measure/nvml_sampler.py": ("tests/test_memory.py", "tests/test_nvml_live.py"),
+    "bloomperf/measure/rank_peaks.py": ("tests/test_rank_peaks.py",),
+    "bloomperf/measure/energy.py": ("tests/test_energy.py", "-k", "not cpu_run_on_this_host"),
     "bloomperf/store/latency.py": (
         "tests/test_latency.py",
         # Times the tiny model's real generate: under mutmut's trampolines the timing is off.
