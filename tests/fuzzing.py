@@ -217,6 +217,9 @@ def assert_names_the_place(message: str, path: Any, where: tuple[Any, ...]) -> N
     key = next(k for k in reversed(where) if isinstance(k, str))
     entry = len(where) > 1 and f"{LIST_LABELS.get(where[-2])} {where[-1]}" in message
     assert key in message or entry, (where, message)
+    # An entry of a list field without a label of its own: named by its index, "key[i]".
+    if isinstance(where[-1], int) and where[-2] == key and key not in LIST_LABELS:
+        assert f"{key}[{where[-1]}]" in message, (where, message)
     for section, label in LIST_LABELS.items():
         if where[0] == section and len(where) > 2:
             assert f"{label} {where[1]}" in message, (where, message)

@@ -302,7 +302,7 @@ MAX_STEPS = MAX_NEW_TOKENS + 1  # a prefill step and one per new token
         (
             ("cells", 0, "samples_step_ms", 0),
             [1.0] * (MAX_STEPS + 1),
-            f"cell 0 samples_step_ms: a cycle of {MAX_STEPS + 1} steps, over {MAX_STEPS}",
+            f"cell 0 samples_step_ms[0]: a cycle of {MAX_STEPS + 1} steps, over {MAX_STEPS}",
         ),
         (("cells", 0, "samples_ms_per_token"), [1.0] * MAX_CYCLES, ""),
         (
@@ -330,7 +330,7 @@ MAX_STEPS = MAX_NEW_TOKENS + 1  # a prefill step and one per new token
         (
             ("cells", 0, "load_memory", "per_node_bytes", 0),
             ["n0"],
-            "cell 0: per_node_bytes must hold [node, bytes] pairs",
+            "cell 0: per_node_bytes[0] must be a [node, bytes] pair",
         ),
     ],
     ids=str,

@@ -313,7 +313,7 @@ def topology_from_dict(d: Any, where: str = "topology") -> Topology:
             _gpu_from_dict(g, f"{where} gpu {i}")
             for i, g in enumerate(get_list(d, "gpus", where, default=[]))
         ),
-        nodes=int(get_int(d, "nodes", where, minimum=1) or 1),
+        nodes=get_int(d, "nodes", where, minimum=1),
         driver=get_str(d, "driver", where, default=""),
         cuda=get_str(d, "cuda", where, default=""),
         cpu_model=get_str(d, "cpu_model", where, default=""),
@@ -327,10 +327,10 @@ def _gpu_from_dict(g: Any, where: str) -> Gpu:
     if not isinstance(g, dict):
         raise BloomperfError(f"{where}: a GPU must be an object")
     return Gpu(
-        index=int(get_int(g, "index", where) or 0),
+        index=get_int(g, "index", where),
         name=get_str(g, "name", where),
-        memory_bytes=int(get_int(g, "memory_bytes", where) or 0),
-        nvlinks_up=int(get_int(g, "nvlinks_up", where) or 0),
+        memory_bytes=get_int(g, "memory_bytes", where),
+        nvlinks_up=get_int(g, "nvlinks_up", where),
         uuid=get_str(g, "uuid", where, default=""),
         mig_uuid=get_str(g, "mig_uuid", where, default=""),
     )

@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from bloomperf.core.errors import BloomperfError
 
@@ -322,8 +322,7 @@ def get_strings(values: list[Any], key: str, where: str) -> tuple[str, ...]:
 def get_figures(values: list[Any], key: str, where: str) -> tuple[float, ...]:
     """Each entry of the list field ``key`` as a positive measured figure."""
     return tuple(
-        float(get_float(entry, name, where, positive=True) or 0.0)
-        for entry, name in entries(values, key)
+        get_float(entry, name, where, positive=True) for entry, name in entries(values, key)
     )
 
 
@@ -344,6 +343,26 @@ def get_bool(obj: dict[str, Any], key: str, where: str, default: bool | None = N
     return value
 
 
+@overload
+def get_int(
+    obj: dict[str, Any],
+    key: str,
+    where: str,
+    *,
+    optional: Literal[False] = False,
+    minimum: int = 0,
+    maximum: int = 2**62,
+) -> int: ...
+@overload
+def get_int(
+    obj: dict[str, Any],
+    key: str,
+    where: str,
+    *,
+    optional: bool,
+    minimum: int = 0,
+    maximum: int = 2**62,
+) -> int | None: ...
 def get_int(
     obj: dict[str, Any],
     key: str,
@@ -353,6 +372,7 @@ def get_int(
     minimum: int = 0,
     maximum: int = 2**62,
 ) -> int | None:
+    """An integer in [minimum, maximum]; None only where ``optional`` and absent or null."""
     value = obj.get(key)
     if value is None and optional:
         return None
@@ -363,6 +383,19 @@ def get_int(
     return value
 
 
+@overload
+def get_float(
+    obj: dict[str, Any],
+    key: str,
+    where: str,
+    *,
+    optional: Literal[False] = False,
+    positive: bool = False,
+) -> float: ...
+@overload
+def get_float(
+    obj: dict[str, Any], key: str, where: str, *, optional: bool, positive: bool = False
+) -> float | None: ...
 def get_float(
     obj: dict[str, Any], key: str, where: str, *, optional: bool = False, positive: bool = False
 ) -> float | None:

@@ -83,7 +83,7 @@ def load_from_dict(data: Any, where: str) -> CycleLoad | None:
     if not isinstance(data, dict):
         raise BloomperfError(f"{where}: a cycle's load must be an object")
     return CycleLoad(
-        wall_s=float(get_float(data, "wall_s", where) or 0.0),
+        wall_s=get_float(data, "wall_s", where),
         wait_s=get_float(data, "wait_s", where, optional=True),
         other_cpu_s=get_float(data, "other_cpu_s", where, optional=True),
         width=get_int(data, "width", where, optional=True, minimum=1) or 1,

@@ -110,11 +110,11 @@ def telemetry_from_dict(data: Any, where: str) -> Telemetry | None:
             return None
         if not (isinstance(value, list) and len(value) == 2):
             raise BloomperfError(f"{where}: field {key!r} must be [min, max]")
-        low, high = (get_int(entry, name, where) or 0 for entry, name in entries(value, key))
+        low, high = (get_int(entry, name, where) for entry, name in entries(value, key))
         return (low, high)
 
     return Telemetry(
-        samples=int(get_int(data, "samples", where) or 0),
+        samples=get_int(data, "samples", where),
         sm_clock_mhz=pair("sm_clock_mhz"),
         mem_clock_mhz=pair("mem_clock_mhz"),
         max_power_w=get_float(data, "max_power_w", where, optional=True),

@@ -73,7 +73,7 @@ def cell_from_dict(data: Any, where: str) -> BaselineCell:
     return BaselineCell(
         backend=backend,
         dtype=dtype,
-        batch_size=int(get_int(data, "batch_size", where, minimum=1, maximum=MAX_BATCH_SIZE) or 0),
+        batch_size=get_int(data, "batch_size", where, minimum=1, maximum=MAX_BATCH_SIZE),
         outcome=outcome,
         ms_per_token=ms,
         ms_per_token_tolerance=_tolerance(data, "ms_per_token_tolerance", where),
@@ -150,7 +150,7 @@ def load_time_from_dict(data: Any, where: str) -> LoadTime:
         backend=backend,
         dtype=dtype,
         variant=get_str(data, "variant", where, default=""),
-        seconds=float(get_float(data, "seconds", where, positive=True) or 0.0),
+        seconds=get_float(data, "seconds", where, positive=True),
         tolerance=_tolerance(data, "tolerance", where),
         provenance=get_str(data, "provenance", where, default=""),
     )

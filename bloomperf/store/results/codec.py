@@ -44,16 +44,11 @@ from bloomperf.store.telemetry import telemetry_from_dict, telemetry_to_dict
 
 
 def update_to_2(data: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 adds a cell's ``figures`` (metric name -> per-cycle samples, from metrics
+    """Version 2 added a cell's ``figures`` (metric name -> per-cycle samples, from metrics
     that measure something of their own) and its ``loads`` (what else used the machine during
-    each timed cycle); a version 1 cell measured neither."""
-    cells = data.get("cells")
-    if not isinstance(cells, list):
-        return data  # the reader names what is wrong with it
-    return {
-        **data,
-        "cells": [{"figures": {}, "loads": [], **c} if isinstance(c, dict) else c for c in cells],
-    }
+    each timed cycle). Both are optional in a cell (absent: none), as a version 1 cell measured
+    neither, so a version 1 document reads as it is."""
+    return data
 
 
 RESULTS = DocumentKind("bloomperf-results", 2, {2: update_to_2})
@@ -67,8 +62,8 @@ def energy_from_dict(data: Any, where: str) -> EnergyReading | None:
     return EnergyReading(
         source=get_str(data, "source", where),
         energy_j=get_float(data, "energy_j", where, optional=True),
-        seconds=float(get_float(data, "seconds", where) or 0.0),
-        tokens=int(get_int(data, "tokens", where) or 0),
+        seconds=get_float(data, "seconds", where),
+        tokens=get_int(data, "tokens", where),
         reason=get_str(data, "reason", where, default=""),
     )
 
@@ -128,8 +123,7 @@ def memory_from_dict(cell: dict[str, Any], key: str, where: str) -> MemoryReadin
         source=get_str(data, "source", where),
         peak_bytes=get_int(data, "peak_bytes", where, optional=True),
         per_device_bytes=tuple(
-            int(get_int(entry, name, where) or 0)
-            for entry, name in entries(per_device, "per_device_bytes")
+            get_int(entry, name, where) for entry, name in entries(per_device, "per_device_bytes")
         ),
         process_bytes=get_int(data, "process_bytes", where, optional=True),
         torch_allocated_bytes=get_int(data, "torch_allocated_bytes", where, optional=True),
@@ -144,13 +138,12 @@ def per_node_from_list(data: dict[str, Any], where: str) -> tuple[tuple[str, int
     """``[[node, bytes], ...]`` (written by json_fields from the tuple of pairs)."""
     pairs = get_list(data, "per_node_bytes", where, default=[])
     nodes: list[tuple[str, int]] = []
-    for pair in pairs:
+    for index, pair in enumerate(pairs):
+        name = f"per_node_bytes[{index}]"
         if not (isinstance(pair, list) and len(pair) == 2):
-            raise BloomperfError(f"{where}: per_node_bytes must hold [node, bytes] pairs")
-        (node_entry, node_name), (size_entry, size_name) = entries(pair, "per_node_bytes")
-        node = get_str(node_entry, node_name, where)
-        size = get_int(size_entry, size_name, where) or 0
-        nodes.append((node, size))
+            raise BloomperfError(f"{where}: {name} must be a [node, bytes] pair")
+        (node_entry, node_name), (size_entry, size_name) = entries(pair, name)
+        nodes.append((get_str(node_entry, node_name, where), get_int(size_entry, size_name, where)))
     return tuple(nodes)
 
 
@@ -169,7 +162,7 @@ def cell_from_dict(data: Any, where: str) -> CellResult:
     return CellResult(
         backend=backend,
         dtype=dtype,
-        batch_size=int(get_int(data, "batch_size", where, minimum=1, maximum=MAX_BATCH_SIZE) or 0),
+        batch_size=get_int(data, "batch_size", where, minimum=1, maximum=MAX_BATCH_SIZE),
         outcome=outcome,
         samples_ms_per_token=get_figures(samples, "samples_ms_per_token", where),
         load_time_s=get_float(data, "load_time_s", where, optional=True, positive=True),
@@ -242,16 +235,16 @@ def bounded_list(data: dict[str, Any], key: str, where: str, limit: int) -> list
 
 def steps_from_list(cycles: list[Any], where: str) -> tuple[tuple[float, ...], ...]:
     """Per-cycle step times; absent in files written before per-step timing (read as none)."""
-    what = f"{where} samples_step_ms"
     read: list[tuple[float, ...]] = []
-    for steps in cycles:
+    for index, steps in enumerate(cycles):
+        what = f"samples_step_ms[{index}]"
         if not isinstance(steps, list):
-            raise BloomperfError(f"{what}: each cycle must be a list of milliseconds")
+            raise BloomperfError(f"{where} {what}: a cycle must be a list of milliseconds")
         if len(steps) > MAX_NEW_TOKENS + 1:
             raise BloomperfError(
-                f"{what}: a cycle of {len(steps)} steps, over {MAX_NEW_TOKENS + 1}"
+                f"{where} {what}: a cycle of {len(steps)} steps, over {MAX_NEW_TOKENS + 1}"
             )
-        read.append(get_figures(steps, f"samples_step_ms[{len(read)}]", where))
+        read.append(get_figures(steps, what, where))
     return tuple(read)
 
 
@@ -274,10 +267,10 @@ def run_from_dict(data: dict[str, Any], where: str) -> RunResult:
         ),
         workload=WorkloadInfo(
             new_tokens=int(
-                get_int(workload, "new_tokens", where, minimum=1, maximum=MAX_NEW_TOKENS) or 0
+                get_int(workload, "new_tokens", where, minimum=1, maximum=MAX_NEW_TOKENS)
             ),
-            cycles=int(get_int(workload, "cycles", where, minimum=1, maximum=MAX_CYCLES) or 0),
-            warmup=int(get_int(workload, "warmup", where, maximum=MAX_CYCLES) or 0),
+            cycles=get_int(workload, "cycles", where, minimum=1, maximum=MAX_CYCLES),
+            warmup=get_int(workload, "warmup", where, maximum=MAX_CYCLES),
             prompts=get_strings(
                 get_list(workload, "prompts", where, default=[]), "prompts", f"{where} workload"
             ),
