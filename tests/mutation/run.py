@@ -127,6 +127,16 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_diff.py",
         "tests/test_schema.py",
     ),
+    "bloomperf/store/baseline/search.py": (
+        "tests/test_baseline_search.py",
+        "tests/test_baseline_folders.py",
+        "tests/test_baseline.py",
+        "tests/test_diff.py",
+    ),
+    "bloomperf/store/baseline/folders.py": (
+        "tests/test_baseline_folders.py",
+        "tests/test_baseline_search.py",
+    ),
     "bloomperf/store/baseline/__init__.py": (
         "tests/test_baseline.py",
         "tests/test_compare.py",
