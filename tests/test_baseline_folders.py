@@ -17,6 +17,7 @@ from bloomperf.store.baseline.folders import (
     is_package_folder,
     package_baselines_dir,
     search_folders,
+    user_baselines_dir,
 )
 from bloomperf.store.baseline.search import find_baseline
 from tests.builders import BASELINES, BLOG_RESULTS, REPO
@@ -176,3 +177,19 @@ def test_the_package_folder_is_known_through_links_and_inside_it_and_nothing_els
     assert is_package_folder(link / "sub")
     assert not is_package_folder(tmp_path) and not is_package_folder(shipped.parent)
     assert not is_package_folder(loop) and not is_package_folder(Path("bad\0name"))
+
+
+@pytest.mark.parametrize("xdg", [None, "relative/data"])
+def test_the_user_folder_falls_back_to_the_homes_local_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, xdg: str | None
+) -> None:
+    """XDG: an unset or relative XDG_DATA_HOME means ~/.local/share."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if xdg is None:
+        monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_DATA_HOME", xdg)
+    expected = tmp_path / ".local" / "share" / "bloomperf" / "baselines"
+    assert user_baselines_dir() == expected
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "x"))
+    assert user_baselines_dir() == tmp_path / "x" / "bloomperf" / "baselines"

@@ -111,8 +111,9 @@ def test_a_named_baseline_is_a_file_or_a_topology_narrowed_by_the_model(home: Pa
     plain = given / "plain"
     plain.write_bytes(tiny.read_bytes())
     assert resolve_baseline(str(plain), None, None).path == str(plain)
-    with pytest.raises(BloomperfError, match=r"missing\.json"):
+    with pytest.raises(BloomperfError) as refused:
         resolve_baseline(str(given / "missing.json"), None, None)
+    assert str(refused.value).startswith(f"{given / 'missing.json'}: ")  # the reader's, no lookup
     with pytest.raises(BloomperfError) as refused:
         resolve_baseline("box1", None, given)
     assert str(refused.value) == (
@@ -169,3 +170,9 @@ def test_results_are_refused_among_the_baselines_searched(home: Path) -> None:
     )
     with pytest.raises(BloomperfError, match="is inside the baselines folder"):
         refuse_output_among_baselines(project / "r.json", None)
+
+
+def test_a_baselines_folder_that_is_not_one_is_named(home: Path) -> None:
+    with pytest.raises(BloomperfError) as refused:
+        find_baseline("box1", "tiny", home / "nowhere")
+    assert str(refused.value) == f"--baselines: {home / 'nowhere'} is not a folder"
