@@ -48,7 +48,7 @@ from bloomperf.cli.ab_report import render_table
 from bloomperf.cli.bisect import search, step_from
 from bloomperf.harness.interleave import Comparison, PairLog, Settings
 from bloomperf.harness.matrix import Cell
-from bloomperf.measure.contention import LoadProbe, busy_ticks, cpu_ticks
+from bloomperf.measure.contention import LoadProbe, cpu_ticks
 from bloomperf.store.contention import CycleLoad, load_from_dict, load_to_dict
 from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
@@ -300,15 +300,6 @@ def test_a_bisect_step_on_a_busy_machine_is_inconclusive_and_says_why() -> None:
 
 
 # ---- the probe, on real processes ---------------------------------------------------------------
-
-
-def test_proc_stat_busy_time_leaves_out_idle_and_iowait(tmp_path: Path) -> None:
-    stat = tmp_path / "stat"
-    stat.write_text("cpu  10 1 5 100 7 2 3 4 9 9\ncpu0 10 1 5 100 7 2 3 4 9 9\n")
-    assert busy_ticks(str(stat)) == 10 + 1 + 5 + 2 + 3 + 4  # guest is inside user already
-    stat.write_text("intr 1 2\n")
-    assert busy_ticks(str(stat)) is None
-    assert busy_ticks(str(tmp_path / "missing")) is None
 
 
 def test_a_worker_sharing_its_cpu_with_busy_loops_waited_and_they_are_the_others() -> None:

@@ -173,18 +173,19 @@ def wait_ns(pids: Iterable[int]) -> int | None:
     return total if read else None
 
 
-def busy_ticks(path: str = f"{PROC}/stat") -> int | None:
-    """The machine's busy clock ticks since boot: every field of the ``cpu`` line but idle and
-    iowait (guest time is already inside user and nice, so it is not added again)."""
+def busy_ticks() -> int | None:
+    """The machine's busy clock ticks since boot: the ``cpu`` line's user, nice, system, irq,
+    softirq and steal, not idle and iowait (guest time is already inside user and nice, so it is
+    not added again); None without a readable ``/proc/stat``."""
     try:
-        with open(path) as file:
+        with open(f"{PROC}/stat") as file:
             fields = file.readline().split()
     except OSError:
         return None
-    if not fields or fields[0] != "cpu" or len(fields) < 5:
+    if len(fields) < 6 or fields[0] != "cpu":
         return None
-    counts = [int(v) for v in fields[1:9]]
-    return sum(counts) - counts[3] - (counts[4] if len(counts) > 4 else 0)
+    user, nice, system, _idle, _iowait, *rest = (int(v) for v in fields[1:9])
+    return user + nice + system + sum(rest)
 
 
 def cpu_ticks(pids: Iterable[int]) -> int | None:

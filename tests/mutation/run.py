@@ -87,6 +87,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     # tests that start one (test_faults.py, test_protocol_observed.py, a CPU run's energy, the
     # contention probe on real busy loops) would only rerun for every mutant.
     "bloomperf/measure/contention.py": (
+        "tests/test_load_probe.py",
         "tests/test_contention.py",
         "tests/test_contention_store.py",
         "-k",
