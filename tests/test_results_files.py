@@ -249,3 +249,85 @@ def test_several_files_merge_later_ones_winning_per_cell(tmp_path: Path) -> None
     assert str(refused.value) == (
         "c.json: results of 1xH200 / tiny cannot be merged with a.json (cpu / tiny)"
     )
+
+
+def one_benchmark_file(tmp_path: Path, edit: Any) -> tuple[Path, str]:
+    """A valid one-benchmark file after ``edit(document, benchmark, extra)``; and the name its
+    benchmark is refused under."""
+    run = tiny_run(cell(1, Outcome.OK))
+    entry = bench(run.cells[0], context_of(run, []))
+    document = {"benchmarks": [entry], "datetime": "2026-12-01T00:00:00"}
+    edit(document, entry, entry["extra_info"])
+    path = write(tmp_path / "b.json", document)
+    return path, f"{path} {entry.get('fullname') or entry.get('name') or 'benchmark 0'}"
+
+
+def context(extra: dict[str, Any]) -> dict[str, Any]:
+    context: dict[str, Any] = extra["bloomperf_run"]
+    return context
+
+
+# Each place of a benchmark file, broken, and the start of the one line that refuses it.
+BROKEN = {
+    "benchmarks": (lambda d, b, e: d.update(benchmarks={}), "{path}: field 'benchmarks'"),
+    "name": (lambda d, b, e: b.update(fullname="", name=5), "{path} benchmark 0: field 'name'"),
+    "extra_info": (lambda d, b, e: b.update(extra_info=[]), "{name}: field 'extra_info'"),
+    "cell": (lambda d, b, e: e["bloomperf"].update(outcome=5), "{name}: field 'outcome'"),
+    "context": (lambda d, b, e: e.update(bloomperf_run=[]), "{name}: field 'bloomperf_run'"),
+    "context kind": (lambda d, b, e: context(e).update(kind="x"), "{name} bloomperf_run: not"),
+    "context field": (lambda d, b, e: context(e).update(topology=5), "{name}: field 'topology'"),
+    "datetime": (
+        lambda d, b, e: (d.update(datetime=5), e["bloomperf_run"].update(finished_at="")),
+        "{path}: field 'datetime'",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("place", sorted(BROKEN))
+def test_each_place_of_a_benchmark_file_is_named_when_broken(tmp_path: Path, place: str) -> None:
+    edit, start = BROKEN[place]
+    path, name = one_benchmark_file(tmp_path, edit)
+    with pytest.raises(BloomperfError) as refused:
+        read_results(path)
+    assert str(refused.value).startswith(start.format(path=path, name=name)), refused.value
+
+
+def test_what_a_benchmark_file_may_leave_out(tmp_path: Path) -> None:
+    """No ``extra_info`` (another plugin's entry), no cells in the context, no ``datetime``
+    and no finish in the context, a benchmark named only by ``name``."""
+
+    def edit(document: dict[str, Any], entry: dict[str, Any], extra: dict[str, Any]) -> None:
+        document["benchmarks"].append({"name": "another plugin's"})
+        del extra["bloomperf_run"]["cells"], document["datetime"]
+        extra["bloomperf_run"]["finished_at"] = ""
+        entry.update(fullname="", name="only_a_name")
+
+    path, _ = one_benchmark_file(tmp_path, edit)
+    run = read_results(path)
+    assert len(run.cells) == 1 and run.finished_at == ""
+    twice = json.loads(path.read_text())
+    twice["benchmarks"].append(twice["benchmarks"][0])
+    with pytest.raises(BloomperfError) as refused:
+        read_results(write(path, twice))
+    assert str(refused.value).startswith(f"{path} only_a_name: cell ")
+
+
+def test_a_benchmark_file_of_too_many_samples_in_all_is_refused_naming_it(tmp_path: Path) -> None:
+    from bloomperf.store.results import MAX_CYCLES, MAX_RUN_SAMPLES
+
+    count = MAX_RUN_SAMPLES // MAX_CYCLES + 1
+    run = tiny_run(*(cell(b, Outcome.OK) for b in range(1, count + 1)))
+    full = [replace(c, samples_ms_per_token=(1.0,) * MAX_CYCLES) for c in run.cells]
+    context = context_of(run, [])
+    path = write(tmp_path / "b.json", {"benchmarks": [bench(c, context) for c in full]})
+    with pytest.raises(BloomperfError) as refused:
+        read_results(path)
+    assert str(refused.value) == (
+        f"{path}: {count * MAX_CYCLES} timed samples in all, over {MAX_RUN_SAMPLES}"
+    )
+
+
+def test_a_path_that_is_no_regular_file_says_what_was_expected() -> None:
+    with pytest.raises(BloomperfError) as refused:
+        read_results(Path("/dev/null"))
+    assert str(refused.value) == "/dev/null: is not a regular file, expected a results JSON file"
