@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pynvml
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bloomperf.measure.energy import (
     EnergyMeter,
@@ -148,3 +150,149 @@ def test_a_wrapped_rapl_counter_counts_every_microjoule(
     reading = meter.between(before, Snapshot(before.at + 1.0, meter.read()), tokens=1)
     counted = end - start if end >= start else (100 - start) + 1 + end
     assert reading.energy_j is not None and round(reading.energy_j * 1e6) == counted
+
+
+# ---- the meter's rules in process ---------------------------------------------------------------
+
+READINGS = st.lists(
+    st.builds(
+        EnergyReading,
+        source=st.sampled_from(["nvml", "rapl"]),
+        energy_j=st.none() | st.floats(0, 1e4),
+        seconds=st.floats(0, 100),
+        tokens=st.integers(0, 10**4),
+        reason=st.sampled_from(["", "counter 0 went backwards"]),
+    ),
+    max_size=5,
+)
+
+
+@given(READINGS)
+def test_a_cells_energy_is_its_timed_cycles_added_or_the_first_invalid_ones_reason(
+    readings: list[EnergyReading],
+) -> None:
+    total = total_energy(readings)
+    if not readings:
+        assert total is None
+        return
+    seconds, tokens = sum(r.seconds for r in readings), sum(r.tokens for r in readings)
+    invalid = [r for r in readings if r.energy_j is None]
+    if invalid:
+        expected = EnergyReading(invalid[0].source, None, seconds, tokens, invalid[0].reason)
+    else:
+        joules = sum(r.energy_j for r in readings)  # type: ignore[misc]
+        expected = EnergyReading(readings[0].source, joules, seconds, tokens)
+    assert total == expected
+
+
+class Counters(EnergyMeter):
+    """A meter whose counters the test sets; reading them fails with ``fails`` if set."""
+
+    source = "rapl"
+    joules_per_unit = 1e-6
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: tuple[int, ...] = (0, 0)
+        self.fails = ""
+
+    def read(self) -> tuple[int, ...]:
+        if self.fails:
+            raise OSError(self.fails)
+        return self.values
+
+
+def test_a_reading_is_null_if_either_snapshot_is_with_that_snapshots_reason() -> None:
+    meter = Counters()
+    good = meter.snapshot()
+    meter.fails = "Permission denied"
+    bad = meter.snapshot()
+    assert (bad.values, bad.reason) == (None, "rapl: Permission denied")
+    for before, after in ((good, bad), (bad, good)):
+        reading = meter.between(before, after, 5)
+        assert reading == EnergyReading("rapl", None, after.at - before.at, 5, bad.reason)
+    assert EnergyMeter().reason == "" and EnergyMeter().snapshot().reason == "unavailable: "
+    unavailable = EnergyMeter("nvml: no counter")
+    shot = unavailable.snapshot()
+    assert (shot.values, shot.reason) == (None, "nvml: no counter")
+
+
+def test_counters_that_did_not_move_read_zero_joules() -> None:
+    meter = Counters()
+    meter.values = (7, 9)
+    before = meter.snapshot()
+    reading = meter.between(before, Snapshot(before.at + 1.0, (7, 9)), 3)
+    assert reading == EnergyReading("rapl", 0.0, 1.0, 3)
+    reading = meter.between(before, Snapshot(before.at + 2.0, (10, 29)), 3)
+    assert reading == EnergyReading("rapl", pytest.approx(23e-6), 2.0, 3)
+
+
+def test_rapl_counts_an_unwrapped_counter_as_end_less_start(tmp_path: Path) -> None:
+    zone = write_zone(tmp_path, "intel-rapl:0", 1_000, 10**9)
+    meter = create_rapl_meter(tmp_path)
+    before = meter.snapshot()
+    (zone / "energy_uj").write_text("3500\n")
+    assert meter.between(before, meter.snapshot(), 1).energy_j == pytest.approx(2500e-6)
+
+
+class FakeNvml:
+    def __init__(self, init_fails: bool = False, shutdown_fails: bool = False) -> None:
+        self.init_fails, self.shutdown_fails, self.shut = init_fails, shutdown_fails, False
+
+    def nvmlInit(self) -> None:
+        if self.init_fails:
+            raise RuntimeError("Driver Not Loaded")
+
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+        if self.shutdown_fails:
+            raise RuntimeError("Uninitialized")
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
+        return 1000 * (handle + 1)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_a_gpu_group_gets_nvmls_meter_loaded_when_not_given(
+    device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bloomperf.catalog import topology
+
+    monkeypatch.setattr(topology, "load_nvml", FakeNvml)
+    meter = create_meter(device, [1, 0, 1])
+    assert meter.source == "nvml" and meter.read() == (1000, 2000)  # each GPU once
+
+
+def test_an_nvml_that_fails_is_shut_down_and_its_reason_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for shutdown_fails in (False, True):
+        nvml = FakeNvml(init_fails=True, shutdown_fails=shutdown_fails)
+        meter = create_meter("cuda", [0], nvml)
+        assert meter.reason == "nvml: total energy counter unavailable: Driver Not Loaded"
+        assert nvml.shut
+    from bloomperf.catalog import topology
+
+    def missing() -> None:
+        raise ImportError("pynvml")
+
+    monkeypatch.setattr(topology, "load_nvml", missing)
+    assert create_meter("cuda", [0]).reason == "nvml: nvidia-ml-py is not installed"
+    assert create_meter("cpu", [0]).source in ("rapl", "unavailable")  # never NVML on CPU
+
+
+def test_rapl_that_cannot_be_read_says_the_zone_and_why(tmp_path: Path) -> None:
+    zone = write_zone(tmp_path, "intel-rapl:0", 1, 10)
+    (zone / "energy_uj").unlink()
+    (zone / "energy_uj").mkdir()
+    assert create_rapl_meter(tmp_path).reason == (
+        f"rapl: cannot read {zone}/energy_uj: Is a directory"
+    )
+    (zone / "energy_uj").rmdir()
+    (zone / "energy_uj").write_text("many\n")
+    assert create_rapl_meter(tmp_path).reason == (
+        f"rapl: cannot read {zone}/energy_uj: invalid literal for int() with base 10: 'many\\n'"
+    )

@@ -152,8 +152,8 @@ def total_energy(readings: Sequence[EnergyReading]) -> EnergyReading | None:
         return None
     seconds = sum(r.seconds for r in readings)
     tokens = sum(r.tokens for r in readings)
-    for reading in readings:
-        if reading.energy_j is None:
-            return EnergyReading(reading.source, None, seconds, tokens, reading.reason)
-    joules = sum(r.energy_j or 0.0 for r in readings)
+    invalid = next((r for r in readings if r.energy_j is None), None)
+    if invalid is not None:
+        return EnergyReading(invalid.source, None, seconds, tokens, invalid.reason)
+    joules = sum(r.energy_j for r in readings if r.energy_j is not None)
     return EnergyReading(readings[0].source, joules, seconds, tokens)
