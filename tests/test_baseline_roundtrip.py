@@ -239,3 +239,14 @@ def test_a_version_1_cell_that_is_not_an_object_is_refused_naming_it(tmp_path: P
     with pytest.raises(BloomperfError) as refused:
         load_baseline(path)
     assert_names_the_place(str(refused.value), path, ("cells", 1))
+
+
+def test_a_load_time_or_details_of_the_wrong_kind_is_one_line_naming_it(tmp_path: Path) -> None:
+    path = one_cell(tmp_path, {}, load_times=[7])
+    with pytest.raises(BloomperfError) as refused:
+        load_baseline(path)
+    assert str(refused.value) == f"{path} load time 0: a load time must be an object"
+    path = one_cell(tmp_path, {"details": ["serving"]})
+    with pytest.raises(BloomperfError) as refused:
+        load_baseline(path)
+    assert str(refused.value) == f"{path} cell 0: field 'details' must be an object, found list"

@@ -309,8 +309,13 @@ def test_cuda_sampler_without_nvml_reports_why() -> None:
 
 
 def test_create_sampler_picks_by_device() -> None:
-    assert isinstance(create_sampler("cpu", os.getpid()), RssSampler)
-    assert isinstance(create_sampler("cuda:0", os.getpid()), NvmlSampler)
+    rss = create_sampler("cpu", 4242)
+    assert isinstance(rss, RssSampler) and rss.root_pid == 4242
+    devices = [VisibleDevice(1), VisibleDevice(0, "MIG-1")]
+    for device in ("cuda", "cuda:0"):
+        nvml = create_sampler(device, 4343, devices)
+        assert isinstance(nvml, NvmlSampler) and nvml.root_pid == 4343
+        assert nvml._devices == devices  # exactly the group's GPUs, not every visible one
     with pytest.raises(BloomperfError, match="unknown device 'tpu'"):
         create_sampler("tpu", os.getpid())
 
