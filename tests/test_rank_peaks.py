@@ -12,6 +12,7 @@ from bloomperf.core.jsonfile import json_fields
 from bloomperf.harness.rankenv import node_name
 from bloomperf.measure.rank_peaks import (
     RANK_SOURCE,
+    RankPeak,
     gather_peaks,
     own_peak,
     ranks_reading,
@@ -120,3 +121,86 @@ def test_outside_torch_is_added_to_torchs_peak(
     from bloomperf.measure.rank_peaks import with_outside_torch
 
     assert with_outside_torch(peak, now, nvml_now) == expected
+
+
+def test_a_readings_reason_names_every_rank_missing_or_every_measure_used() -> None:
+    def rank(number: int, peak: int | None, measure: str = "vmhwm") -> dict[str, object]:
+        return {"rank": number, "node": "a", "peak_bytes": peak, "measure": measure}
+
+    missing = ranks_reading([rank(3, None), rank(0, 5), rank(1, None)])
+    assert missing.reason == "ranks 1, 3 could not read their peak"
+    assert ranks_reading([]).reason == "no ranks" and ranks_reading([]).peak_bytes is None
+    mixed = ranks_reading([rank(1, 0, "nvml-process"), rank(0, 7), rank(2, 0, "vmhwm")])
+    assert (mixed.peak_bytes, mixed.per_device_bytes, mixed.per_node_bytes) == (
+        7,
+        (7, 0, 0),
+        (("a", 7),),
+    )
+    assert mixed.reason == (
+        "each rank's own peak (nvml-process, vmhwm): no sampler on this node sees ranks that a"
+        " multinode runner started"
+    )
+
+
+def test_ranks_gather_one_figure_each_in_rank_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collective's glue: a list of world-size slots, each rank's record as a plain dict."""
+    import torch.distributed as dist
+
+    def all_gather_object(slots: list[object], own: dict[str, object]) -> None:
+        for index in range(len(slots)):
+            slots[index] = {**own, "rank": index}
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    own = own_peak(1, "n", ())
+    gathered = gather_peaks(own, 3)
+    assert [g["rank"] for g in gathered] == [0, 1, 2]
+    assert gathered[1] == vars(own) and all(type(g) is dict for g in gathered)
+
+
+class FakeCuda:
+    """torch.cuda's answers for two GPUs of this rank: peaks, reserved now, UUIDs."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, nvml: object) -> None:
+        import torch
+
+        from bloomperf.catalog import topology
+
+        peaks, now = {0: 40 * MiB, 1: 10 * MiB}, {0: 30 * MiB, 1: 10 * MiB}
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda i: peaks[i])
+        monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: now[i])
+        uuids = {i: type("P", (), {"uuid": f"u{i}"})() for i in (0, 1)}
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: uuids[i])
+        monkeypatch.setattr(topology, "load_nvml", lambda: nvml)
+
+
+def test_a_gpu_ranks_peak_adds_what_nvml_counts_beyond_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On GPU, each figure composed as the module says, with torch's answers and NVML's
+    replayed: 50 MiB of torch peaks plus 8 MiB NVML counts beyond torch's 40 MiB now."""
+    from nvml_replay import NvmlReplay
+
+    nvml = NvmlReplay.load("8xA100-SXM4-80GB")
+    nvml.devices[0]["uuid"], nvml.devices[1]["uuid"] = "GPU-u0", "GPU-u1"
+    nvml.set_processes(0, [(os.getpid(), 36 * MiB)])
+    nvml.set_processes(1, [(os.getpid(), 12 * MiB)])
+    FakeCuda(monkeypatch, nvml)
+    assert own_peak(2, "n2", [0, 1]) == RankPeak(2, "n2", 58 * MiB, "nvml-process")
+    nvml.set_processes(1, [(4_000_000, 12 * MiB)])  # not listed: another PID namespace
+    assert own_peak(2, "n2", [0, 1]) == RankPeak(2, "n2", 50 * MiB, "torch-reserved")
+
+
+def test_a_gpu_rank_without_nvidia_ml_py_reports_torchs_peak(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def missing() -> object:
+        raise ImportError("pynvml")
+
+    FakeCuda(monkeypatch, None)
+    from bloomperf.catalog import topology
+
+    monkeypatch.setattr(topology, "load_nvml", missing)
+    assert own_peak(0, "n", [0, 1]) == RankPeak(0, "n", 50 * MiB, "torch-reserved")
+    assert own_peak(0, "n", []).measure == "vmhwm"  # no GPU of its own: its VmHWM
