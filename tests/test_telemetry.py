@@ -220,3 +220,81 @@ def test_broken_stored_telemetry_is_refused_naming_the_field(data: object, messa
     with pytest.raises(BloomperfError) as refused:
         telemetry_from_dict(data, "cell 2 telemetry")
     assert str(refused.value).startswith(message), refused.value
+
+
+class ConstantsNvml:
+    """An NVML whose answers depend on the constant asked with: the SM and memory clocks and
+    the GPU's temperature sensor must each be asked for by name."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 2, 0
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.fail_after = -1
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
+        self.reads += 1
+        if self.reads == self.fail_after:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return {0: 1410, 2: 1593}[clock]
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        return 250_500
+
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        return {0: 61}[sensor]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
+        return 4
+
+
+def test_a_sample_reads_each_figure_by_its_nvml_name() -> None:
+    sampler = TelemetrySampler(ConstantsNvml(), [1, 0, 1])
+    assert sampler.read() == [TelemetrySample(1410, 1593, 250.5, 61, 4)] * 2  # each GPU once
+    assert sampler.error == "" and sampler.samples == []
+
+
+def test_the_sampler_polls_at_its_interval_on_a_daemon_thread_until_stopped() -> None:
+    """Samples keep coming while it runs (not one and then a wait for ``stop``), from a daemon
+    thread named for what it does, which ``stop`` joins and forgets; stopping twice is fine."""
+    sampler = TelemetrySampler(ConstantsNvml(), [0], interval_s=0.01)
+    sampler.start()
+    thread = sampler._thread
+    assert thread is not None and thread.daemon and thread.name == "telemetry"
+    deadline = time.monotonic() + 30
+    while len(sampler.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler.stop()
+    assert len(sampler.samples) >= 3 and not thread.is_alive() and sampler._thread is None
+    sampler.stop()
+    assert sampler._thread is None
+
+
+def test_an_nvml_error_while_sampling_stops_it_and_is_kept() -> None:
+    nvml = ConstantsNvml()
+    nvml.fail_after = 3  # the second sample's first read
+    sampler = TelemetrySampler(nvml, [0], interval_s=0.001)
+    sampler.start()
+    sampler._thread.join(30)  # type: ignore[union-attr]
+    sampler.stop()
+    assert sampler.error == f"nvml: {pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)}"
+    assert len(sampler.samples) == 1
+
+
+def test_a_gpu_sampler_loads_nvml_when_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bloomperf.catalog import topology
+
+    monkeypatch.setattr(topology, "load_nvml", ConstantsNvml)
+    assert isinstance(create_sampler("cuda:0", [0]), TelemetrySampler)
+
+    def missing() -> None:
+        raise ImportError("pynvml")
+
+    monkeypatch.setattr(topology, "load_nvml", missing)
+    assert create_sampler("cuda", [0]) == "nvml: nvidia-ml-py is not installed"
