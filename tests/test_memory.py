@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pynvml
@@ -442,3 +443,79 @@ def test_a_controller_holding_a_cuda_context_is_refused_before_measuring() -> No
     nvml.set_processes(3, [(os.getpid(), 500 * 2**20)])
     with pytest.raises(BloomperfError, match=f"PID {os.getpid()}.* context on GPU 3"):
         refuse_own_cuda_context(topology, nvml)
+
+
+# ---- the RSS sampler's choices, in process ----------------------------------------------------
+
+
+def test_an_unknown_rss_method_is_refused_and_each_known_one_accepted() -> None:
+    with pytest.raises(ValueError) as refused:
+        RssSampler(os.getpid(), method="peak")
+    assert str(refused.value) == "unknown RSS sampling method 'peak'"
+    for method in ("auto", "hwm", "poll"):
+        assert RssSampler(os.getpid(), method=method).method == method
+
+
+def test_a_peak_that_cannot_be_reset_falls_back_to_polling_or_fails_if_hwm_was_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``auto`` polls from a daemon thread and says why; ``hwm`` refuses with the same why."""
+    from bloomperf.measure import rss_sampler
+
+    def denied(pid: int) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(rss_sampler, "reset_peak_rss", denied)
+    me = os.getpid()
+    why = f"/proc/{me}/clear_refs: Permission denied"
+    with pytest.raises(OSError) as refused:
+        RssSampler(me, method="hwm").start()
+    assert str(refused.value) == f"cannot reset the peak RSS: {why}"
+    sampler = RssSampler(me, interval_s=0.02)
+    sampler.start()
+    try:
+        thread = sampler._thread
+        assert thread is not None and thread.daemon and thread.name == "rss-sampler"
+        assert sampler.method == "poll"
+        assert sampler.reason == f"RSS polled every 20 ms (cannot reset the peak RSS: {why})"
+        reading = sampler.mark()
+        assert reading.source == "rss" and reading.reason == sampler.reason
+        assert reading.peak_bytes == pytest.approx(psutil.Process(me).memory_info().rss, rel=0.5)
+    finally:
+        sampler.stop()
+    assert sampler._thread is None and not thread.is_alive()
+
+
+def test_resetting_skips_a_process_that_exited_and_resets_every_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bloomperf.measure import rss_sampler
+
+    reset: list[int] = []
+
+    def reset_or_gone(pid: int) -> None:
+        if pid == 2:
+            raise ProcessLookupError(pid)
+        reset.append(pid)
+
+    monkeypatch.setattr(rss_sampler, "process_tree_pids", lambda root: [root, 2, 3])
+    monkeypatch.setattr(rss_sampler, "reset_peak_rss", reset_or_gone)
+    sampler = RssSampler(1)
+    sampler.start()
+    assert sampler.method == "hwm" and reset == [1, 3] and sampler._thread is None
+
+
+def test_a_process_without_memory_lines_is_looked_up_as_gone(tmp_path: Path) -> None:
+    """A zombie's status has no VmHWM: ProcessLookupError naming the pid; kB are KiB."""
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(ProcessLookupError) as gone:
+        read_peak_rss(zombie.pid)
+    assert gone.value.args == (zombie.pid,)
+    zombie.wait()
+    status = Path(f"/proc/{os.getpid()}/status").read_text()
+    kib = int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1])
+    assert read_peak_rss(os.getpid()) >= kib * 1024  # the peak only grows in between
