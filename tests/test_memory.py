@@ -519,3 +519,31 @@ def test_a_process_without_memory_lines_is_looked_up_as_gone(tmp_path: Path) -> 
     status = Path(f"/proc/{os.getpid()}/status").read_text()
     kib = int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1])
     assert read_peak_rss(os.getpid()) >= kib * 1024  # the peak only grows in between
+
+
+def test_the_nvml_sampler_polls_on_a_daemon_thread_and_says_why_it_has_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    sampler = NvmlSampler(os.getpid(), nvml=nvml, visible="0", interval_s=0.001)
+    with pytest.raises(RuntimeError) as early:
+        sampler.mark()
+    assert str(early.value) == "NvmlSampler.mark() called before start()"
+    sampler.start()
+    thread = sampler._thread
+    assert thread is not None and thread.daemon and thread.name == "nvml-sampler"
+    assert sampler.mark().source == "nvml"  # a mark samples, however short the phase
+    sampler.stop()
+    assert sampler._thread is None and not thread.is_alive()
+    assert sampler.mark().source == "nvml"  # the level the last phase started from
+    assert sampler.mark().reason == "NVML: no sample taken"  # then none at all
+    from bloomperf.measure import nvml_sampler
+
+    def missing() -> None:
+        raise ImportError("pynvml")
+
+    monkeypatch.setattr(nvml_sampler, "load_nvml", missing)
+    without = NvmlSampler(os.getpid(), visible="0")
+    without.start()
+    assert without.mark().reason == "NVML: nvidia-ml-py is not installed"
+    without.stop()
