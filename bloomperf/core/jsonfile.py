@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, overload
 
 from bloomperf.core.errors import BloomperfError
 
@@ -306,6 +306,9 @@ def as_json_types(value: Any) -> Any:
 
 # ---- field readers: each names the file and the field when the value is wrong -------------
 
+Doc = dict[str, Any]
+BIG = 2**62  # an integer field's default bound: no count bloomperf reads comes near it
+
 
 def entries(values: list[Any], key: str) -> Iterator[tuple[dict[str, Any], str]]:
     """Each entry of the list field ``key`` as a one-field object named ``key[i]``, so that the
@@ -343,34 +346,14 @@ def get_bool(obj: dict[str, Any], key: str, where: str, default: bool | None = N
     return value
 
 
+@overload  # required (the default): the value itself; only ``optional`` may give None
+def get_int(obj: Doc, key: str, where: str, *, minimum: int = 0, maximum: int = BIG) -> int: ...
 @overload
 def get_int(
-    obj: dict[str, Any],
-    key: str,
-    where: str,
-    *,
-    optional: Literal[False] = False,
-    minimum: int = 0,
-    maximum: int = 2**62,
-) -> int: ...
-@overload
-def get_int(
-    obj: dict[str, Any],
-    key: str,
-    where: str,
-    *,
-    optional: bool,
-    minimum: int = 0,
-    maximum: int = 2**62,
+    obj: Doc, key: str, where: str, *, optional: bool, minimum: int = 0, maximum: int = BIG
 ) -> int | None: ...
 def get_int(
-    obj: dict[str, Any],
-    key: str,
-    where: str,
-    *,
-    optional: bool = False,
-    minimum: int = 0,
-    maximum: int = 2**62,
+    obj: Doc, key: str, where: str, *, optional: bool = False, minimum: int = 0, maximum: int = BIG
 ) -> int | None:
     """An integer in [minimum, maximum]; None only where ``optional`` and absent or null."""
     value = obj.get(key)
@@ -384,17 +367,10 @@ def get_int(
 
 
 @overload
-def get_float(
-    obj: dict[str, Any],
-    key: str,
-    where: str,
-    *,
-    optional: Literal[False] = False,
-    positive: bool = False,
-) -> float: ...
+def get_float(obj: Doc, key: str, where: str, *, positive: bool = False) -> float: ...
 @overload
 def get_float(
-    obj: dict[str, Any], key: str, where: str, *, optional: bool, positive: bool = False
+    obj: Doc, key: str, where: str, *, optional: bool, positive: bool = False
 ) -> float | None: ...
 def get_float(
     obj: dict[str, Any], key: str, where: str, *, optional: bool = False, positive: bool = False
