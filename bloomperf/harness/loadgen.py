@@ -30,8 +30,8 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import write_json_atomic
 from bloomperf.harness.orphans import die_with_parent
 
-# The client: a script the serving venv runs, a process of its own per rate (run as forks of
-# one process that imported vLLM once, its runs read the stream in bursts: docs/serving.md).
+# The client: a script the serving venv runs, a process of its own per rate (forked instead
+# from one process that had imported vLLM, its runs read the stream in bursts: docs/serving.md).
 CLIENT_SCRIPT = Path(__file__).with_name("vllm_client.py")
 RESULT_NAME = "result.json"
 # What the client prints just before its timed requests and just after them: the window a
