@@ -6,6 +6,10 @@ to decide skip reasons without loading torch or DeepSpeed.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -51,3 +55,47 @@ def int8_on_cpu_reason() -> str | None:
         return None
     needed = ".".join(map(str, BNB_CPU_TRANSFORMERS))
     return f"int8 on CPU needs transformers >= {needed} (installed: {version})"
+
+
+# torch names architecture-specific and family targets with a letter after the minor version
+# ("9.0a": Hopper's wgmma; "10.0f"), and Hopper images set TORCH_CUDA_ARCH_LIST=9.0a. DeepSpeed
+# 0.19.8's JIT builder reads each part as integers (``compute_capability_args`` in
+# op_builder/builder.py) and raises "invalid literal for int() with base 10: '0a'": seen on an
+# H100, where every ds-inference cell failed to load. Its kernels use no sm_90a instruction.
+ARCH_ENTRY = re.compile(r"(\d+)\.(\d+)[a-z]?(\+PTX)?")
+
+
+def deepspeed_arch_list(value: str | None) -> str | None:
+    """TORCH_CUDA_ARCH_LIST as DeepSpeed's JIT builder can read it: each "X.Y<letter>" target
+    becomes "X.Y" (a "+PTX" kept), duplicates dropped, in order. None (DeepSpeed then builds for
+    the GPUs it sees) when the value is unset, blank, or names what this cannot rewrite (torch's
+    architecture names such as "Hopper")."""
+    entries = (value or "").replace(";", " ").split()
+    rewritten: list[str] = []
+    for entry in entries:
+        match = ARCH_ENTRY.fullmatch(entry)
+        if match is None:
+            return None
+        plain = f"{match[1]}.{match[2]}{match[3] or ''}"
+        if plain not in rewritten:
+            rewritten.append(plain)
+    return ";".join(rewritten) or None
+
+
+@contextmanager
+def deepspeed_arch_list_set() -> Iterator[None]:
+    """TORCH_CUDA_ARCH_LIST rewritten by ``deepspeed_arch_list`` (unset where it gives None)
+    while DeepSpeed builds, and the process's own value again afterwards."""
+    given = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    readable = deepspeed_arch_list(given)
+    try:
+        if readable is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = readable
+        yield
+    finally:
+        if given is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = given

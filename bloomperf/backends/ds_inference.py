@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bloomperf.backends.base import Backend, DtypesByDevice, LoadRequest
-from bloomperf.backends.compat import dtype_argument, installed_version, version_tuple
+from bloomperf.backends.compat import (
+    deepspeed_arch_list_set,
+    dtype_argument,
+    installed_version,
+    version_tuple,
+)
 from bloomperf.backends.ds_checkpoint import (
     checkpoints_json,
     host_bytes_per_rank,
@@ -296,10 +301,12 @@ def build_fused_kernels() -> None:
     """JIT-build DeepSpeed's fused inference kernels now (or load them from
     TORCH_EXTENSIONS_DIR), so that load time does not include nvcc. The first injected layer
     would build them otherwise (``BaseOp`` in ops/transformer/inference/op_binding/base.py);
-    ``OpBuilder.load`` keeps the built module, so that later call finds it."""
+    ``OpBuilder.load`` keeps the built module, so that later call finds it. DeepSpeed reads
+    TORCH_CUDA_ARCH_LIST as it builds: one it cannot parse is rewritten for the build."""
     from deepspeed.ops.op_builder import InferenceBuilder
 
-    InferenceBuilder().load()
+    with deepspeed_arch_list_set():
+        InferenceBuilder().load()
 
 
 def fused_kernels_unsupported() -> str | None:
