@@ -2,9 +2,10 @@
 
 There is no GPU on the machine that runs the CPU suite; this is the one place where a stand-in is
 legitimate: bloomperf's real NVML code (topology detection, the memory sampler, doctor) is driven
-with answers in the shape nvidia-ml-py returns them. The files in tests/data/nvml/ today were
+with answers in the shape nvidia-ml-py returns them. The A100 files in tests/data/nvml/ were
 written down by hand (their ``note`` says which machine each imitates); where the shape or an
-error code of a real driver is in doubt, the test says so. ``benchmarks/record_nvml.py`` writes
+error code of a real driver is in doubt, the test says so. ``1xH100-80GB-HBM3.json`` was
+recorded on a real H100 (driver 580.159.04, 2026-12-05). ``benchmarks/record_nvml.py`` writes
 the same format from a machine's real NVML (the nightly uploads one per runner), with a
 ``recorded`` entry naming the machine. Errors are pynvml's own exception classes.
 

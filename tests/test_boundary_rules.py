@@ -56,9 +56,11 @@ def test_the_boundary_is_the_largest_batch_of_the_prefix_that_fits(
 
 
 def test_a_tighter_layout_moves_the_boundary_down() -> None:
-    """A map that leaves the first GPU 30 GiB fits less than the default: the layout is used."""
+    """A map that lets the first GPU take 70 GiB of weights leaves it less room for the cache
+    than the default's even split: the layout is used. (One that gives it 30 GiB does not move
+    it: the first GPU then holds fewer blocks and the copies of more.)"""
     scenario = Scenario(BLOOM, None, "accelerate", "bf16", A100, 8)
-    tight = {"max_memory": uneven_map(8)}
+    tight = {"max_memory": ",".join(f"{i}:{80 if i else 70}GiB" for i in range(8))}
     default = predict_boundary(scenario, BATCHES)
     assert default is not None
     tighter = predict_boundary(scenario, BATCHES, **tight)

@@ -251,20 +251,25 @@ def test_accelerate_places_cache_activations_and_logits_where_its_blocks_run(
     batch: int, layers: int | None, max_memory: str
 ) -> None:
     """Each GPU: its blocks' cache (with headroom) and, if it runs blocks, one block's transients;
-    the logits on the first GPU and the embedding's; generate's GPU holds the model's cache
-    returned to it, twice."""
+    the logits on the first GPU and the embedding's; generate's GPU holds the cache of the blocks
+    on other GPUs returned to it, twice."""
     s = bloom("accelerate", "bf16", layers)
     p = predict_cell(s, batch, max_memory=max_memory)
     assert len(p.per_gpu) == 8
     held_layers = [round(g.kv_cache / (cache(s, 1, batch) * KV_HEADROOM)) for g in p.per_gpu]
-    whole = int(cache(s, s.n_layer, batch) * KV_HEADROOM)
     transients = 2 * cache(s, 1, batch) + block_activation_bytes(
         BLOOM, "bf16", batch, s.prompt_tokens
     )
     logits = logits_bytes(BLOOM, "bf16", batch, s.prompt_tokens)
+    # Every other GPU holds its own blocks' cache alone; the first holds the rest's and, for
+    # generate, copies of the cache of every block on another GPU.
+    on_first = s.n_layer - sum(held_layers[1:])
     for index, gpu in enumerate(p.per_gpu):
-        returned = ACCELERATE_IO_CACHE_COPIES * whole if index == 0 else 0
+        moved = int(cache(s, s.n_layer - on_first, batch) * KV_HEADROOM)
+        returned = ACCELERATE_IO_CACHE_COPIES * moved if index == 0 else 0
         own = gpu.kv_cache - returned
+        if index == 0:
+            assert own == int(cache(s, on_first, batch) * KV_HEADROOM)
         runs_blocks = own > 0
         assert gpu.activations == (transients if runs_blocks else 0), index
         assert gpu.logits in (0, logits), index

@@ -57,6 +57,23 @@ def test_recorded_a100_machines(count: int) -> None:
     assert nvml.init_calls == nvml.shutdown_calls == 1
 
 
+def test_the_recorded_h100_gives_what_that_machine_detected_itself() -> None:
+    """Recorded by benchmarks/record_nvml.py on the device machine (gpu_check, 2026-12-05),
+    where ``bloomperf topology`` and the results files said 1xH100-80GB-HBM3, driver 580.159.04,
+    CUDA 13.0, and the fingerprint's limits below."""
+    nvml = NvmlReplay.load("1xH100-80GB-HBM3")
+    t = detect_topology(nvml)
+    assert t.id == "1xH100-80GB-HBM3"
+    assert (t.device, t.nodes, len(t.gpus)) == ("cuda", 1, 1)
+    assert t.gpus[0].memory_bytes == 85520809984
+    assert t.gpus[0].nvlinks_up == 0  # NVML answered NotSupported: one GPU, no NVLink
+    assert (t.driver, t.cuda, t.nvml_reason) == ("580.159.04", "13.0", "")
+    fingerprint = environment_fingerprint(t, nvml)
+    assert fingerprint["gpu_limits"] == [
+        {"index": 0, "sm_clock_max_mhz": 1980, "mem_clock_max_mhz": 2619, "power_limit_w": 700.0}
+    ]
+
+
 def test_cuda_visible_devices_restricts_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     nvml = NvmlReplay.load("8xA100-SXM4-80GB")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")

@@ -49,7 +49,8 @@ KV_HEADROOM = 2.0
 
 # Accelerate's top-level hook returns the model's outputs, past key values included, on the
 # input's GPU (``io_same_device``): while step t's cache is copied there, step t-1's is still
-# referenced by ``generate``. Physics: two whole-model caches on the input GPU.
+# referenced by ``generate``. Physics: two copies, on the input GPU, of the cache of the blocks
+# that run on other GPUs.
 ACCELERATE_IO_CACHE_COPIES = 2
 
 # DeepSpeed-Inference (ops/csrc/transformer/inference/includes/inference_context.h): tokens the
@@ -233,7 +234,11 @@ def _predict_device_map(cell: _Cell, layout: Mapping[str, Any]) -> MemoryPredict
         activations = one_layer + (cell.block_activations() if layer_counts[index] else 0)
         logits = cell.logits() if index in (0, embedding_gpu) else 0
         if index == 0:  # generate's GPU: the inputs are there, so the outputs come back there
-            kv += ACCELERATE_IO_CACHE_COPIES * cell.held_kv(cell.layers)
+            # Only the other GPUs' layers are copied: ``.to`` of a tensor already on GPU 0
+            # returns it. One GPU holds no copy (H100, 2-layer bloom-176b, bf16: 4096 rows ran,
+            # 6144 ran out of memory; with copies of every layer the model said 2048).
+            moved = cell.layers - layer_counts[0]
+            kv += ACCELERATE_IO_CACHE_COPIES * cell.held_kv(moved)
         per_gpu.append(GpuMemory(weights[index], kv, activations, logits, 0, CUDA_CONTEXT_BYTES))
     return cell.result(per_gpu)
 

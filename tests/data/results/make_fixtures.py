@@ -9,7 +9,9 @@
   (``--benchmark-save``); the second run has accelerate-bf16-bs8 10 % slower.
 
 Not made here: ``cpu.tiny.plugin-benchmark.json`` was written by the bloomperf plugin itself,
-``pytest -m cpu tests/test_bloom_matrix.py --benchmark-json=...`` on the 2-core CPU VM.
+``pytest -m cpu tests/test_bloom_matrix.py --benchmark-json=...`` on the 2-core CPU VM;
+``1xH100-80GB-HBM3.oom.results.json`` by ``bloomperf run`` on a real H100 (the OOM step of
+``benchmarks/gpu_check.sh``, 2026-12-05: accelerate bf16, 2-layer bloom-176b, 8 new tokens).
 """
 
 from __future__ import annotations
