@@ -308,6 +308,8 @@ keep_results() {
 
 step "install $KIT/wheels into $SITE"
 install install "$SITE" "$KIT/wheels"
+# The workers inherit it; an H100 image's 9.0a is what DeepSpeed could not parse (docs/gpu.md).
+echo "TORCH_CUDA_ARCH_LIST on this machine: ${TORCH_CUDA_ARCH_LIST-unset}"
 start_jit_build
 if has_phase main; then
   step "bloomperf doctor"

@@ -19,16 +19,32 @@ class GarbageOutput(RuntimeError):
     """The model's output is not a language model's: the cell is an ``error``."""
 
 
-def check_logits(logits: torch.Tensor) -> None:
-    """Raise ``GarbageOutput`` unless every logit is finite."""
+def check_logits(logits: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
+    """Raise ``GarbageOutput`` unless every logit is finite. ``logits`` is one row per prompt;
+    the message names the rows that are not, and with the inputs' attention mask, how many pad
+    tokens each holds: what tells a masking fault (transformers 5.x's BLOOM in fp16 turns a
+    left-padded row into NaN, docs/gpu.md) from a broken kernel, which spoils every row."""
     import torch
 
     finite = torch.isfinite(logits)
-    if not bool(finite.all()):
-        bad = int((~finite).sum())
-        raise GarbageOutput(
-            f"garbage output: {bad} of {logits.numel()} next-token logits are NaN or infinite"
-        )
+    if bool(finite.all()):
+        return
+    bad = int((~finite).sum())
+    message = f"garbage output: {bad} of {logits.numel()} next-token logits are NaN or infinite"
+    if logits.dim() == 2:
+        rows = [int(r) for r in (~finite).any(-1).nonzero().flatten()]
+        pads = None if attention_mask is None else (attention_mask == 0).sum(-1)
+        named = ", ".join(row_named(r, pads) for r in rows[:ROWS_NAMED])
+        more = f" and {len(rows) - ROWS_NAMED} more" if len(rows) > ROWS_NAMED else ""
+        message += f", in {len(rows)} of {logits.shape[0]} rows: {named}{more}"
+    raise GarbageOutput(message)
+
+
+ROWS_NAMED = 8  # a bs64 cell's bad rows would fill the terminal; the count says the rest
+
+
+def row_named(row: int, pads: torch.Tensor | None) -> str:
+    return f"row {row}" if pads is None else f"row {row} ({int(pads[row])} pad tokens)"
 
 
 def check_new_tokens(new_tokens: torch.Tensor) -> None:

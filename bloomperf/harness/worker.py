@@ -127,9 +127,8 @@ class Worker:
         if rows != batch_size:  # ms/token divides by the batch: it must really be in the inputs
             raise RuntimeError(f"the inputs have {rows} rows instead of batch size {batch_size}")
         # One forward pass, outside any timed cycle (every rank takes part, as in generate).
-        check_logits(
-            self.backend.next_token_logits(self.inputs["input_ids"], self.inputs["attention_mask"])
-        )
+        mask = self.inputs["attention_mask"]
+        check_logits(self.backend.next_token_logits(self.inputs["input_ids"], mask), mask)
         self.tokens_checked = False
         self.batch_size = batch_size
         # One meter per metric that measures something of its own (core.metrics), per cell.

@@ -34,16 +34,12 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "peak-reset-before-the-output-check",
         "bloomperf/harness/worker.py",
-        "        check_logits(\n"
-        '            self.backend.next_token_logits(self.inputs["input_ids"], '
-        'self.inputs["attention_mask"])\n'
-        "        )\n"
+        '        check_logits(self.backend.next_token_logits(self.inputs["input_ids"], mask), '
+        "mask)\n"
         "        self.tokens_checked = False\n",
         "        reset_own_peak()\n"
-        "        check_logits(\n"
-        '            self.backend.next_token_logits(self.inputs["input_ids"], '
-        'self.inputs["attention_mask"])\n'
-        "        )\n"
+        '        check_logits(self.backend.next_token_logits(self.inputs["input_ids"], mask), '
+        "mask)\n"
         "        self.tokens_checked = False\n",
         ("tests/test_protocol_observed.py::test_the_cell_is_prepared_outside_any_cycle",),
         "the cell's peak counts the output check's forward pass (the peaks reset before it)",
