@@ -127,13 +127,15 @@ class TensorParallelBackend(Backend):
     def init_inference(self, model: Any, request: LoadRequest, **kwargs: Any) -> Any:
         import deepspeed
 
-        engine = deepspeed.init_inference(
-            model,
-            tensor_parallel={"tp_size": request.world_size},
-            dtype=stored_torch_dtype(request.dtype),
-            replace_with_kernel_inject=self.kernel_inject,
-            **kwargs,
-        )
+        # Injection JIT-builds whatever op it needs and has not loaded yet: the same list.
+        with deepspeed_arch_list_set():
+            engine = deepspeed.init_inference(
+                model,
+                tensor_parallel={"tp_size": request.world_size},
+                dtype=stored_torch_dtype(request.dtype),
+                replace_with_kernel_inject=self.kernel_inject,
+                **kwargs,
+            )
         return engine.module
 
     def _load_hf(self, request: LoadRequest, **kwargs: Any) -> Any:
