@@ -179,6 +179,14 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_history_properties.py",
         "tests/test_verdict_properties.py",
     ),
+    # Not test_serving_identity.py, which reads the serving venv's vLLM: mutmut's copy has none
+    # and its run before any mutant fails, which leaves every mutant unchecked.
+    "bloomperf/render/serving.py": (
+        "tests/test_serving_ab_rules.py",
+        "tests/test_serving_analysis.py",
+        "tests/test_serving_gate.py",
+        "tests/test_serving_store.py",
+    ),
 }
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
 # each of its modules (those above keep their hand-picked tests; any other gets the test files
