@@ -179,6 +179,16 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_history_properties.py",
         "tests/test_verdict_properties.py",
     ),
+    # Not test_latency.py (real runs of the tiny model) nor test_report.py (the whole HTML
+    # report and its plots): 15 s a mutant, past any budget; the tables' text is read here.
+    "bloomperf/render/comparison.py": (
+        "tests/test_compare.py",
+        "tests/test_serving_gate.py",
+        "tests/test_tables.py",
+        "tests/test_telemetry.py",
+        "tests/test_terminal_output.py",
+        "tests/test_verdict_properties.py",
+    ),
     # Not test_serving_identity.py, which reads the serving venv's vLLM: mutmut's copy has none
     # and its run before any mutant fails, which leaves every mutant unchecked.
     "bloomperf/render/serving.py": (
