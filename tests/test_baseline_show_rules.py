@@ -104,3 +104,16 @@ def test_the_json_form_loads_back_to_the_same_baseline(tmp_path: Path) -> None:
     assert replace(load_baseline(path), path="") == baseline
     with pytest.raises(ValueError, match="not JSON compliant"):
         render_baseline_json(cpu_baseline(replace(cells[0], ms_per_token=float("nan"))))
+
+
+def test_the_sections_come_in_order_each_after_one_blank_line() -> None:
+    cell = BaselineCell("accelerate", "bf16", 1, "ok", 5.0, peak_memory_bytes=2 * GiB)
+    times = (LoadTime("accelerate", "bf16", "", 12.0, 0.2),)
+    baseline = replace(cpu_baseline(cell), load_times=times, notes=("first", "second"))
+    text = render_baseline_text(baseline)
+    assert text.endswith("\n") and not text.endswith("\n\n")
+    lines = text.splitlines()
+    titles = [lines[i + 1] for i, line in enumerate(lines) if line == ""]
+    assert titles == ["Peak memory", "Model load time", "Provenance", "Notes"]
+    assert lines[lines.index("Provenance") + 1] == "  p: test; 2026-11-30; cpu"
+    assert lines[lines.index("Notes") + 1 :] == ["  - first", "  - second"]

@@ -145,3 +145,12 @@ def test_job_outputs_go_to_the_file_the_environment_names_and_nowhere_else(
     assert target.read_bytes().decode("utf-8") == "verdict=pass\nnote=€\nverdict=fail\n"
     write_job_outputs({"verdict": "pass"}, {})  # outside Actions: nothing written anywhere
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out €"]
+
+
+def test_a_warning_names_every_figure_not_measured() -> None:
+    energy = MetricVerdict("energy_per_token", NOT_MEASURED, None, 1.0, None)
+    out = render_github(comparison(cell(SAME, 1, FINE, GONE, energy)), "r.json")
+    assert (
+        read_commands(out)[0][3]
+        == "accelerate-bf16-bs1: not measured: peak_memory, energy_per_token"
+    )

@@ -116,3 +116,10 @@ def test_a_cell_s_load_is_the_row_s_first_load_not_a_reload() -> None:
     reloaded = replace(first, batch_size=4, load_time_s=99.0)
     line = render(tiny_run(reloaded, first))[3]
     assert line.split()[-1] == "12.50" and "99.00" not in line
+
+
+def test_a_cell_that_ran_without_a_figure_says_ok() -> None:
+    from bloomperf.render.table import cell_text
+
+    assert cell_text(CellResult("accelerate", "bf16", 1, Outcome.OK)) == "ok"
+    assert cell_text(None) == ""

@@ -174,3 +174,12 @@ def test_the_width_is_columns_and_never_below_40(
 ) -> None:
     monkeypatch.setenv("COLUMNS", columns)
     assert terminal_width() == width
+
+
+def test_a_line_ends_at_its_last_character_and_starts_at_its_first() -> None:
+    """An empty last cell leaves no trailing spaces; a blank first cell keeps its place."""
+    assert fit_table(["a", "b"], [["x", ""], ["", "y"]], 100).splitlines() == ["a  b", "x", "   y"]
+
+
+def test_continuations_are_indented_four_spaces_unless_told() -> None:
+    assert wrap("aaa bbb ccc", 7) == ["aaa bbb", "    ccc"]

@@ -192,6 +192,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     # Not test_serving_identity.py, which reads the serving venv's vLLM: mutmut's copy has none
     # and its run before any mutant fails, which leaves every mutant unchecked.
     "bloomperf/render/serving.py": (
+        "tests/test_serving_table.py",
         "tests/test_serving_ab_rules.py",
         "tests/test_serving_analysis.py",
         "tests/test_serving_gate.py",
