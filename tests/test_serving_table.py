@@ -100,3 +100,22 @@ def test_the_agreement_table_puts_each_rate_s_means_beside_the_server_s() -> Non
     rows = [cells(line) for line in lines if line[:1].isdigit()]
     assert rows == [["1", "100.0", "20.0", "98.0", "19.5"], ["2", "120.0", "21.0", "118.0", "nan"]]
     assert render_agreement([summary(1.0)]) == ""
+
+
+def test_what_a_summary_does_not_know_is_a_dash_and_a_failure_without_words_is_named() -> None:
+    quiet = summary(1.0, issued_rps=None, itl_ms={"p50": 7.0, "p99": 9.4})
+    failed = summary(2.0, "error")
+    lines = render_sweep([quiet, failed], SLA, 1.0).splitlines()
+    row = next(cells(line) for line in lines if line.startswith("1 "))
+    assert row[1] == "-" and row[6] == "7/9"
+    assert lines[-1] == "  rate 2: error: "
+
+
+def test_a_top_rate_below_one_request_a_second_is_still_a_lower_bound() -> None:
+    line = render_sweep([summary(0.5)], SLA, 0.5).splitlines()[-1]
+    assert line.startswith("effective throughput: at least 0.5 requests/s")
+
+
+def test_a_mean_the_client_lacks_is_nan_beside_the_server_s() -> None:
+    row = summary(1.0, mean_ms={"ttft": 10.0}, server_mean_ms={"ttft": 9.0, "itl": 2.0})
+    assert cells(render_agreement([row]).splitlines()[-1]) == ["1", "10.0", "nan", "9.0", "2.0"]
