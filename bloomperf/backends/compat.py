@@ -87,15 +87,16 @@ def deepspeed_arch_list_set() -> Iterator[None]:
     """TORCH_CUDA_ARCH_LIST rewritten by ``deepspeed_arch_list`` (unset where it gives None)
     while DeepSpeed builds, and the process's own value again afterwards."""
     given = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    readable = deepspeed_arch_list(given)
     try:
-        if readable is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = readable
+        put_arch_list(deepspeed_arch_list(given))
         yield
     finally:
-        if given is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = given
+        put_arch_list(given)
+
+
+def put_arch_list(value: str | None) -> None:
+    """Set TORCH_CUDA_ARCH_LIST, or unset it for None."""
+    if value is None:
+        os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+    else:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = value
