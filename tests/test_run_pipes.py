@@ -9,7 +9,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psutil
 
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.store.results import Outcome
@@ -17,6 +20,9 @@ from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
 from tests.builders import RESULTS
 
+# A folder whose sitecustomize holds a worker at its start (its docstring says how).
+HOLD = Path(__file__).resolve().parent / "hold"
+HOLD_ENV = "BLOOMPERF_TEST_HOLD"
 CHEAP = ["--device", "cpu", "--backends", "accelerate", "--dtypes", "fp32", "--new-tokens", "4"]
 CHEAP += ["--cycles", "1", "--warmup", "1", "--no-lock", "--allow-no-baseline"]
 
@@ -65,38 +71,44 @@ def test_run_with_its_progress_into_head_measures_every_cell(tmp_path: Path) -> 
 def test_sigterm_before_the_first_cell_keeps_the_cells_already_in_the_output(
     tmp_path: Path,
 ) -> None:
-    """A reused --output was emptied at the start: SIGTERM after 2.5 s left "0 cells saved"
-    where 2 complete cells had been."""
+    """A reused --output was emptied at the start: SIGTERM while the group loaded left "0 cells
+    saved" where 2 complete cells had been. The worker is held at its start (tests/hold), so the
+    stop lands while the group loads however slow or fast the machine is."""
     keep = tmp_path / "keep.json"
     save_run(read_results(RESULTS / "cpu.tiny.steps.results.json"), keep)
     old = keep.read_bytes()
     resolve_model("tiny", None, None)  # built beforehand: the stop comes while the group loads
+    hold = tmp_path / "hold"
+    os.mkfifo(hold)
+    held = Path(f"{hold}.reached")
+    path = os.pathsep.join([str(HOLD), os.environ.get("PYTHONPATH", "")])
     command = [sys.executable, "-m", "bloomperf", "run", *CHEAP, "--model", "tiny"]
     run = subprocess.Popen(
         [*command, "--batch-sizes", "1", "--output", str(keep)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # The worker inherits the controller's environment, the hold included.
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, HOLD_ENV: str(hold)},
         preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
     )
     try:
-        assert run.stderr is not None
-        seen = ""
-        while "loading accelerate" not in seen:
-            line = run.stderr.readline()
-            assert line, seen
-            seen += line
+        while not held.exists():  # the worker started and waits: the group is loading
+            assert run.poll() is None, run.communicate()[1]
+            time.sleep(0.05)
         run.send_signal(signal.SIGTERM)
         assert run.wait(timeout=120) == 143
-        rest = run.stderr.read()
+        rest = run.communicate()[1]
     finally:
         if run.poll() is None:
             run.kill()
             run.wait()
+    assert "loading accelerate fp32 ..." in rest, rest
     assert "0 cells saved" in rest, rest
     assert keep.read_bytes() == old
     assert (tmp_path / "keep.previous.json").read_bytes() == old
+    worker = int(held.read_text())
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == "zombie"
 
 
 def test_run_in_an_ascii_locale_prints_its_verdicts_and_exits_0(tmp_path: Path) -> None:
