@@ -35,9 +35,10 @@ if not PYTHON.exists():
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One vLLM server for the session's --endpoint tests (started as bloomperf starts one)."""
+    """One vLLM server for this file's --endpoint tests (started as bloomperf starts one),
+    stopped when the file is done: an idle server polls, and the worker goes on to other files."""
     log = tmp_path_factory.mktemp("server") / "server.log"
     spec = ServerSpec(python=PYTHON, model=resolve_model("tiny-serving").path, log_path=log)
     with Server(spec) as server:

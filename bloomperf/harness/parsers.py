@@ -169,9 +169,12 @@ def parse_work_folder(text: str) -> Path:
     """A folder bloomperf or a library will write into (offload, NVMe): it must be a folder, or
     creatable under a writable one; said now, not minutes later when the model stage fails."""
     folder = parse_path(text)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{folder} exists and is not a folder")
-    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} exists and is not a folder")
+        existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    except PermissionError as exc:  # a folder on the way that may not be entered
+        raise ValueError(f"{folder}: cannot be reached: {exc.strerror}") from None
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{folder}: {existing} is not a writable folder")
     return folder

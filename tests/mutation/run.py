@@ -198,6 +198,30 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_serving_gate.py",
         "tests/test_serving_store.py",
     ),
+    # Option plumbing (command line > environment > ini > default) and its parsers, by the
+    # in-process tests: the CLI's and pytest's runs import the module unmutated.
+    "bloomperf/harness/options.py": (
+        "tests/test_config.py",
+        "tests/test_gate_options.py",
+        "tests/test_host_ram.py",
+        "tests/test_plan.py",
+        "tests/test_cli_arguments.py",
+        "tests/test_option_rules.py",
+    ),
+    "bloomperf/harness/parsers.py": (
+        "tests/test_option_rules.py",
+        "tests/test_config.py",
+        "tests/test_gate_options.py",
+        "tests/test_host_ram.py",
+        "tests/test_cli_arguments.py",
+    ),
+    # Topologies, multi-node shapes and device ids.
+    "bloomperf/catalog/topology.py": (
+        "tests/test_topology.py",
+        "tests/test_multinode_launch.py",
+        "tests/test_host_ram.py",
+        "tests/test_lock.py",
+    ),
 }
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
 # each of its modules (those above keep their hand-picked tests; any other gets the test files
