@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from _pytest.config.argparsing import Parser
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bloomperf.config.run import RunConfig
@@ -203,6 +203,16 @@ def test_a_bounded_integer_takes_its_limit_and_refuses_the_next(
             assert parse(str(value)) == value
 
 
+def test_a_bounded_integer_without_a_name_says_only_the_rule() -> None:
+    for parse in (lambda t: parsers.parse_bounded_int(t, 3), parsers.parse_bounded(3)):
+        with pytest.raises(ValueError) as refused:
+            parse("4")
+        assert str(refused.value) == "must be at most 3, got 4"
+        with pytest.raises(ValueError) as refused:
+            parse("0")
+        assert str(refused.value) == "must be a positive integer, got 0"
+
+
 @given(st.integers(-3, 65540))
 def test_a_port_is_one_to_65535_and_a_refusal_says_port(port: int) -> None:
     if 1 <= port <= 65535:
@@ -247,6 +257,7 @@ VALID = ("accelerate", "ds-zero", "ds-inference")
 
 
 @given(st.lists(st.sampled_from([*VALID, "vllm", " ", ""]), max_size=5))
+@example(["ds-zero", "accelerate", "ds-zero", "accelerate"])  # two names, each given twice
 def test_a_list_of_names_is_trimmed_checked_and_each_name_given_once(words: list[str]) -> None:
     text = ",".join(words)
     names = [w.strip() for w in words if w.strip()]

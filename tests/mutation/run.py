@@ -217,6 +217,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
+        "tests/test_topology_rules.py",
         "tests/test_topology.py",
         "tests/test_multinode_launch.py",
         "tests/test_host_ram.py",

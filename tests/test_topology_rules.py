@@ -1,0 +1,188 @@
+"""A topology as results and baselines store it, read back field by field, refused with the place
+it was read from, and as ``bloomperf topology`` prints it, line by line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bloomperf.catalog.topology import (
+    Gpu,
+    Topology,
+    describe,
+    topology_from_dict,
+    topology_to_dict,
+)
+from bloomperf.core.errors import BloomperfError
+
+GiB = 2**30
+WORDS = st.text("abcXYZ019-. ", max_size=12)
+
+GPUS = st.builds(
+    Gpu,
+    index=st.integers(0, 15),
+    name=WORDS,
+    memory_bytes=st.integers(0, 200 * GiB),
+    nvlinks_up=st.integers(0, 18),
+    uuid=WORDS,
+    mig_uuid=WORDS,
+)
+TOPOLOGIES = st.builds(
+    Topology,
+    id=WORDS,
+    aliases=st.lists(WORDS, max_size=3).map(tuple),
+    device=st.sampled_from(["cuda", "cpu"]),
+    gpus=st.lists(GPUS, max_size=3).map(tuple),
+    nodes=st.integers(1, 64),
+    driver=WORDS,
+    cuda=WORDS,
+    cpu_model=WORDS,
+    cpu_cores=st.integers(0, 512),
+    ram_bytes=st.integers(0, 4096 * GiB),
+    nvml_reason=WORDS,
+)
+
+
+@given(TOPOLOGIES)
+def test_every_field_comes_back_from_its_dict(topology: Topology) -> None:
+    stored = topology_to_dict(topology)
+    assert topology_from_dict(stored) == topology
+    assert stored["gpus"] == [
+        {
+            "index": g.index,
+            "name": g.name,
+            "memory_bytes": g.memory_bytes,
+            "nvlinks_up": g.nvlinks_up,
+            "uuid": g.uuid,
+            "mig_uuid": g.mig_uuid,
+        }
+        for g in topology.gpus
+    ]
+
+
+def minimal() -> dict[str, Any]:
+    return {"id": "cpu", "device": "cpu", "nodes": 1}
+
+
+def test_the_optional_fields_read_as_empty_and_zero() -> None:
+    read = topology_from_dict({**minimal(), "gpus": [{"index": 3, "name": "G", **SIZES}]})
+    assert read == Topology(
+        id="cpu",
+        aliases=(),
+        device="cpu",
+        gpus=(Gpu(3, "G", 80 * GiB, 12, "", ""),),
+        nodes=1,
+        driver="",
+        cuda="",
+        cpu_model="",
+        cpu_cores=0,
+        ram_bytes=0,
+        nvml_reason="",
+    )
+
+
+SIZES = {"memory_bytes": 80 * GiB, "nvlinks_up": 12}
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ([], "here: topology must be an object"),
+        ({**minimal(), "device": "tpu"}, "here: field 'device' must be cuda or cpu, not 'tpu'"),
+        ({**minimal(), "aliases": ["a", 1]}, "here: field 'aliases' must be a list of strings"),
+        ({**minimal(), "gpus": [{"index": 0, "name": "G", **SIZES}, 7]}, "here gpu 1: a GPU must"),
+        ({**minimal(), "gpus": [{"name": "G", **SIZES}]}, "here gpu 0"),
+        ({**minimal(), "gpus": [{"index": 0, **SIZES}]}, "here gpu 0"),
+        ({**minimal(), "gpus": [{"index": 0, "name": "G", "nvlinks_up": 1}]}, "here gpu 0"),
+        ({**minimal(), "gpus": [{"index": 0, "name": "G", "memory_bytes": 1}]}, "here gpu 0"),
+        ({**minimal(), "nodes": 0}, "here"),
+        ({"device": "cpu", "nodes": 1}, "here"),
+        ({"id": "x", "nodes": 1}, "here"),
+        ({**minimal(), "cpu_cores": "many"}, "here"),
+        ({**minimal(), "ram_bytes": "lots"}, "here"),
+        ({**minimal(), "driver": 5}, "here"),
+        ({**minimal(), "gpus": [{"index": 0, "name": "G", **SIZES, "uuid": 1}]}, "here gpu 0"),
+        ({**minimal(), "gpus": [{"index": 0, "name": "G", **SIZES, "mig_uuid": 1}]}, "here gpu 0"),
+    ],
+)
+def test_a_bad_field_is_refused_naming_where_it_was_read(data: Any, said: str) -> None:
+    with pytest.raises(BloomperfError) as refused:
+        topology_from_dict(data, "here")
+    assert str(refused.value).startswith(said), str(refused.value)
+
+
+def test_the_place_read_from_is_topology_unless_told() -> None:
+    with pytest.raises(BloomperfError, match=r"^topology: topology must be an object$"):
+        topology_from_dict(None)
+    with pytest.raises(BloomperfError, match=r"^topology gpu 0: a GPU must be an object$"):
+        topology_from_dict({**minimal(), "gpus": [None]})
+
+
+TWO_GPUS = Topology(
+    id="2xA100-80GB",
+    aliases=("2xA100-SXM4-80GB", "a100"),
+    device="cuda",
+    gpus=(
+        Gpu(0, "NVIDIA A100-SXM4-80GB", 80 * GiB, 12, "GPU-0"),
+        Gpu(1, "NVIDIA A100-SXM4-80GB", 80 * GiB + GiB // 2, 0, "GPU-1"),
+    ),
+    nodes=2,
+    driver="550.54",
+    cuda="12.4",
+    cpu_model="AMD EPYC",
+    cpu_cores=64,
+    ram_bytes=1024 * GiB,
+    nvml_reason="",
+)
+ENVIRONMENT = {
+    "gpu_limits": [
+        {"index": 0, "sm_clock_max_mhz": 1410, "mem_clock_max_mhz": 1593, "power_limit_w": 400.0},
+        {"index": 1, "power_limit_w": 250.5},
+    ],
+    "packages": {"torch": "2.4.0", "deepspeed": "", "transformers": "4.43.4"},
+    "python": "3.11.7",
+    "cuda_torch": "12.1",
+    "nccl": "2.20.5",
+    "hostname": "node-a",
+}
+
+
+def test_a_gpu_topology_is_printed_line_by_line() -> None:
+    assert describe(TWO_GPUS, ENVIRONMENT).splitlines() == [
+        "topology  2xA100-80GB (also 2xA100-SXM4-80GB, a100)",
+        "device    cuda, 2 nodes",
+        "gpu 0     NVIDIA A100-SXM4-80GB, 80.0 GiB, 12 NVLinks up, SM 1410 MHz, memory 1593 MHz, "
+        "400 W, GPU-0",
+        "gpu 1     NVIDIA A100-SXM4-80GB, 80.5 GiB, 0 NVLinks up, 250.5 W, GPU-1",
+        "driver    550.54 (CUDA 12.4)",
+        "cpu       AMD EPYC, 64 cores, 1024.0 GiB RAM",
+        "software  python 3.11.7, torch 2.4.0, transformers 4.43.4",
+        "cuda      torch built with 12.1, NCCL 2.20.5",
+        "host      node-a",
+    ]
+
+
+def test_a_cpu_topology_says_why_nvml_gave_no_gpu_and_what_is_missing() -> None:
+    cpu = Topology("cpu", (), "cpu", (), 1, "", "", "Xeon", 2, 24 * GiB, "NVML: no driver")
+    assert describe(cpu, {"python": "3.11.7", "hostname": "ci"}).splitlines() == [
+        "topology  cpu",
+        "device    cpu, 1 node",
+        "nvml      NVML: no driver",
+        "cpu       Xeon, 2 cores, 24.0 GiB RAM",
+        "software  python 3.11.7",
+        "cuda      torch built with no CUDA, NCCL none",
+        "host      ci",
+    ]
+
+
+@given(st.sampled_from(["2xA100-80GB", "2XA100-80gb", " a100 ", "A100", "2xA100-SXM4-80GB"]))
+def test_a_topology_matches_its_id_and_aliases_in_any_case_and_padding(name: str) -> None:
+    assert TWO_GPUS.matches(name)
+
+
+@given(st.sampled_from(["2xA100", "a10", "2xA100-80GB-x", ""]))
+def test_a_topology_matches_no_other_name(name: str) -> None:
+    assert not TWO_GPUS.matches(name)
