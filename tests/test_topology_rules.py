@@ -11,8 +11,11 @@ from hypothesis import strategies as st
 
 from bloomperf.catalog.topology import (
     Gpu,
+    HostRam,
     Topology,
     describe,
+    nodes_from_env,
+    planned_topology,
     topology_from_dict,
     topology_to_dict,
 )
@@ -186,3 +189,58 @@ def test_a_topology_matches_its_id_and_aliases_in_any_case_and_padding(name: str
 @given(st.sampled_from(["2xA100", "a10", "2xA100-80GB-x", ""]))
 def test_a_topology_matches_no_other_name(name: str) -> None:
     assert not TWO_GPUS.matches(name)
+
+
+@pytest.mark.parametrize("field", ["cuda", "cpu_model", "nvml_reason", "aliases", "gpus"])
+def test_each_optional_field_of_a_wrong_type_is_refused_naming_where(field: str) -> None:
+    with pytest.raises(BloomperfError) as refused:
+        topology_from_dict({**minimal(), field: 5}, "here")
+    assert str(refused.value).startswith("here"), str(refused.value)
+    assert field in str(refused.value)
+
+
+def test_a_topology_without_gpus_reads_as_none() -> None:
+    assert topology_from_dict(minimal()).gpus == ()
+
+
+@given(st.integers(1, 9))
+def test_a_planned_machine_has_its_gpus_by_index_without_ids_or_versions(nodes: int) -> None:
+    text = f"{nodes}x4xA100-80GB" if nodes > 1 else "4xA100-80GB"
+    planned = planned_topology(text, "0,1,2,3")
+    assert planned.nodes == nodes and planned.device == "cuda"
+    assert [g.index for g in planned.gpus] == [0, 1, 2, 3]
+    for gpu in planned.gpus:
+        assert (gpu.memory_bytes, gpu.nvlinks_up, gpu.uuid, gpu.mig_uuid) == (80 * GiB, 0, "", "")
+    assert (planned.driver, planned.cuda) == ("", "")
+
+
+@given(st.integers(1, 9))
+def test_a_planned_machine_with_no_gpu_visible_is_a_cpu_of_its_nodes(nodes: int) -> None:
+    text = f"{nodes}x4xA100-80GB" if nodes > 1 else "4xA100-80GB"
+    planned = planned_topology(text, "-1")
+    assert planned.nodes == nodes
+    assert planned.id == ("cpu" if nodes == 1 else f"{nodes}xcpu")
+    assert planned.nvml_reason == "no visible GPU (CUDA_VISIBLE_DEVICES='-1')"
+    assert (planned.driver, planned.cuda, planned.gpus) == ("", "", ())
+
+
+def test_a_gpu_is_visible_by_its_index_and_mig_instance() -> None:
+    gpu = Gpu(3, "G", 1, 0, "GPU-x", "MIG-y")
+    assert (gpu.visible().index, gpu.visible().mig_uuid) == (3, "MIG-y")
+
+
+def test_host_ram_in_doubt_says_why() -> None:
+    said = HostRam(64 * GiB, "MemTotal", "a balloon").describe()
+    assert said == "host RAM 64.0 GiB from MemTotal (may read low: a balloon)"
+    assert HostRam(64 * GiB, "MemTotal").describe() == "host RAM 64.0 GiB from MemTotal"
+
+
+@pytest.mark.parametrize(
+    ("world", "local", "nodes"), [("1", "1", 1), ("4", "2", 2), ("8", "", 1), ("", "2", 1)]
+)
+def test_nodes_come_from_world_and_local_sizes_when_both_are_set(
+    monkeypatch: pytest.MonkeyPatch, world: str, local: str, nodes: int
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+    assert nodes_from_env() == nodes
