@@ -66,6 +66,9 @@ def test_every_field_comes_back_from_its_dict(topology: Topology) -> None:
     ]
 
 
+SIZES = {"memory_bytes": 80 * GiB, "nvlinks_up": 12}
+
+
 def minimal() -> dict[str, Any]:
     return {"id": "cpu", "device": "cpu", "nodes": 1}
 
@@ -85,9 +88,6 @@ def test_the_optional_fields_read_as_empty_and_zero() -> None:
         ram_bytes=0,
         nvml_reason="",
     )
-
-
-SIZES = {"memory_bytes": 80 * GiB, "nvlinks_up": 12}
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,9 @@ if _hold:
     with open("/proc/self/cmdline", "rb") as _cmdline:
         _words = _cmdline.read().split(b"\0")
     if b"bloomperf.harness.worker" in _words:
-        with open(_hold + ".reached", "w") as _reached:
+        # Written aside, then renamed: the test never sees the marker without the pid in it.
+        with open(_hold + ".reaching", "w") as _reached:
             _reached.write(str(os.getpid()))
+        os.replace(_hold + ".reaching", _hold + ".reached")
         with open(_hold, "rb"):  # blocks until a writer opens the FIFO
             pass
