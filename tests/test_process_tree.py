@@ -355,10 +355,15 @@ def test_the_device_lock_is_not_free_while_a_killed_runs_group_survives(tmp_path
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     survivor = subprocess.Popen(  # what a group of that dead controller would look like
-        [sys.executable, "-c", "import time; time.sleep(120)"],
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"],
         env={**os.environ, CONTROLLER_ENV: f"{dead.pid}:1.000:{dead.pid}", HELD_ENV: "cpu"},
+        stdout=subprocess.PIPE,
     )
     try:
+        # Running, not just forked: Popen returns once exec began, and until the new program's
+        # stack is set up, /proc/PID/environ is empty (on a busy machine, long enough for the
+        # lock to look and see no survivor).
+        assert survivor.stdout is not None and survivor.stdout.readline() == b"up\n"
         started = time.monotonic()
         with (
             pytest.raises(BloomperfError, match=rf"still use cpu .*PIDs {survivor.pid}\b"),
