@@ -6,6 +6,7 @@ accepts exactly its range and says what it refused."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ from _pytest.config.argparsing import Parser
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from bloomperf.backends.ds_inference import SHARD_MARKER
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import UnknownName
@@ -429,3 +431,39 @@ def test_a_sharded_folder_that_is_no_folder_says_so(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as refused:
         parsers.parse_sharded(str(tmp_path / "none"))
     assert str(refused.value) == f"{tmp_path / 'none'} is not a folder"
+
+
+def sharded_said(text: str) -> str:
+    """What parse_sharded answers, as text (a child run as nobody returns JSON)."""
+    try:
+        return str(parsers.parse_sharded(text))
+    except ValueError as exc:
+        return f"refused: {exc}"
+
+
+def test_a_sharded_folder_one_may_not_enter_or_read_is_refused_by_name() -> None:
+    """As root the check runs as nobody, so that root's access to every folder cannot pass it:
+    a folder on the way that may not be entered, the folder itself, an unreadable marker."""
+    base = Path(tempfile.mkdtemp(prefix="bloomperf-sharded-"))
+    marker = json.dumps({"tp": 2, "kernel_inject": False})
+    names = ("good", "shut/tp2", "listed", "unreadable")
+    try:
+        base.chmod(0o755)
+        for name in names:
+            (base / name).mkdir(parents=True)
+            (base / name / SHARD_MARKER).write_text(marker)
+            (base / name / SHARD_MARKER).chmod(0o644)
+        (base / "unreadable" / SHARD_MARKER).chmod(0o000)
+        for name in ("shut", "listed"):
+            (base / name).chmod(0o666)  # listed, not entered
+        assert sharded_said(str(base / "good")) == str(base / "good")  # imported as root
+        said = {name: as_nobody(sharded_said, str(base / name)) for name in names}
+        assert said["good"] == str(base / "good")
+        for name in ("shut/tp2", "listed"):
+            assert said[name] == f"refused: {base / name}: cannot be reached: Permission denied"
+        unreadable = base / "unreadable" / SHARD_MARKER
+        assert said["unreadable"] == f"refused: {unreadable}: cannot read: Permission denied"
+    finally:
+        for folder in (base / "shut", base / "listed"):
+            folder.chmod(0o755)
+        shutil.rmtree(base)

@@ -183,12 +183,14 @@ def parse_work_folder(text: str) -> Path:
 def parse_sharded(text: str) -> Path:
     """A folder ``bloomperf shard`` wrote: its marker must be there and readable."""
     folder = parse_path(text)
-    if not folder.is_dir():
-        raise ValueError(f"{folder} is not a folder")
     try:
+        if not folder.is_dir():
+            raise ValueError(f"{folder} is not a folder")
         read_shard_marker(folder)
     except BloomperfError as exc:
         raise ValueError(str(exc)) from None
+    except PermissionError as exc:  # it, or a folder on the way, may not be entered
+        raise ValueError(f"{folder}: cannot be reached: {exc.strerror}") from None
     return folder
 
 
