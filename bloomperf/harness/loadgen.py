@@ -238,13 +238,11 @@ class ClientPool:
         self.checked = True
 
     def close(self) -> None:
-        """Stop every client still held: none was given a run, so none has work to lose, and
-        its log (vLLM's import) is no rate's."""
+        """Stop every client still held: none was given a run, so none has work to lose."""
         for client in self.held:
             stop(client.process)
             if client.process.stdin is not None:
                 client.process.stdin.close()
-            client.log.unlink(missing_ok=True)
         self.held = []
 
 
