@@ -18,7 +18,6 @@ import datetime as dt
 import shlex
 import tempfile
 import textwrap
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -39,7 +38,6 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import write_json_atomic
 from bloomperf.core.metrics import label_of, metrics
 from bloomperf.harness.interleave import ARMS, Comparison, PairLog, Settings
-from bloomperf.harness.loadgen import ClientPool
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.overlay import (
@@ -51,7 +49,7 @@ from bloomperf.harness.overlay import (
     prepare_arm,
     resolve_python,
 )
-from bloomperf.harness.serve_ab import ServingArms, client_runs, compare_servers, start_servers
+from bloomperf.harness.serve_ab import ServingArms, compare_servers, start_servers
 from bloomperf.harness.server import Server, ServerSpec
 from bloomperf.harness.session import lock_key, resolve_device, utc_now
 from bloomperf.harness.sweep import Managed, SweepSpec
@@ -122,10 +120,6 @@ def serving_ab_command(
             )
             servers[arm.name] = stack.enter_context(Server(server_spec))
         print(f"bloomperf ab: starting both servers ({model.name})", file=err)
-        # The clients the comparison will run import vLLM while the servers start.
-        clients = stack.enter_context(ClientPool(spec.client_python, Path(tmp) / "clients"))
-        clients.start(client_runs(spec, settings))
-        spec = replace(spec, clients=clients)
         failed = start_servers(servers, cell)
         serving = ServingArms(
             {name: Managed(server) for name, server in servers.items()},

@@ -31,7 +31,6 @@ from bloomperf.cli.arguments import checked
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.formatting import utc_now
 from bloomperf.harness.engine_identity import endpoint_topology, installed_engine, served_engine
-from bloomperf.harness.loadgen import ClientPool
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.server import Server, ServerSpec
 from bloomperf.harness.sweep import Endpoint, Managed, SweepSpec, parse_rates, run_sweeps
@@ -166,16 +165,9 @@ def serve_command(args: argparse.Namespace) -> int:
         if args.output is not None:
             save_run(replace(run, cells=(partial_cell(settings, sla, measured),)), args.output)
 
-    with (
-        tempfile.TemporaryDirectory(prefix="bloomperf-serve-") as tmp,
-        ClientPool(python, Path(tmp) / "clients") as clients,
-    ):
+    with tempfile.TemporaryDirectory(prefix="bloomperf-serve-") as tmp:
         workdir = Path(tmp)
-        # Each listed rate's client imports vLLM while the server starts (bisection steps,
-        # whose rates are not known yet, start theirs when they come).
-        spec = replace(spec, clients=clients)
         if args.endpoint:
-            clients.start(len(spec.rates) * args.repeat)
             results = run_sweeps(spec, Endpoint(args.endpoint), workdir, args.repeat, keep)
         else:
             server_spec = ServerSpec(
@@ -188,7 +180,6 @@ def serve_command(args: argparse.Namespace) -> int:
                 threads=args.threads,
             )
             with hold_device_lock("cpu"), Server(server_spec) as server:
-                clients.start(len(spec.rates) * args.repeat)
                 results = run_sweeps(spec, Managed(server), workdir, args.repeat, keep)
     sweeps = [(list(r.rates), effective_throughput(r.rates, sla)) for r in results]
     if args.output is not None:

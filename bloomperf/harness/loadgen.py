@@ -29,13 +29,10 @@ from bloomperf.catalog.serving_workload import RequestLengths
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.jsonfile import write_json_atomic
 from bloomperf.harness.orphans import die_with_parent
-from bloomperf.harness.vllm_client import HOLD, READY
 
 # The client: a script the serving venv runs, a process of its own per rate (forked instead
 # from one process that had imported vLLM, its runs read the stream in bursts: docs/serving.md).
 CLIENT_SCRIPT = Path(__file__).with_name("vllm_client.py")
-# Clients held ahead at most (``ClientPool``): each holds vLLM's imports, about 600 MB here.
-MOST_AHEAD = 8
 RESULT_NAME = "result.json"
 # What the client prints just before its timed requests and just after them: the window a
 # ``RunWatch`` reads the machine's load over (its start-up and its one test request are not).
@@ -163,163 +160,39 @@ def client_command(
     return vllm_client(python, args)
 
 
-@dataclass(frozen=True)
-class HeldClient:
-    """A client started ahead: vLLM imported, waiting on stdin for its run's arguments."""
-
-    process: subprocess.Popen[bytes]
-    python: str
-    script: Path
-    log: Path  # its own until its run: the rate it serves is not known yet
-
-
-class ClientPool:
-    """Clients started ahead of a sweep's timed runs, each importing vLLM (about 13 CPU-s here)
-    while nothing is timed (the servers start), then held until a rate hands it its arguments.
-    Each rate still gets a process of its own that imported vLLM itself (a client kept between
-    rates or forked from one that had imported it measured worse: docs/serving.md), without
-    that import in the sweep's wall time. The first ``take`` waits until every client started
-    ahead is ready, so that none is importing during a timed run; a rate finding none held
-    starts its client as before."""
-
-    def __init__(self, python: Path, folder: Path, script: Path = CLIENT_SCRIPT) -> None:
-        self.python, self.folder, self.script = str(python), folder, script
-        self.held: list[HeldClient] = []
-        self.started = 0
-        self.checked = False
-
-    def __enter__(self) -> ClientPool:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    def start(self, count: int) -> None:
-        """Start ``count`` more clients (``MOST_AHEAD`` held at most)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for _ in range(min(count, MOST_AHEAD - len(self.held))):
-            log = self.folder / f"client-{self.started}.log"
-            self.started += 1
-            with open(log, "wb") as out:
-                process = subprocess.Popen(
-                    [self.python, str(self.script), HOLD],
-                    stdin=subprocess.PIPE,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
-                )
-            self.held.append(HeldClient(process, self.python, self.script, log))
-            self.checked = False
-
-    def take(self, command: ClientCommand, timeout_s: float) -> HeldClient | None:
-        """A held client ready to run ``command`` (the same interpreter and script), or None."""
-        if not self.checked:
-            self.wait_ready(timeout_s)
-        while self.held:
-            client = self.held.pop(0)
-            if (client.python, client.script) != (command.python, command.script):
-                self.held.append(client)
-                return None
-            if client.process.poll() is None:
-                return client
-        return None
-
-    def wait_ready(self, timeout_s: float) -> None:
-        """Until every held client said ``READY``; one that has not by ``timeout_s`` is
-        stopped (a rate then starts its own), one that exited is dropped."""
-        deadline = time.monotonic() + timeout_s
-        waiting = list(self.held)
-        while waiting and time.monotonic() < deadline:
-            waiting = [c for c in waiting if c.process.poll() is None and not is_ready(c)]
-            time.sleep(0.05 if waiting else 0)
-        for client in waiting:
-            stop(client.process)
-        self.held = [c for c in self.held if c.process.poll() is None]
-        self.checked = True
-
-    def close(self) -> None:
-        """Stop every client still held: none was given a run, so none has work to lose."""
-        for client in self.held:
-            stop(client.process)
-            if client.process.stdin is not None:
-                client.process.stdin.close()
-        self.held = []
-
-
-def is_ready(client: HeldClient) -> bool:
-    return READY.encode() in client.log.read_bytes()
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait()
-
-
 def run_client(
     command: ClientCommand,
     result_dir: Path,
     log: Path,
     timeout_s: float,
     watch: RunWatch | None = None,
-    held: HeldClient | None = None,
 ) -> ClientRun:
-    """Run one rate's client (``held``: one started ahead, given ``command``'s arguments); its
-    result, or ``RuntimeError`` with the log's tail. ``watch`` hears of its timed run's start
-    and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
+    """Run one rate's client; its result, or ``RuntimeError`` with the log's tail. ``watch``
+    hears of its timed run's start and end (``RUN_STARTS``, ``RUN_ENDS`` in its log)."""
     result = result_dir / RESULT_NAME
     result.unlink(missing_ok=True)
     deadline = time.monotonic() + timeout_s
-    try:
-        if held is None:
-            code = run_fresh(command, log, deadline, watch)
-        else:
-            code = run_held(held, command, log, deadline, watch)
-    except subprocess.TimeoutExpired as exc:
-        raise TimeoutError(f"client ran over {timeout_s:g} s") from exc
+    with open(log, "ab") as out:
+        try:
+            process = subprocess.Popen(
+                command.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+            )
+            try:
+                code = follow(process, log, out.tell(), deadline - time.monotonic(), watch)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        except subprocess.TimeoutExpired as exc:
+            raise TimeoutError(f"client ran over {timeout_s:g} s") from exc
     if code != 0 or not result.exists():
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"client exited with code {code}; log tail:\n{tail}")
     return parse_result(json.loads(result.read_text()))
-
-
-def run_fresh(command: ClientCommand, log: Path, deadline: float, watch: RunWatch | None) -> int:
-    with open(log, "ab") as out:
-        process = subprocess.Popen(
-            command.argv(),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
-        try:
-            return follow(process, log, out.tell(), deadline - time.monotonic(), watch)
-        finally:
-            stop(process)
-
-
-def run_held(
-    held: HeldClient, command: ClientCommand, log: Path, deadline: float, watch: RunWatch | None
-) -> int:
-    """The held client's run; its log then goes to the end of the rate's ``log``."""
-    offset = held.log.stat().st_size
-    try:
-        assert held.process.stdin is not None  # started with a pipe
-        held.process.stdin.write((json.dumps(list(command.args)) + "\n").encode())
-        held.process.stdin.close()
-        return follow(held.process, held.log, offset, deadline - time.monotonic(), watch)
-    except BrokenPipeError:  # it died while held: its log says why
-        return stop_code(held.process)
-    finally:
-        stop(held.process)
-        with open(log, "ab") as out:
-            out.write(held.log.read_bytes())
-        held.log.unlink()
-
-
-def stop_code(process: subprocess.Popen[bytes]) -> int:
-    stop(process)
-    return process.returncode
 
 
 def follow(

@@ -252,13 +252,6 @@ def warm_up(
         sweep_pair(first, targets, ARMS, workdir / f"{round_}", seen)
 
 
-def client_runs(spec: SweepSpec, settings: Settings) -> int:
-    """The client runs a comparison is sure to make: each arm's warm-ups and its first
-    ``min_pairs`` sweeps of the listed rates (bisection steps and further pairs depend on what
-    these measure): how many clients can be started ahead (``ClientPool``)."""
-    return 2 * (settings.warmup + settings.min_pairs * len(spec.rates))
-
-
 def start_servers(servers: dict[str, Server], cell: Cell) -> Comparison | None:
     """Start both servers at once (their loads overlap) and wait for each: None when both
     answer, else the failed comparison naming the arm whose server did not."""

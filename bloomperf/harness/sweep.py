@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bloomperf.analysis.prometheus import server_means_ms
@@ -29,7 +29,6 @@ from bloomperf.catalog.serving_workload import draw_lengths, find_shape
 from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.launch import WorkerFailure
 from bloomperf.harness.loadgen import (
-    ClientPool,
     RunWatch,
     client_command,
     run_client,
@@ -55,8 +54,6 @@ class SweepSpec:
     resolution: float = 0.1  # stop refining when the bracket is narrower than this share
     seed: int = 0
     rate_timeout_s: float = 600.0
-    # Clients started ahead for its rates (``ClientPool``): how it runs, not what it measures.
-    clients: ClientPool | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -216,11 +213,9 @@ def measure_rate(
         folder,
         seed,
     )
-    held = spec.clients.take(command, spec.rate_timeout_s) if spec.clients else None
     before = target.metrics() or ""
     try:
-        log = folder / "client.log"
-        run = run_client(command, folder, log, spec.rate_timeout_s, watch, held)
+        run = run_client(command, folder, folder / "client.log", spec.rate_timeout_s, watch)
     except TimeoutError as exc:
         return failed_rate(rate, "timeout", f"{exc}. {target.died()}".strip())
     except RuntimeError as exc:
