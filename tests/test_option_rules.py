@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -395,12 +396,16 @@ def test_a_work_folder_must_be_a_folder_or_creatable_under_a_writable_one(tmp_pa
     assert str(refused.value) == f"{afile / 'under'}: {afile} is not a writable folder"
 
 
-def work_folder_said(text: str) -> str:
-    """What parse_work_folder answers, as text (a child run as nobody returns JSON)."""
+def parser_said(parse: Callable[[str], Path], text: str) -> str:
+    """What a path parser answers, as text (a child run as nobody returns JSON)."""
     try:
-        return str(parsers.parse_work_folder(text))
+        return str(parse(text))
     except ValueError as exc:
         return f"refused: {exc}"
+
+
+def work_folder_said(text: str) -> str:
+    return parser_said(parsers.parse_work_folder, text)
 
 
 def test_a_folder_one_may_not_write_in_or_enter_is_no_place_for_a_work_folder() -> None:
@@ -434,11 +439,7 @@ def test_a_sharded_folder_that_is_no_folder_says_so(tmp_path: Path) -> None:
 
 
 def sharded_said(text: str) -> str:
-    """What parse_sharded answers, as text (a child run as nobody returns JSON)."""
-    try:
-        return str(parsers.parse_sharded(text))
-    except ValueError as exc:
-        return f"refused: {exc}"
+    return parser_said(parsers.parse_sharded, text)
 
 
 def test_a_sharded_folder_one_may_not_enter_or_read_is_refused_by_name() -> None:
