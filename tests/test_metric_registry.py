@@ -4,7 +4,10 @@ a figure is never given a unit its metric does not have (no "85 s" for an unknow
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -17,13 +20,18 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.core.metrics import (
     BUILT_INS,
     DIRECTIONS,
+    ENTRY_POINT_GROUP,
     HIGHER,
     LOWER,
     Metric,
+    better,
     format_value,
+    label_of,
     metric,
     metric_names,
+    outside_metrics,
 )
+from tests.builders import ok_cell
 
 SWAP = {REGRESSED: IMPROVED, IMPROVED: REGRESSED}
 OTHER = {LOWER: HIGHER, HIGHER: LOWER}
@@ -107,3 +115,135 @@ def test_a_metric_s_figure_carries_its_own_unit(unit: str, value: float) -> None
 def test_a_metric_has_one_of_two_directions() -> None:
     with pytest.raises(BloomperfError, match="direction must be one of lower, higher"):
         Metric("sideways", "sideways", "x", direction="sideways")
+
+
+# ---- which way is better, each figure's text, and lookups ------------------------------------
+
+
+@given(
+    known=st.sampled_from(BUILT_INS),
+    before=st.floats(min_value=1e-3, max_value=1e6, allow_nan=False),
+    factor=st.sampled_from((0.5, 0.99, 1.0, 1.01, 2.0)),
+)
+def test_better_follows_the_metric_s_direction_and_equal_is_never_better(
+    known: Metric, before: float, factor: float
+) -> None:
+    after = before * factor
+    expected = after > before if known.direction == HIGHER else after < before
+    assert better(known.name, before, after) is expected
+    assert not better(known.name, before, before)
+
+
+def test_better_reads_throughput_up_and_times_down_and_an_unknown_metric_as_a_time() -> None:
+    assert better("serving_effective_rps", 40.0, 50.0)
+    assert not better("serving_effective_rps", 50.0, 40.0)
+    assert better("ms_per_token", 50.0, 40.0) and not better("ms_per_token", 40.0, 50.0)
+    assert better("no_such_metric", 50.0, 40.0) and not better("no_such_metric", 40.0, 50.0)
+
+
+@given(value=st.floats(min_value=0.1, max_value=1e6, allow_nan=False))
+def test_each_unit_is_written_its_own_way(value: float) -> None:
+    def made(unit: str) -> str:
+        return Metric("made_up", "made up", unit).format(value)
+
+    assert made("ms") == f"{value:.2f} ms"
+    assert made("bytes") == f"{value / 2**30:.2f} GiB"
+    assert made("s") == (f"{value:.3g} s" if value < 1000 else f"{value:.0f} s")
+    assert made("") == f"{value:.4g}"  # no unit: no blank after the number
+    assert made("req/s") == f"{value:.4g} req/s"
+
+
+def test_format_value_of_nothing_a_text_a_known_and_an_unknown_latency() -> None:
+    assert format_value("ms_per_token", None) == "nothing"
+    assert format_value("ms_per_token", "OOM") == "OOM"
+    assert format_value("ms_per_token", 12.345) == "12.35 ms"
+    assert format_value("peak_memory", 3 * 2**30) == "3.00 GiB"
+    # A latency percentile no record has is still a time in ms (shown, not judged) ...
+    assert format_value("ttft_p90_ms", 12.345) == "12.35 ms"
+    # ... and only a name that ends in "_ms" is.
+    assert format_value("ttft_p90_msx", 12.345) == "12.35"
+
+
+def test_a_label_is_the_record_s_or_the_name_itself() -> None:
+    assert label_of("ms_per_token") == "ms/token"
+    assert label_of("serving_effective_rps") == "effective throughput"
+    assert label_of("no_such_metric") == "no_such_metric"
+
+
+def test_an_unknown_metric_is_refused_naming_it_and_every_registered_one() -> None:
+    with pytest.raises(BloomperfError) as refused:
+        metric("no_such_metric")
+    text = str(refused.value)
+    assert text.startswith("unknown metric 'no_such_metric' (registered: ")
+    assert text.endswith(", ".join(metric_names()) + ")")
+
+
+def test_latency_metrics_read_each_cycle_s_steps_and_nothing_without_steps() -> None:
+    steps = ((30.0, 10.0, 12.0, 11.0), (33.0, 9.0, 13.0, 10.0))
+    cell = replace(ok_cell(10.0), samples_step_ms=steps)
+    assert metric("ttft_ms").samples(cell) == (30.0, 33.0)  # the first step of each cycle
+    assert metric("tpot_ms").samples(cell) == (11.0, 10.0)  # the median of the rest
+    for name in ("ttft_ms", "tpot_ms", "tpot_p99_ms"):
+        assert metric(name).samples(ok_cell(10.0)) == ()
+
+
+# ---- metrics from an installed package (the entry-point group) -------------------------------
+
+
+def install(root: Path, points: dict[str, str], module: str) -> None:
+    """A distribution as pip leaves it in site-packages: its module and a dist-info folder whose
+    entry_points.txt names ``points`` in the group bloomperf reads."""
+    (root / "bloomperf_test_metrics.py").write_text(module)
+    info = root / "bloomperf_test_metrics-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bloomperf-test-metrics\n")
+    lines = [f"{name} = bloomperf_test_metrics:{attr}" for name, attr in points.items()]
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n" + "\n".join(lines) + "\n")
+
+
+MODULE = """
+from bloomperf.core.metrics import Metric
+ZEBRA = Metric("zebra_per_s", "zebras/s", "zebras/s", direction="higher")
+APPLE = Metric("apple_ms", "apple", "ms")
+CLASH = Metric("ms_per_token", "again", "ms")
+NOT_A_METRIC = 3
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("bloomperf_test_metrics", None)
+
+
+def test_installed_metrics_follow_the_built_ins_in_entry_point_name_order(site: Path) -> None:
+    install(site, {"zebra": "ZEBRA", "apple": "APPLE"}, MODULE)
+    found = outside_metrics(BUILT_INS)
+    assert [m.name for m in found] == ["apple_ms", "zebra_per_s"]
+    assert found[1].direction == HIGHER
+    assert outside_metrics(()) == found  # none of them clashes with another
+
+
+@pytest.mark.parametrize(
+    ("attr", "module", "said"),
+    [
+        ("CLASH", MODULE, "metric 'ms_per_token' is registered twice"),
+        ("NOT_A_METRIC", MODULE, "names a int, not a Metric"),
+        ("ZEBRA", "import no_such_module_here\n", "cannot load it: No module named"),
+    ],
+)
+def test_an_installed_metric_that_cannot_be_one_is_refused_naming_its_entry_point(
+    site: Path, attr: str, module: str, said: str
+) -> None:
+    install(site, {"broken": attr}, module)
+    with pytest.raises(BloomperfError) as refused:
+        outside_metrics(BUILT_INS)
+    where = f"entry point broken = bloomperf_test_metrics:{attr} ({ENTRY_POINT_GROUP}): "
+    assert str(refused.value).startswith(where) and said in str(refused.value)
+
+
+def test_two_installed_metrics_of_one_name_are_refused(site: Path) -> None:
+    install(site, {"first": "APPLE", "second": "APPLE"}, MODULE)
+    with pytest.raises(BloomperfError, match=r"entry point second = .*registered twice"):
+        outside_metrics(BUILT_INS)

@@ -32,7 +32,8 @@ def utc_now() -> str:
 def ms_number(value: float, decimals: int | None = None) -> str:
     """ms/token as the blog prints it: given decimals, else 2 (3 significant below 0.1)."""
     if decimals is None:
-        decimals = 2 if value >= 0.1 or value <= 0 else max(2, 2 - math.floor(math.log10(value)))
+        # Below 0.1 the first digit is the 2nd decimal or later: 2 more keep 3 significant.
+        decimals = 2 if value >= 0.1 or value <= 0 else 2 - math.floor(math.log10(value))
     return f"{value:.{decimals}f}"
 
 
@@ -144,7 +145,8 @@ _MARKDOWN = re.compile(r"([\\`\[\]|]|<(?=[A-Za-z/!?]))")
 def plain(text: str) -> str:
     """Untrusted text (a cell's message, a name from a file) as one inert line: no escape
     sequence, control character or line break, and never a workflow command."""
-    return _COMMAND.sub(": ", clean(text).replace("\r", " ").replace("\n", " "))
+    # ``clean`` has already dropped a carriage return, a control character like the others.
+    return _COMMAND.sub(": ", clean(text).replace("\n", " "))
 
 
 def markdown_text(text: str) -> str:

@@ -215,6 +215,33 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_host_ram.py",
         "tests/test_cli_arguments.py",
     ),
+    # The metric registry (which way is better, each figure's unit and tolerance) and how
+    # figures and untrusted text are written, by the in-process tests that read them back.
+    "bloomperf/core/metrics.py": (
+        "tests/test_metric_registry.py",
+        "tests/test_accept_rules.py",
+        "tests/test_compare_rules.py",
+        "tests/test_gate_properties.py",
+        "tests/test_nights_rules.py",
+        "tests/test_serving_ab_rules.py",
+        "tests/test_stats_properties.py",
+        "tests/test_tables.py",
+        "tests/test_verdict_properties.py",
+    ),
+    "bloomperf/core/formatting.py": (
+        "tests/test_formatting_rules.py",
+        "tests/test_security.py",
+        "tests/test_backend_traits.py",
+        "tests/test_github_rules.py",
+        "tests/test_option_rules.py",
+        "tests/test_run_table_rules.py",
+        "tests/test_tables.py",
+        "tests/test_terminal_rules.py",
+        "tests/test_verdict_lines.py",
+        "tests/test_verdict_properties.py",
+    ),
+    # Whether a cached model folder still holds what it was built from (before a run loads it).
+    "bloomperf/catalog/manifest.py": ("tests/test_cache_verify.py", "tests/test_models.py"),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
         "tests/test_topology_rules.py",
