@@ -765,7 +765,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "workflow-command-through",
         "bloomperf/core/formatting.py",
-        '    return _COMMAND.sub(": ", clean(text).replace("\\r", " ").replace("\\n", " "))',
+        '    return _COMMAND.sub(": ", clean(text).replace("\\n", " "))',
         "    return clean(text)",
         (
             "tests/test_gate_judges.py::test_a_hostile_message_never_becomes_a_workflow_command_or_html",
