@@ -87,9 +87,9 @@ def read_header(path: Path) -> bytes:
     """A safetensors file's length prefix and header (what the manifest hashes)."""
     with open(path, "rb") as f:
         prefix = f.read(8)
-        length = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
-        size = os.fstat(f.fileno()).st_size
-        return prefix + f.read(min(length, max(size - 8, 0)))
+        length = int.from_bytes(prefix, "little")
+        # A garbage length (up to 2**64) is read only as far as the file goes, not allocated.
+        return prefix + f.read(min(length, os.fstat(f.fileno()).st_size))
 
 
 def checkpoint_problem(folder: Path, shape: ModelShape, layers: int, seed: int = 0) -> str | None:

@@ -241,7 +241,11 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_verdict_properties.py",
     ),
     # Whether a cached model folder still holds what it was built from (before a run loads it).
-    "bloomperf/catalog/manifest.py": ("tests/test_cache_verify.py", "tests/test_models.py"),
+    "bloomperf/catalog/manifest.py": (
+        "tests/test_manifest_rules.py",
+        "tests/test_cache_verify.py",
+        "tests/test_models.py",
+    ),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
         "tests/test_topology_rules.py",
@@ -374,7 +378,12 @@ def run_mutmut(folder: Path, children: int, budget: float) -> str:
     group goes: mutmut's forked children would otherwise go on testing mutants."""
     # CI: the derandomised hypothesis profile (tests/conftest.py), so that a mutant's fate does
     # not depend on the day's examples, and no skip passes silently (tests/skips.py).
-    env = dict(os.environ, BLOOMPERF_CACHE=str(ROOT / ".bloomperf-cache"), CI="true")
+    # One OpenMP thread: mutmut forks each mutant's tests from a process that already ran
+    # torch, and GNU OpenMP's pool does not survive a fork (a child's first parallel op, e.g.
+    # building a model, waits on threads that are not there).
+    env = dict(
+        os.environ, BLOOMPERF_CACHE=str(ROOT / ".bloomperf-cache"), CI="true", OMP_NUM_THREADS="1"
+    )
     env.pop("PYTHONPATH", None)
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children)]
     with subprocess.Popen(
