@@ -389,7 +389,7 @@ def test_the_weekly_mutation_run_covers_every_layer_in_jobs_of_bounded_size() ->
 
 
 def test_the_mutation_layers_reach_every_deciding_folder_with_the_tests_that_import_it() -> None:
-    """``--layer`` covers analysis, store, render, harness, cli, measure, catalog and the
+    """``--layer`` covers analysis, store, render, harness, cli, measure, catalog, core and the
     plugin; a module outside the hand-picked table gets the test files that import it."""
     done = subprocess.run(
         [sys.executable, "tests/mutation/run.py", "--layer", "nowhere"],
@@ -398,7 +398,7 @@ def test_the_mutation_layers_reach_every_deciding_folder_with_the_tests_that_imp
         text=True,
     )
     assert done.returncode == 2
-    for layer in ("analysis", "store", "render", "harness", "cli", "measure", "catalog"):
+    for layer in ("analysis", "store", "render", "harness", "cli", "measure", "catalog", "core"):
         assert f"'{layer}'" in done.stderr, done.stderr
     assert "'plugin'" in done.stderr
     mutation = mutation_runner()

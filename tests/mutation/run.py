@@ -258,7 +258,8 @@ MODULES: dict[str, tuple[str, ...]] = {
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
 # each of its modules (those above keep their hand-picked tests; any other gets the test files
 # that import it, ``covering_tests``). Their survivor lists are to be measured.
-LAYERS = ("analysis", "store", "render", "harness", "cli", "measure", "catalog", "plugin")
+# core: the metric registry (which way each figure is better) and how figures are written.
+LAYERS = ("analysis", "store", "render", "harness", "cli", "measure", "catalog", "core", "plugin")
 
 
 def layer_modules(layer: str) -> list[str]:
