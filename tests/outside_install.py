@@ -42,3 +42,17 @@ def outside_env(target: Path, **extra: str) -> Mapping[str, str]:
     """This process's environment with the installed package on ``PYTHONPATH``."""
     paths = [str(target), *filter(None, [os.environ.get("PYTHONPATH")])]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
+
+
+def write_distribution(root: Path, group: str, points: Mapping[str, str], source: str) -> str:
+    """A distribution laid out as pip leaves one in site-packages, for a test that puts ``root``
+    on ``sys.path``: a module of ``source`` and a dist-info folder whose entry_points.txt names
+    ``points`` (entry-point name: attribute of the module) in ``group``. The module's name."""
+    module = "bloomperf_test_" + group.rpartition(".")[2]
+    (root / f"{module}.py").write_text(source)
+    info = root / f"{module}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    lines = [f"{name} = {module}:{attr}" for name, attr in points.items()]
+    (info / "entry_points.txt").write_text(f"[{group}]\n" + "\n".join(lines) + "\n")
+    return module

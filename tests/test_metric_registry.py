@@ -32,6 +32,7 @@ from bloomperf.core.metrics import (
     outside_metrics,
 )
 from tests.builders import ok_cell
+from tests.outside_install import write_distribution
 
 SWAP = {REGRESSED: IMPROVED, IMPROVED: REGRESSED}
 OTHER = {LOWER: HIGHER, HIGHER: LOWER}
@@ -190,17 +191,7 @@ def test_latency_metrics_read_each_cycle_s_steps_and_nothing_without_steps() -> 
 # ---- metrics from an installed package (the entry-point group) -------------------------------
 
 
-def install(root: Path, points: dict[str, str], module: str) -> None:
-    """A distribution as pip leaves it in site-packages: its module and a dist-info folder whose
-    entry_points.txt names ``points`` in the group bloomperf reads."""
-    (root / "bloomperf_test_metrics.py").write_text(module)
-    info = root / "bloomperf_test_metrics-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bloomperf-test-metrics\n")
-    lines = [f"{name} = bloomperf_test_metrics:{attr}" for name, attr in points.items()]
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n" + "\n".join(lines) + "\n")
-
-
+MODULE_NAME = "bloomperf_test_metrics"
 MODULE = """
 from bloomperf.core.metrics import Metric
 ZEBRA = Metric("zebra_per_s", "zebras/s", "zebras/s", direction="higher")
@@ -214,11 +205,11 @@ NOT_A_METRIC = 3
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
-    sys.modules.pop("bloomperf_test_metrics", None)
+    sys.modules.pop(MODULE_NAME, None)
 
 
 def test_installed_metrics_follow_the_built_ins_in_entry_point_name_order(site: Path) -> None:
-    install(site, {"zebra": "ZEBRA", "apple": "APPLE"}, MODULE)
+    write_distribution(site, ENTRY_POINT_GROUP, {"zebra": "ZEBRA", "apple": "APPLE"}, MODULE)
     found = outside_metrics(BUILT_INS)
     assert [m.name for m in found] == ["apple_ms", "zebra_per_s"]
     assert found[1].direction == HIGHER
@@ -236,7 +227,7 @@ def test_installed_metrics_follow_the_built_ins_in_entry_point_name_order(site: 
 def test_an_installed_metric_that_cannot_be_one_is_refused_naming_its_entry_point(
     site: Path, attr: str, module: str, said: str
 ) -> None:
-    install(site, {"broken": attr}, module)
+    write_distribution(site, ENTRY_POINT_GROUP, {"broken": attr}, module)
     with pytest.raises(BloomperfError) as refused:
         outside_metrics(BUILT_INS)
     where = f"entry point broken = bloomperf_test_metrics:{attr} ({ENTRY_POINT_GROUP}): "
@@ -244,6 +235,6 @@ def test_an_installed_metric_that_cannot_be_one_is_refused_naming_its_entry_poin
 
 
 def test_two_installed_metrics_of_one_name_are_refused(site: Path) -> None:
-    install(site, {"first": "APPLE", "second": "APPLE"}, MODULE)
+    write_distribution(site, ENTRY_POINT_GROUP, {"first": "APPLE", "second": "APPLE"}, MODULE)
     with pytest.raises(BloomperfError, match=r"entry point second = .*registered twice"):
         outside_metrics(BUILT_INS)

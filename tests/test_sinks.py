@@ -8,6 +8,8 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bloomperf.analysis.verdicts import Comparison
+from bloomperf.config.run import RunConfig
+from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.finish import Finished
-from bloomperf.harness.sinks import RunContext, tell
+from bloomperf.harness.sinks import (
+    ENTRY_POINT_GROUP,
+    GitHubOutput,
+    History,
+    ResultsFile,
+    RunContext,
+    installed_sinks,
+    open_sinks,
+    sink_name,
+    tell,
+)
+from bloomperf.render.github import job_outputs
+from bloomperf.store.history.nights import load_history
 from bloomperf.store.results import CellResult, Outcome, RunResult
+from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
 from tests.builders import ok_cell, tiny_run
-from tests.outside_install import outside_env, outside_package
+from tests.outside_install import outside_env, outside_package, write_distribution
 from tests.schemas import schema_errors
 
 __all__ = ["outside_package"]  # the fixture, used by name
@@ -186,3 +203,104 @@ def test_the_plugin_tells_the_outside_sink_and_the_documented_conftest(
     # The documented conftest hooks heard the same run.
     assert [c["id"] for c in read_lines(pytester.path / "cells.jsonl")] == ids
     assert (pytester.path / "verdict.txt").read_text() == f"pass {results}\n"
+
+
+# ---- the built-in sinks and how a run's sinks are chosen, in process ----------------------------
+
+
+def finished_context(output: Path | None, **options: Any) -> RunContext:
+    return RunContext(output, RunConfig(**options), "run")
+
+
+def test_the_results_file_holds_the_run_after_each_cell_and_at_the_finish(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    sink = ResultsFile(path)
+    run = tiny_run(ok_cell(1.0), ok_cell(2.0, batch_size=2))
+    first = replace(run, cells=run.cells[:1])
+    sink.cell_recorded(first.cells[0], first)
+    assert read_results(path).cells == first.cells
+    sink.run_finished(run, Comparison((), "cpu", "tiny", "b"), finished_context(path))
+    assert read_results(path).cells == run.cells
+
+
+def test_the_github_output_sink_appends_the_verdict_and_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(target))
+    verdicts = Comparison((), "cpu", "tiny", "b", incomplete="nothing measured")
+    GitHubOutput().cell_recorded(ok_cell(1.0), tiny_run(ok_cell(1.0)))  # nothing per cell
+    assert not target.exists()
+    GitHubOutput().run_finished(tiny_run(ok_cell(1.0)), verdicts, finished_context(None))
+    written = dict(line.split("=", 1) for line in target.read_text().splitlines())
+    assert written == job_outputs(verdicts, verdicts.failed)
+    assert written["verdict"] == "fail"
+
+
+def test_the_history_sink_adds_the_results_file_as_a_night_or_says_there_is_none(
+    tmp_path: Path,
+) -> None:
+    run = tiny_run(ok_cell(1.0))
+    results = tmp_path / "r.json"
+    save_run(run, results)
+    folder = tmp_path / "history"
+    verdicts = Comparison((), "cpu", "tiny", "b")
+    History(folder).run_finished(run, verdicts, finished_context(results))
+    assert [n.run.cells for n in load_history(folder)] == [run.cells]
+    with pytest.raises(BloomperfError) as refused:
+        History(folder).run_finished(run, verdicts, finished_context(None))
+    assert str(refused.value) == f"--history {folder}: the run kept no results file"
+
+
+@pytest.mark.parametrize("github", [False, True])
+@pytest.mark.parametrize("history", [None, "h"])
+def test_a_run_s_sinks_are_the_options_built_ins_in_order_then_installed_ones(
+    github: bool, history: str | None, tmp_path: Path
+) -> None:
+    folder = None if history is None else tmp_path / history
+    chosen = open_sinks(RunConfig(github_output=github, history=folder))
+    expected: list[object] = [GitHubOutput] if github else []
+    expected += [History] if folder is not None else []
+    assert [type(s) for s in chosen] == expected
+    assert all(s.folder == folder for s in chosen if isinstance(s, History))
+
+
+SINK_MODULE = """
+class Pushing:
+    name = "dashboard"
+    def cell_recorded(self, cell, run): pass
+    def run_finished(self, run, verdicts, context): pass
+
+class Anonymous(Pushing):
+    name = ""
+
+class Broken:
+    def __init__(self):
+        raise OSError("no token")
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("bloomperf_test_sinks", None)
+
+
+def test_an_installed_sink_is_made_once_per_run_and_named_by_its_name_or_class(
+    site: Path,
+) -> None:
+    write_distribution(site, ENTRY_POINT_GROUP, {"a": "Pushing", "b": "Anonymous"}, SINK_MODULE)
+    found = open_sinks(RunConfig(github_output=True))
+    assert [sink_name(s) for s in found] == ["GitHubOutput", "dashboard", "Anonymous"]
+
+
+def test_an_installed_sink_that_cannot_be_made_is_refused_naming_its_entry_point(
+    site: Path,
+) -> None:
+    write_distribution(site, ENTRY_POINT_GROUP, {"broken": "Broken"}, SINK_MODULE)
+    with pytest.raises(BloomperfError) as refused:
+        installed_sinks()
+    assert str(refused.value) == (
+        f"entry point broken = bloomperf_test_sinks:Broken ({ENTRY_POINT_GROUP}): OSError: no token"
+    )

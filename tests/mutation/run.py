@@ -246,6 +246,19 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_cache_verify.py",
         "tests/test_models.py",
     ),
+    # What the report's "What changed" section compares and says.
+    "bloomperf/render/report/changes.py": (
+        "tests/test_report_changes_rules.py",
+        "tests/test_report_changes.py",
+        "tests/test_history_properties.py",
+    ),
+    # Where a run's results go, by the in-process tests: the CLI's and the plugin's runs import
+    # the module unmutated.
+    "bloomperf/harness/sinks.py": (
+        "tests/test_sinks.py",
+        "-k",
+        "not plugin_tells and not run_tells and not failing_sink_loses",
+    ),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
         "tests/test_topology_rules.py",

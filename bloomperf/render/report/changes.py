@@ -75,8 +75,8 @@ def recorded_part(environment: Mapping[str, Any], other: Mapping[str, Any]) -> d
     down has not changed, it is unknown (and a baseline's note is no package a run has)."""
     packages = environment.get("packages") or {}
     kept = other.get("packages") or {}
-    part = {k: v for k, v in environment.items() if k in other and k != "packages"}
-    part["packages"] = {k: v for k, v in packages.items() if k in kept}
+    part = {k: v for k, v in environment.items() if k in other}
+    part["packages"] = {k: v for k, v in packages.items() if k in kept}  # only the shared ones
     return part
 
 
