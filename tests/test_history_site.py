@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from bloomperf.cli import main
+from bloomperf.core.metrics import metric_names
 from bloomperf.core.progress import set_sink
+from bloomperf.render.history.trend import panels, shown_panels
+from bloomperf.store.history.nights import Night
 from bloomperf.store.results import RunResult
 from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
@@ -21,8 +24,10 @@ from tests.builders import (
     BLOG_TOPOLOGY,
     RESULTS,
     night,
+    ok_cell,
     on_night,
     scaled_run,
+    tiny_run,
 )
 
 EIGHT = BLOG_TOPOLOGY
@@ -135,11 +140,11 @@ def test_the_regressed_cell_is_marked_with_its_step_and_what_changed(
 def test_step_times_are_shown_where_the_runs_recorded_them(site: tuple[Path, Path]) -> None:
     _, out = site
     page = (out / "cpu" / "accelerate-fp32-bs1.html").read_text(encoding="utf-8")
-    assert "<th>time to first token</th>" in page
+    assert "<th>TTFT</th>" in page
     rows = re.findall(r"<tr><td>2026-10-0\d</td>.*?</tr>", page)
     assert len(rows) == 4 and all(re.search(r"<td>\d+\.\d+ ms</td>", r) for r in rows)
     # The GPU fixture recorded none: no empty column.
-    assert "time to first token" not in (out / EIGHT / f"{SLOW_CELL}.html").read_text("utf-8")
+    assert "<th>TTFT</th>" not in (out / EIGHT / f"{SLOW_CELL}.html").read_text("utf-8")
 
 
 def test_bad_history_is_one_line_exit_2(
@@ -179,3 +184,17 @@ def test_bad_history_is_one_line_exit_2(
         err = [e for e in capsys.readouterr().err.splitlines() if "history publish:" not in e]
         assert len(err) == 1 and where in err[0] and "error" in err[0], err
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_a_trend_page_has_a_panel_for_each_registered_metric_a_cell_has() -> None:
+    """The registry decides the panels: a serving figure (higher is better) and the latency
+    percentiles get one where a night has them, memory is shown in GiB, and a metric no night
+    has gets none."""
+    assert [p[0] for p in panels()] == list(metric_names())
+    assert all((p[2], p[3]) == ("GiB", float(2**30)) for p in panels() if p[0] == "peak_memory")
+    served = replace(ok_cell(10.0), figures={"serving_effective_rps": (40.0, 41.0)})
+    nights = [Night(f"2026-11-0{i}", Path(f"{i}.json"), tiny_run(served)) for i in (1, 2)]
+    shown = [p[0] for p in shown_panels(nights, served.id)]
+    assert shown == ["ms_per_token", "peak_memory", "load_time", "serving_effective_rps"]
+    eff = next(p for p in panels() if p[0] == "serving_effective_rps")
+    assert eff[1:] == ("effective throughput", "req/s", 1.0)

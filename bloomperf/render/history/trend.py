@@ -20,29 +20,29 @@ from bloomperf.analysis.changes import Change
 from bloomperf.analysis.stats import REGRESSED
 from bloomperf.analysis.verdicts import CellVerdict, Comparison
 from bloomperf.core.formatting import GIB
+from bloomperf.core.metrics import metrics
 from bloomperf.render.report.figure import new_figure, save_figure
 from bloomperf.render.report.trend import mark_change
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.history.nights import (
-    METRIC_LOAD,
     METRIC_MEMORY,
-    METRIC_MS,
     METRIC_OUTCOME,
-    METRIC_TPOT,
-    METRIC_TTFT,
     Night,
     find_cell,
     series,
 )
 
-# The panels of a trend page, top to bottom: metric, title, unit, divisor for that unit.
-PANELS = (
-    (METRIC_MS, "ms per token", "ms", 1.0),
-    (METRIC_MEMORY, "peak memory", "GiB", float(GIB)),
-    (METRIC_LOAD, "load time", "s", 1.0),
-    (METRIC_TTFT, "time to first token", "ms", 1.0),
-    (METRIC_TPOT, "time per output token (p50)", "ms", 1.0),
-)
+
+def panels() -> tuple[tuple[str, str, str, float], ...]:
+    """The panels of a trend page, top to bottom: one per registered metric, in the registry's
+    order (an installed package's too): its name, title, unit and the divisor for that unit."""
+    return tuple(panel(m.name, m.label, m.unit) for m in metrics())
+
+
+def panel(name: str, title: str, unit: str) -> tuple[str, str, str, float]:
+    return (name, title, "GiB", float(GIB)) if unit == "bytes" else (name, title, unit, 1.0)
+
+
 MIN_SPAN = 0.10  # the y range of a panel shows at least ±10 % around the cell's median
 WORSE, BETTER, LINE, REGRESSED_COLOUR = "#b00020", "#1b7f2a", "#1f77b4", "#d62728"
 
@@ -183,5 +183,5 @@ def mark_failed_nights(ax: Any, topology: Topology, cell: str) -> None:
 
 
 def shown_panels(nights: Sequence[Night], cell: str) -> list[tuple[str, str, str, float]]:
-    """The panels of PANELS this cell has a figure for on some night."""
-    return [p for p in PANELS if series(nights, cell, p[0])]
+    """The panels this cell has a figure for on some night."""
+    return [p for p in panels() if series(nights, cell, p[0])]

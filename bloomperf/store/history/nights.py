@@ -22,12 +22,10 @@ from bloomperf.store.results import CellResult, Outcome, RunResult
 from bloomperf.store.results.codec import run_to_dict, save_run
 from bloomperf.store.results.files import read_results
 
-# Names of registered metrics (bloomperf.core.metrics) the history's pages chart by name.
+# Names of registered metrics (bloomperf.core.metrics) the history's pages treat apart: the
+# headline, memory (whose source a page names), and a change of outcome (no metric).
 METRIC_MS = "ms_per_token"
 METRIC_MEMORY = "peak_memory"
-METRIC_LOAD = "load_time"
-METRIC_TTFT = "ttft_ms"
-METRIC_TPOT = "tpot_ms"
 METRIC_OUTCOME = "outcome"
 
 NIGHT_NAME = re.compile(r"^(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<n>[2-9]|[1-9]\d+))?\.json$")
