@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bloomperf.catalog.caches import worker_caches
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.config.run import LaunchOptions
 from bloomperf.harness.dslaunch import cleanup_shm, mapped_paths, rank_group_command, shm_segments
@@ -106,9 +107,10 @@ def assert_same_tokens(result: dict[str, Any]) -> None:
 
 
 def test_single_rank_tp_and_zero_match_plain_model(tiny: Path, tmp_path: Path) -> None:
-    # world_size 1: a plain process, as the worker group starts it (no launcher).
+    # world_size 1: a plain process, as the worker group starts it (no launcher), with the
+    # caches it gets: DeepSpeed loads the op CI built instead of building it in ~/.cache.
     argv = [sys.executable, "-m", "tests.ds_backend_probe"]
-    run_group(argv, {}, probe_env(tiny, TP_CASES + ZERO_CASES), tmp_path)
+    run_group(argv, worker_caches(), probe_env(tiny, TP_CASES + ZERO_CASES), tmp_path)
     (results,) = read_ranks(tmp_path, 1)
     for result in results:
         assert_same_tokens(result)
@@ -130,7 +132,7 @@ def test_zero_reports_the_offload_deepspeed_applied_not_the_option(
     tiny: Path, tmp_path: Path
 ) -> None:
     argv = [sys.executable, "-m", "tests.ds_backend_probe"]
-    run_group(argv, {}, probe_env(tiny, OVERRIDDEN_OFFLOAD_CASES), tmp_path)
+    run_group(argv, worker_caches(), probe_env(tiny, OVERRIDDEN_OFFLOAD_CASES), tmp_path)
     (results,) = read_ranks(tmp_path, 1)
     for result in results:
         assert_same_tokens(result)
@@ -144,7 +146,7 @@ def test_zero_reports_the_stage_deepspeed_applied_not_stage_3(tiny: Path, tmp_pa
     results say which stage DeepSpeed's engine ran."""
     cases = [["ds-zero", {}], ["ds-zero", {"ds_config": {"zero_optimization": {"stage": 0}}}]]
     argv = [sys.executable, "-m", "tests.ds_backend_probe"]
-    run_group(argv, {}, probe_env(tiny, cases), tmp_path)
+    run_group(argv, worker_caches(), probe_env(tiny, cases), tmp_path)
     (results,) = read_ranks(tmp_path, 1)
     for result in results:
         assert_same_tokens(result)

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bloomperf.catalog.caches import worker_caches
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.catalog.models import MODEL_SHAPES
 from bloomperf.cli.shard import shard_command
@@ -121,5 +122,7 @@ def test_shard_at_tp1_on_gpus_runs_on_the_first_visible_gpu_by_nvml_index(
     order (CUDA's default FASTEST_FIRST may number the GPUs otherwise)."""
     argv, env = shard_command(1, visible)
     assert argv[-1] == "bloomperf.cli.shard" and "deepspeed.launcher.runner" not in argv
-    assert env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(visible[0])}
-    assert shard_command(1, None)[1] == {}  # on CPU run_shard hides every GPU itself
+    gpu = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(visible[0])}
+    # Like every rank group, it builds DeepSpeed's op in bloomperf's extensions folder.
+    assert env == {**worker_caches(), **gpu}
+    assert shard_command(1, None)[1] == worker_caches()  # on CPU run_shard hides every GPU

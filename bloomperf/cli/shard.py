@@ -159,6 +159,7 @@ def shard_command(tp: int, gpus: Sequence[int] | None) -> tuple[list[str], dict[
     on GPUs with ``--include localhost:<the first tp visible GPUs>`` (``--num_gpus`` would drop
     CUDA_VISIBLE_DEVICES and take GPUs 0..tp-1, harness/dslaunch.py), on CPU with ``--num_gpus``.
     """
+    from bloomperf.catalog.caches import worker_caches
     from bloomperf.catalog.devices import VisibleDevice, worker_environment
     from bloomperf.harness.dslaunch import rank_group_command
 
@@ -166,7 +167,9 @@ def shard_command(tp: int, gpus: Sequence[int] | None) -> tuple[list[str], dict[
         # One plain process: on GPUs it gets the first visible one as a run's worker does, by
         # NVML index in PCI order (CUDA's default order, FASTEST_FIRST, may number it otherwise).
         env = {} if not gpus else worker_environment([VisibleDevice(gpus[0])])
-        return [sys.executable, "-m", "bloomperf.cli.shard"], env
+        # The caches every rank group gets (rank_group_command): DeepSpeed builds its op into
+        # bloomperf's extensions folder, not into ~/.cache beside it.
+        return [sys.executable, "-m", "bloomperf.cli.shard"], {**worker_caches(), **env}
     if gpus is not None and len(gpus) < tp:
         raise BloomperfError(f"--tp {tp}: only {len(gpus)} GPUs are visible here")
     chosen = None if gpus is None else list(gpus)[:tp]
