@@ -40,6 +40,8 @@ REQUESTS = 32
 SWEEP = ["--rates", "inf", "--requests", str(REQUESTS), "--refine", "0"]
 PAIRS = ["--min-pairs", "3", "--max-pairs", "3", "--confidence", "0.75"]
 BLOOMPERF = [sys.executable, "-m", "bloomperf"]
+# What vLLM's server (uvicorn) prints once it answers.
+READY_LINE = "Application startup complete"
 
 
 def serving_ab(tmp: Path, *args: str) -> tuple[int, dict, str]:
@@ -109,8 +111,11 @@ def test_a_server_started_the_same_way_is_not_judged_worse(tmp_path: Path) -> No
 
 
 def test_an_engine_argument_arm_b_refuses_is_one_line_and_leaves_no_server(tmp_path: Path) -> None:
-    done = run_ab(tmp_path, "--b-engine-args", "--no-such-engine-flag 3")
+    output = tmp_path / "ab.json"
+    done = run_ab(tmp_path, "--b-engine-args", "--no-such-engine-flag 3", "--output", str(output))
     assert done.returncode == 2, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "--b-engine-args: vLLM refused them" in last and "no-such-engine-flag" in last
     assert not marked_processes(tmp_path / "mark", wait_s=10)  # arm A's server stopped too
+    # Said when B's server exited, not after A's load: A's server never got to answer.
+    assert READY_LINE not in (tmp_path / "ab.a.server.log").read_text()

@@ -32,7 +32,7 @@ from bloomperf.harness.interleave import ARMS, Comparison, PairLog, Settings
 from bloomperf.harness.launch import WorkerFailure
 from bloomperf.harness.loadgen import single_token_words
 from bloomperf.harness.matrix import Cell
-from bloomperf.harness.server import Server
+from bloomperf.harness.server import READY_POLL_S, Server
 from bloomperf.harness.sweep import Managed, SweepSpec, Target, measure_rate, repeat_spec
 from bloomperf.measure.contention import LoadProbe, Snapshot
 from bloomperf.store.contention import CycleLoad
@@ -253,19 +253,26 @@ def warm_up(
 
 
 def start_servers(servers: dict[str, Server], cell: Cell) -> Comparison | None:
-    """Start both servers at once (their loads overlap) and wait for each: None when both
-    answer, else the failed comparison naming the arm whose server did not."""
+    """Start both servers at once (their loads overlap) and wait for both: None when both
+    answer, else the failed comparison naming the first arm whose server did not. Both are
+    looked at in turn, so that arm B refusing its engine arguments is said as soon as its
+    server exits, not after arm A's load (a minute or more)."""
     started = time.monotonic()
     for server in servers.values():
         server.start()
-    for arm, server in servers.items():
-        try:
-            server.wait_ready()
-        except WorkerFailure as failure:
-            return failed(cell, arm, failure.outcome, str(failure), {}, started)
-        except BloomperfError as exc:  # vLLM refused an engine argument: name the arm's option
-            named = str(exc).replace("--engine-args", f"--{arm}-engine-args", 1)
-            raise BloomperfError(named, exc.exit_code) from None
+    waiting = dict(servers)
+    while waiting:
+        for arm, server in list(waiting.items()):
+            try:
+                if server.answers(started):
+                    del waiting[arm]
+            except WorkerFailure as failure:
+                return failed(cell, arm, failure.outcome, str(failure), {}, started)
+            except BloomperfError as exc:  # vLLM refused an engine argument: name the arm's
+                named = str(exc).replace("--engine-args", f"--{arm}-engine-args", 1)
+                raise BloomperfError(named, exc.exit_code) from None
+        if waiting:
+            time.sleep(READY_POLL_S)
     return None
 
 

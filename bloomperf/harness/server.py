@@ -142,18 +142,23 @@ class Server:
         refused engine argument: BloomperfError, exit 2), one that never answers ``timeout``;
         both carry the log's tail."""
         started = time.monotonic()
-        deadline = started + self.spec.ready_timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive():
-                self._raise_exited()
-            if self.get("/v1/models", timeout=2.0) is not None:
-                return time.monotonic() - started
+        while not self.answers(started):
             time.sleep(READY_POLL_S)
-        self.stop()
-        raise WorkerFailure(
-            "timeout",
-            f"server not ready in {self.spec.ready_timeout_s:g} s; log tail:\n{self.log_tail()}",
-        )
+        return time.monotonic() - started
+
+    def answers(self, started: float) -> bool:
+        """One look: whether /v1/models answers now. Raises as ``wait_ready`` does when the
+        server exited, or when ``spec.ready_timeout_s`` since ``started`` passed (stopping it):
+        so that a caller waiting on several servers hears of the first to fail at once."""
+        if not self.alive():
+            self._raise_exited()
+        if self.get("/v1/models", timeout=2.0) is not None:
+            return True
+        if time.monotonic() - started >= self.spec.ready_timeout_s:
+            self.stop()
+            waited = f"server not ready in {self.spec.ready_timeout_s:g} s"
+            raise WorkerFailure("timeout", f"{waited}; log tail:\n{self.log_tail()}")
+        return False
 
     def _raise_exited(self) -> None:
         code = self.process.wait() if self.process is not None else None
