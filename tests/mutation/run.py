@@ -182,6 +182,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     # Not test_latency.py (real runs of the tiny model) nor test_report.py (the whole HTML
     # report and its plots): 15 s a mutant, past any budget; the tables' text is read here.
     "bloomperf/render/comparison.py": (
+        "tests/test_comparison_text_rules.py",
         "tests/test_compare.py",
         "tests/test_serving_gate.py",
         "tests/test_tables.py",
