@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bloomperf.config.run import LaunchOptions
 from bloomperf.core.errors import BloomperfError
@@ -47,6 +49,36 @@ def test_hostfiles_deepspeed_refuses_are_one_line_errors(text: str, tmp_path: Pa
     assert str(path) in str(info.value) and "\n" not in str(info.value)
 
 
+hostfile_lines = st.lists(
+    st.one_of(
+        st.builds(
+            "{}{} slots={}{}".format,
+            st.sampled_from(["", "  ", "\t"]),
+            st.sampled_from(["node-1", "node-2", "10.0.0.7", "n_3.rack"]),
+            st.integers(1, 16),
+            st.sampled_from(["", " max_slots=8", "  # rack B"]),
+        ),
+        st.sampled_from(["", "   ", "# a comment", "  # indented comment"]),
+        st.sampled_from(["node-1", "node-1 slots=", "node-1 slots=x", "slots=2", "node-1 gpus=2"]),
+    ),
+    max_size=6,
+)
+
+
+@given(hostfile_lines)
+def test_any_hostfile_parses_or_is_refused_as_deepspeed_does(lines: list[str]) -> None:
+    """Lines of every kind DeepSpeed's parser meets: entries with indents and trailing text, a
+    host listed twice, comments, blank lines, lines it refuses; and no line at all."""
+    try:
+        expected = runner._parse_hostfile([line + "\n" for line in lines])
+    except ValueError:
+        with pytest.raises(BloomperfError) as info:
+            parse_hostfile(lines, "hosts")
+        assert str(info.value).startswith("hosts") and "\n" not in str(info.value)
+        return
+    assert list(parse_hostfile(lines).items()) == list(expected.items())
+
+
 def test_a_node_with_no_slot_is_refused_though_deepspeed_takes_it() -> None:
     assert dict(runner._parse_hostfile(["a slots=0\n", "b slots=1\n"])) == {"a": 0, "b": 1}
     with pytest.raises(BloomperfError, match="host a has slots=0"):
@@ -83,6 +115,47 @@ def test_unknown_host_or_slot_in_a_filter_is_refused_like_deepspeed() -> None:
             runner.parse_inclusion_exclusion(collections.OrderedDict(pool), spec, "")
         with pytest.raises(BloomperfError, match="--include"):
             active_hosts(pool, LaunchOptions(include=spec))
+
+
+HOSTS = ("a", "b", "c", "d")
+
+
+@st.composite
+def pools_and_filters(draw: st.DrawFn) -> tuple[dict[str, int], dict[str, Any]]:
+    """A hostfile's pool (1 to 4 hosts of 1 to 4 slots) and one way to narrow it: --include or
+    --exclude of node specs (a host of the pool or not, all its slots or some, slots past its
+    last among them), or --num-nodes up to past the pool's size."""
+    hosts = draw(st.lists(st.sampled_from(HOSTS), min_size=1, max_size=4, unique=True))
+    pool = {host: draw(st.integers(1, 4)) for host in hosts}
+    kind = draw(st.sampled_from(["include", "exclude", "num_nodes"]))
+    if kind == "num_nodes":
+        return pool, {"num_nodes": draw(st.integers(1, 5))}
+    specs = []
+    for _ in range(draw(st.integers(1, 3))):
+        host = draw(st.sampled_from([*hosts, "zz"]))
+        slots = draw(st.lists(st.integers(0, 5), max_size=3))
+        specs.append(host + (":" + ",".join(map(str, slots)) if slots else ""))
+    return pool, {kind: "@".join(specs)}
+
+
+@given(pools_and_filters())
+def test_any_filter_resolves_or_is_refused_as_deepspeeds_runner_does(
+    case: tuple[dict[str, int], dict[str, Any]],
+) -> None:
+    pool, options = case
+    try:
+        active = runner.parse_inclusion_exclusion(
+            collections.OrderedDict(pool), options.get("include", ""), options.get("exclude", "")
+        )
+        expected = runner.apply_num_nodes_and_gpus(active, options.get("num_nodes", -1), -1)
+    except ValueError:
+        option = "--" + next(iter(options)).replace("_", "-")
+        with pytest.raises(BloomperfError, match=f"^{option}: "):
+            active_hosts(pool, LaunchOptions(**options))
+        return
+    found = active_hosts(pool, LaunchOptions(**options))
+    assert found == {h: list(s) for h, s in expected.items()}
+    assert list(found) == list(expected)  # hostfile order: the order ranks are numbered in
 
 
 def multinode(tmp_path: Path, **options: Any) -> tuple[list[str], dict[str, str], Any]:

@@ -253,6 +253,23 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_report_changes.py",
         "tests/test_history_properties.py",
     ),
+    # Multi-node shapes: hostfiles and --include/--exclude against DeepSpeed's own parser, a
+    # rank's numbers from its launcher, the cells a run plans.
+    "bloomperf/harness/hostfile.py": (
+        "tests/test_multinode_launch.py",
+        "tests/test_security.py",
+        "tests/test_fuzz_readers.py",
+        "tests/test_option_rules.py",
+    ),
+    "bloomperf/harness/rankenv.py": (
+        "tests/test_multinode_launch.py",
+        "tests/test_rank_peaks.py",
+    ),
+    "bloomperf/harness/matrix.py": (
+        "tests/test_backend_traits.py",
+        "tests/test_config.py",
+        "tests/test_option_rules.py",
+    ),
     # Where a run's results go, by the in-process tests: the CLI's and the plugin's runs import
     # the module unmutated.
     "bloomperf/harness/sinks.py": (
