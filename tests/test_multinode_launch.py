@@ -261,6 +261,76 @@ def test_slurm_and_mpi_ranks_take_their_numbers_from_their_launcher() -> None:
     assert adopt_launcher_rank(launched) == "deepspeed" and launched["RANK"] == "0"
 
 
+# Each launcher's own variables, as its documentation names them: rank, world size, local rank,
+# tasks on this node (Slurm writes the last as a list such as "2(x3),1").
+LAUNCHER_NAMES = {
+    "slurm": ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"),
+    "openmpi": (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
+    "mvapich": (
+        "MV2_COMM_WORLD_RANK",
+        "MV2_COMM_WORLD_SIZE",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "MV2_COMM_WORLD_LOCAL_SIZE",
+    ),
+}
+
+
+@given(
+    launcher=st.sampled_from(sorted(LAUNCHER_NAMES)),
+    numbers=st.tuples(*[st.integers(0, 4096)] * 4),
+    present=st.tuples(st.booleans(), st.booleans(), st.booleans()),
+    repeat=st.sampled_from(["", "(x2)", "(x16),3"]),
+    other=st.dictionaries(st.sampled_from(["PATH", "HOME", "SLURM_JOB_ID"]), st.just("x")),
+)
+def test_a_launchers_numbers_become_torchs_and_nothing_else_moves(
+    launcher: str,
+    numbers: tuple[int, int, int, int],
+    present: tuple[bool, bool, bool],
+    repeat: str,
+    other: dict[str, str],
+) -> None:
+    names = LAUNCHER_NAMES[launcher]
+    env = {names[0]: str(numbers[0]), **other}
+    for name, number, there in zip(names[1:], numbers[1:], present, strict=True):
+        if there:
+            env[name] = str(number) + (repeat if name == "SLURM_STEP_TASKS_PER_NODE" else "")
+    before = dict(env)
+    assert adopt_launcher_rank(env) == launcher
+    torch_names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_SIZE")
+    pairs = zip(torch_names, names, numbers, strict=True)
+    expected = {t: str(n) for t, name, n in pairs if name in before}
+    expected.setdefault("LOCAL_RANK", "0")  # a single task per node has local rank 0
+    assert env == {**before, **expected}
+
+
+@given(
+    rank=st.integers(0, 64),
+    cross=st.booleans(),
+    launcher=st.sampled_from(sorted(LAUNCHER_NAMES)),
+)
+def test_a_rank_torch_already_numbered_keeps_its_numbers(
+    rank: int, cross: bool, launcher: str
+) -> None:
+    """DeepSpeed's launcher numbered it (its pdsh runner also sets CROSS_RANK): the numbers of
+    another launcher around it (a DeepSpeed run inside a Slurm allocation) are not read."""
+    env = {"RANK": str(rank), LAUNCHER_NAMES[launcher][0]: str(rank + 1)}
+    if cross:
+        env["CROSS_RANK"] = "0"
+    before = dict(env)
+    assert adopt_launcher_rank(env) == ("deepspeed" if cross else "")
+    assert env == before
+
+
+def test_no_launcher_at_all_is_a_plain_process() -> None:
+    env = {"PATH": "/bin"}
+    assert adopt_launcher_rank(env) == "" and env == {"PATH": "/bin"}
+
+
 # ---- every node's topology ---------------------------------------------------------------------
 
 
