@@ -126,6 +126,46 @@ def test_the_default_matrix_is_the_blogs() -> None:
     assert cpu == [("accelerate", "fp32"), ("accelerate", "bf16"), ("accelerate", "int8")]
 
 
+# The blog's batch sizes on a GPU, and the tiny model's on a CPU (docs/ci.md's matrix).
+BLOG_BATCH_SIZES = {"cuda": [1, 8, 16, 32, 64, 128, 256, 512], "cpu": [1, 8, 32]}
+
+
+@given(
+    device=st.sampled_from(DEVICES),
+    backends=st.lists(st.sampled_from(sorted(BACKEND_CLASSES)), unique=True, max_size=5),
+    dtypes=st.lists(st.sampled_from(sorted(DTYPES)), unique=True, max_size=3),
+    batch_sizes=st.lists(st.integers(1, 1024), unique=True, max_size=4),
+)
+def test_a_plan_is_each_backend_in_table_order_times_its_dtypes_with_batch_sizes_ascending(
+    device: str, backends: list[str], dtypes: list[str], batch_sizes: list[int]
+) -> None:
+    """Whatever order the options name them in: rows in the blog's backend order, each
+    backend's --dtypes or else its own defaults there, one group per row, every group with the
+    same batch sizes (the device's defaults unless named) ascending, a cell for each."""
+    options = RunConfig(
+        backends=tuple(backends), dtypes=tuple(dtypes), batch_sizes=tuple(batch_sizes)
+    )
+    named = backends or [n for n in BACKEND_CLASSES if device in backend_class(n).default_on]
+    in_order = [n for n in BACKEND_CLASSES if n in named]
+    without = [n for n in in_order if not dtypes and not backend_class(n).default_dtypes[device]]
+    if without:
+        with pytest.raises(BloomperfError, match=f"--backends {without[0]}: no default dtype"):
+            plan_groups(options, device)
+        return
+    groups = plan_groups(options, device)
+    rows = [(n, d) for n in in_order for d in (dtypes or backend_class(n).default_dtypes[device])]
+    assert [(g.backend, g.dtype) for g in groups] == rows
+    sizes = sorted(batch_sizes) or BLOG_BATCH_SIZES[device]
+    for group in groups:
+        assert list(group.batch_sizes) == sizes
+        cells = group.cells()
+        assert [(c.backend, c.dtype, c.batch_size) for c in cells] == [
+            (group.backend, group.dtype, b) for b in sizes
+        ]
+        assert [c.id for c in cells] == [f"{group.backend}-{group.dtype}-bs{b}" for b in sizes]
+        assert {c.group for c in cells} == {(group.backend, group.dtype)}
+
+
 # ---- entry points --------------------------------------------------------------------------
 
 
