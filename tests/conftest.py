@@ -37,30 +37,35 @@ if importlib.util.find_spec("hypothesis") is not None:
 
 
 # Files whose verdicts rest on measured time (paired A/B, served or not, bisect, A/A noise,
-# planted slowdowns, loaded machines), and the tiny-model matrix, whose cells run
-# pytest-benchmark's loop (it turns itself off in a pytest-xdist worker): .ci/run runs them alone
-# (-m serial) after the parallel pass (-n 3 -m "not serial"), so that another worker's tests
-# never weigh on one arm of their comparisons. (Files with real DeepSpeed launches run in the
-# workers: .ci/run builds DeepSpeed's CPU op before the tests, so that no launch builds it
-# under a test's timeouts.) A test elsewhere that judges measured time carries the mark itself
+# planted slowdowns, loaded machines): .ci/run runs them alone (-m serial) after the parallel
+# pass (-n 3 -m "not serial and not matrix"), so that another worker's tests never weigh on one
+# arm of their comparisons. (Files with real DeepSpeed launches run in the workers: .ci/run
+# builds DeepSpeed's CPU op before the tests, so that no launch builds it under a test's
+# timeouts.) A test elsewhere that judges measured time carries the mark itself
 # (tests/test_serving_ab.py's comparisons).
 SERIAL_FILES = frozenset(
     {
         "test_ab.py",
         "test_bisect.py",
-        "test_bloom_matrix.py",
         "test_calibrate.py",
         "test_contention.py",
         "test_latency.py",
         "test_slowdown.py",
     }
 )
+# The benchmark matrix's cells run pytest-benchmark's loop, which turns itself off in a
+# pytest-xdist worker: .ci/run runs them in a process of their own (-m matrix). They judge no
+# time on a CPU (the tiny baseline sets no ms/token tolerance: outcome and memory only), so that
+# process runs beside the canaries rather than in the serial pass.
+MATRIX_FILE = "test_bloom_matrix.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
+        elif item.path.name == MATRIX_FILE:
+            item.add_marker(pytest.mark.matrix)
 
 
 # bloomperf fits its text to the terminal's width: a CI runner's pseudo-terminal is 80 columns,
