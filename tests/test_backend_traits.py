@@ -51,13 +51,21 @@ class Everywhere(Modelless):
     name = "everywhere"
     default_on = ("cpu",)
 
+class GpuOnly(Modelless):
+    name = "gpu-only"
+    default_dtypes = {"cuda": ("bf16",)}
+
 class Misnamed(Modelless):
     name = "something-else"
 
 class NotABackend:
     name = "not-a-backend"
 """
-GOOD = {"modelless": "fake_backends:Modelless", "everywhere": "fake_backends:Everywhere"}
+GOOD = {
+    "modelless": "fake_backends:Modelless",
+    "everywhere": "fake_backends:Everywhere",
+    "gpu-only": "fake_backends:GpuOnly",
+}
 BAD = {
     "misnamed": "fake_backends:Misnamed",
     "not-a-backend": "fake_backends:NotABackend",
@@ -178,6 +186,18 @@ def test_an_entry_point_adds_a_backend_after_the_built_ins(fake_backends: None) 
     assert "everywhere" in default_backends("cpu") and "modelless" not in default_backends("cpu")
     groups = plan_groups(RunConfig(backends=("modelless", "accelerate")), "cuda")
     assert [(g.backend, g.dtype) for g in groups][-1] == ("modelless", "bf16")
+
+
+def test_a_backend_with_no_default_dtype_on_the_device_asks_for_dtypes(
+    fake_backends: None,
+) -> None:
+    cpu = RunConfig(backends=("gpu-only",))
+    with pytest.raises(BloomperfError) as info:
+        plan_groups(cpu, "cpu")
+    assert str(info.value) == "--backends gpu-only: no default dtype on cpu: --dtypes"
+    named = plan_groups(RunConfig(backends=("gpu-only",), dtypes=("fp32",)), "cpu")
+    assert [(g.backend, g.dtype) for g in named] == [("gpu-only", "fp32")]
+    assert [(g.backend, g.dtype) for g in plan_groups(cpu, "cuda")] == [("gpu-only", "bf16")]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,8 @@ its hostfile parser, its --include/--exclude resolution, its argument parser and
 from __future__ import annotations
 
 import collections
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from bloomperf.harness.dslaunch import rank_group_command
 from bloomperf.harness.hostfile import active_hosts, parse_hostfile, read_hostfile
 from bloomperf.harness.multinode import DS_ENV_FILE, ENTRY_SCRIPT, GROUP_ENV
 from bloomperf.harness.options import resolve_options
-from bloomperf.harness.rankenv import adopt_launcher_rank
+from bloomperf.harness.rankenv import adopt_launcher_rank, identity_line, node_name, ssh_target
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 
@@ -77,6 +79,64 @@ def test_any_hostfile_parses_or_is_refused_as_deepspeed_does(lines: list[str]) -
         assert str(info.value).startswith("hosts") and "\n" not in str(info.value)
         return
     assert list(parse_hostfile(lines).items()) == list(expected.items())
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (["# nodes", "", "a slots=2", "b"], "hosts:4: expected 'HOST slots=N', got 'b'"),
+        (["a slots=1", "a slots=2"], "hosts:2: host a listed twice"),
+        (["-oProxyCommand=x slots=1"], "hosts:1: '-oProxyCommand=x' is not a host name or address"),
+        (["# only", ""], "hosts: no 'HOST slots=N' lines"),
+        (["b" * 70], f"hosts:1: expected 'HOST slots=N', got {'b' * 60!r}"),
+        ([f"$({'x' * 70}) slots=1"], f"hosts:1: {'$(' + 'x' * 58!r} is not a host name or address"),
+    ],
+)
+def test_a_refused_hostfile_names_its_line_counted_from_one(lines: list[str], message: str) -> None:
+    """Blank and comment lines count; what the line holds is shown up to 60 characters."""
+    with pytest.raises(BloomperfError) as info:
+        parse_hostfile(lines, "hosts")
+    assert str(info.value) == message
+    with pytest.raises(BloomperfError) as info:
+        parse_hostfile(lines)
+    assert str(info.value) == message.replace("hosts", "hostfile", 1)
+
+
+def test_a_hostfile_that_is_not_a_file_is_named_as_a_hostfile(tmp_path: Path) -> None:
+    with pytest.raises(BloomperfError) as info:
+        read_hostfile(tmp_path / "nowhere")
+    assert str(info.value) == f"{tmp_path / 'nowhere'}: hostfile not found"
+    with pytest.raises(BloomperfError) as info:
+        read_hostfile(tmp_path)
+    assert str(info.value) == f"{tmp_path}: is a directory, expected a hostfile file"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"include": "a", "exclude": "b"},
+            "--include and --exclude: use one or the other, not both",
+        ),
+        (
+            {"include": "a", "num_nodes": 1},
+            "--include/--exclude cannot be combined with --num-nodes",
+        ),
+        (
+            {"exclude": "a", "num_nodes": 1},
+            "--include/--exclude cannot be combined with --num-nodes",
+        ),
+        ({"include": "a:x"}, "--include: 'a:x' is not NAME[:SLOT[,SLOT...]]"),
+        ({"exclude": "b@a:0,1,9"}, "--exclude: host a has no slot 9"),
+        ({"include": "z"}, "--include: host 'z' is not in the hostfile"),
+    ],
+)
+def test_filters_that_cannot_apply_are_one_line_naming_the_option(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(BloomperfError) as info:
+        active_hosts({"a": 2, "b": 2}, LaunchOptions(**options))
+    assert str(info.value) == message
 
 
 def test_a_node_with_no_slot_is_refused_though_deepspeed_takes_it() -> None:
@@ -324,6 +384,71 @@ def test_a_rank_torch_already_numbered_keeps_its_numbers(
     before = dict(env)
     assert adopt_launcher_rank(env) == ("deepspeed" if cross else "")
     assert env == before
+
+
+def test_the_process_environment_is_read_when_none_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("RANK", "LOCAL_RANK", "SSH_CONNECTION", "SLURMD_NODENAME", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    assert adopt_launcher_rank() == "openmpi"
+    assert (os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("3", "0")
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-17")
+    assert node_name() == "gpu-17" and ssh_target() is None
+    monkeypatch.setenv("SSH_CONNECTION", "10.0.0.1 50000 10.0.0.2 22")
+    assert node_name() == ssh_target() == "10.0.0.2"
+
+
+def test_a_launchers_number_that_is_not_one_is_passed_on_as_it_is() -> None:
+    env = {"SLURM_PROCID": "0", "SLURM_STEP_TASKS_PER_NODE": "(x2)"}
+    adopt_launcher_rank(env)
+    assert env["LOCAL_SIZE"] == "(x2)"  # torch refuses it itself, naming the variable
+
+
+@pytest.mark.parametrize("launched", [True, False])
+def test_the_identity_line_says_which_rank_runs_where(
+    launched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = (
+        "RANK",
+        "WORLD_SIZE",
+        "CROSS_RANK",
+        "SLURM_NODEID",
+        "SSH_CONNECTION",
+        "SLURMD_NODENAME",
+    )
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    expected = {
+        "rank": "0",
+        "world": "1",
+        "node_rank": "0",
+        "launcher": "plain",
+        "host": socket.gethostname(),
+        "ssh_to": "-",
+        "slurm_node": "-",
+        "pid": str(os.getpid()),
+    }
+    if launched:
+        given_env = {
+            "RANK": "5",
+            "WORLD_SIZE": "8",
+            "SLURM_NODEID": "1",
+            "SSH_CONNECTION": "10.0.0.1 50000 10.0.0.2 22",
+            "SLURMD_NODENAME": "gpu-17",
+        }
+        for name, value in given_env.items():
+            monkeypatch.setenv(name, value)
+        expected |= {"rank": "5", "world": "8", "node_rank": "1", "launcher": "slurm"}
+        expected |= {"ssh_to": "10.0.0.2", "slurm_node": "gpu-17"}
+    line = identity_line("slurm" if launched else "")
+    prefix, *fields = line.split(" ")
+    assert prefix == "bloomperf-rank"
+    assert [tuple(f.split("=", 1)) for f in fields] == list(expected.items())
+    if launched:  # DeepSpeed's pdsh runner numbers the node itself
+        monkeypatch.setenv("CROSS_RANK", "3")
+        assert " node_rank=3 " in identity_line("deepspeed")
 
 
 def test_no_launcher_at_all_is_a_plain_process() -> None:
