@@ -389,8 +389,12 @@ def test_a_rank_torch_already_numbered_keeps_its_numbers(
 def test_the_process_environment_is_read_when_none_is_given(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("RANK", "LOCAL_RANK", "SSH_CONNECTION", "SLURMD_NODENAME", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
+    names = ("RANK", "LOCAL_RANK", "SSH_CONNECTION", "SLURMD_NODENAME", "SLURM_PROCID")
+    for name in names:
+        # Set first, so that the teardown removes what adopt_launcher_rank writes (a RANK left
+        # in this process would make a later test's DeepSpeed launch a rank of another world).
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
     assert adopt_launcher_rank() == "openmpi"
     assert (os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("3", "0")
