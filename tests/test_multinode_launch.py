@@ -20,7 +20,13 @@ from bloomperf.harness.dslaunch import rank_group_command
 from bloomperf.harness.hostfile import active_hosts, parse_hostfile, read_hostfile
 from bloomperf.harness.multinode import DS_ENV_FILE, ENTRY_SCRIPT, GROUP_ENV
 from bloomperf.harness.options import resolve_options
-from bloomperf.harness.rankenv import adopt_launcher_rank, identity_line, node_name, ssh_target
+from bloomperf.harness.rankenv import (
+    adopt_launcher_rank,
+    identity_line,
+    node_name,
+    report_identity,
+    ssh_target,
+)
 
 runner = pytest.importorskip("deepspeed.launcher.runner")
 
@@ -453,6 +459,13 @@ def test_the_identity_line_says_which_rank_runs_where(
     if launched:  # DeepSpeed's pdsh runner numbers the node itself
         monkeypatch.setenv("CROSS_RANK", "3")
         assert " node_rank=3 " in identity_line("deepspeed")
+
+
+def test_a_rank_says_who_it_is_on_standard_error_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    report_identity("openmpi")
+    out, err = capsys.readouterr()
+    assert out == "" and err == identity_line("openmpi") + "\n"
+    assert " launcher=openmpi " in err
 
 
 def test_no_launcher_at_all_is_a_plain_process() -> None:
