@@ -97,7 +97,10 @@ def environment(scratch: Path) -> dict[str, str]:
     env = dict(os.environ)
     rest = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(scratch) + (os.pathsep + rest if rest else "")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Compiled once into the copy (it goes with its folder), not again in every process the
+    # canary's tests start: the mutant is written before anything imports it, and a copy has
+    # no __pycache__ of the checkout's (git ignores them), so nothing compiled is stale.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     # Models built once for the checkout serve every mutant (conftest.py honours this).
     env.setdefault("BLOOMPERF_CACHE", str(ROOT / ".bloomperf-cache"))
     return env
