@@ -270,6 +270,8 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_config.py",
         "tests/test_option_rules.py",
     ),
+    # Whether a cell's model computes something before its timings count (the garbage check).
+    "bloomperf/harness/output_check.py": ("tests/test_output_check.py",),
     # Where a run's results go, by the in-process tests: the CLI's and the plugin's runs import
     # the module unmutated.
     "bloomperf/harness/sinks.py": (
