@@ -432,6 +432,14 @@ def test_the_markdown_has_a_bold_title_a_table_its_notes_and_the_summary() -> No
     assert blocks[3] == c.summary
 
 
+def test_markdown_without_notes_has_one_blank_line_between_table_and_summary() -> None:
+    for c in (comparison(cell(SAME, judged(MS, SAME, 2.0))), comparison()):
+        text = render_comparison(c, "markdown")
+        assert "\n\n\n" not in text
+        blocks = text.removesuffix("\n").split("\n\n")
+        assert len(blocks) == 3 and blocks[2] == c.summary, blocks
+
+
 def test_markdown_escapes_what_a_worker_wrote_and_the_text_strips_its_escapes() -> None:
     hostile = cell(ERROR, outcome="error", ms=None, message="<b>x</b> | \x1b[2J boom")
     c = comparison(hostile)
@@ -458,7 +466,7 @@ def test_the_latency_table_follows_the_verdict_table_in_text_and_markdown() -> N
     at = next(i for i, line in enumerate(text) if line.startswith("Cell"))
     assert text[at - 1] == "" and text[at + 1].startswith("accelerate-bf16-bs1  4.50 ms")
     blocks = render_comparison(c, "markdown").removesuffix("\n").split("\n\n")
-    assert blocks[2].startswith("| Cell |") and blocks[3].strip() == c.summary
+    assert blocks[2].startswith("| Cell |") and blocks[3] == c.summary
     assert all(line.startswith("|") for line in blocks[2].splitlines())
 
 

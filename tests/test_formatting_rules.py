@@ -223,7 +223,8 @@ def test_a_refusal_takes_the_first_form_that_fits_the_line(
         assert text == second
     else:
         shown = repr(value if len(value) <= 12 else value[:11] + "…")
-        assert text == f"unknown value {shown} ({len(valid)} valid ones: see --help)"
+        count = "1 valid one" if len(valid) == 1 else f"{len(valid)} valid ones"
+        assert text == f"unknown value {shown} ({count}: see --help)"
     assert UnknownName(value, valid).fit(used) == text
 
 
@@ -242,6 +243,8 @@ def test_a_long_value_is_cut_to_eleven_characters_and_an_ellipsis() -> None:
     assert unknown_name("x", ["a"] * 40, 0, where="see docs") == (
         "unknown value 'x' (40 valid ones: see docs)"
     )
+    # One name too long for the line: counted in the singular.
+    assert unknown_name("x", ["a" * 90], 0) == "unknown value 'x' (1 valid one: see --help)"
 
 
 @pytest.mark.parametrize(

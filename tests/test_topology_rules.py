@@ -181,6 +181,14 @@ def test_a_cpu_topology_says_why_nvml_gave_no_gpu_and_what_is_missing() -> None:
     ]
 
 
+@pytest.mark.parametrize("environment", [{}, {"python": None, "hostname": ""}])
+def test_a_field_the_environment_lacks_is_said_as_not_recorded(environment: dict) -> None:
+    cpu = Topology("cpu", (), "cpu", (), 1, "", "", "Xeon", 2, 24 * GiB, "NVML: no driver")
+    lines = describe(cpu, environment).splitlines()
+    assert "software  python not recorded" in lines and lines[-1] == "host      not recorded"
+    assert not any("None" in line for line in lines)
+
+
 @given(st.sampled_from(["2xA100-80GB", "2XA100-80gb", " a100 ", "A100", "2xA100-SXM4-80GB"]))
 def test_a_topology_matches_its_id_and_aliases_in_any_case_and_padding(name: str) -> None:
     assert TWO_GPUS.matches(name)

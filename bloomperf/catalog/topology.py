@@ -361,12 +361,13 @@ def describe(t: Topology, environment: dict[str, Any]) -> str:
         lines.append(f"nvml      {t.nvml_reason}")
     lines.append(f"cpu       {t.cpu_model}, {t.cpu_cores} cores, {t.ram_bytes / GiB:.1f} GiB RAM")
     packages = environment.get("packages", {})
-    software = [f"python {environment.get('python')}"]
+    # A document from elsewhere may lack a field: said as such, never as "None".
+    software = [f"python {environment.get('python') or 'not recorded'}"]
     software += [f"{name} {version}" for name, version in packages.items() if version]
     lines.append(f"software  {', '.join(software)}")
     lines.append(
         f"cuda      torch built with {environment.get('cuda_torch') or 'no CUDA'}, "
         f"NCCL {environment.get('nccl') or 'none'}"
     )
-    lines.append(f"host      {environment.get('hostname')}")
+    lines.append(f"host      {environment.get('hostname') or 'not recorded'}")
     return "\n".join(lines)

@@ -180,7 +180,8 @@ def unknown_name(
     ):
         if used + len(text) <= LINE_WIDTH:
             return text
-    return f"unknown value {shown!r} ({len(names)} valid ones: {where})"
+    count = "1 valid one" if len(names) == 1 else f"{len(names)} valid ones"
+    return f"unknown value {shown!r} ({count}: {where})"
 
 
 class UnknownName(ValueError):

@@ -269,8 +269,9 @@ def render_comparison(
         parts = [f"**{escape(title)}**", "", *markdown_table(header, body), ""]
         if latency_body:
             parts += [*markdown_table(latency_header, latency_body), ""]
-        parts += [f"- {line}" for line in lines]
-        parts += ["", comparison.summary]
+        if lines:  # a blank line between the notes and the summary, one only
+            parts += [*(f"- {line}" for line in lines), ""]
+        parts.append(comparison.summary)
         return "\n".join(parts) + "\n"
     return render_text(comparison, lines, colour, width or DEFAULT_WIDTH)
 
