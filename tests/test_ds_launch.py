@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,12 @@ import pytest
 from bloomperf.backends import backend_class
 from bloomperf.backends.compat import installed_version, version_tuple
 from bloomperf.catalog.devices import VisibleDevice
+from bloomperf.catalog.leftovers import FOLDER
 from bloomperf.catalog.topology import planned_topology
 from bloomperf.config.backend import BackendOptions
 from bloomperf.config.run import LaunchOptions
 from bloomperf.core.errors import BloomperfError
-from bloomperf.harness.dslaunch import SHM_DIR, cleanup_shm, rank_group_command
+from bloomperf.harness.dslaunch import SHM_DIR, cleanup_shm, include_argument, rank_group_command
 from bloomperf.harness.launch import GroupSpec, group_command
 from bloomperf.harness.session import group_gpus
 
@@ -36,6 +38,44 @@ def test_single_node_command_is_the_deepspeed_launcher() -> None:
     assert argv[-3:] == ["--no_local_rank", "--module", "bloomperf.harness.worker"]
     assert env["LOCAL_SIZE"] == "2"
     assert Path(env["TORCH_EXTENSIONS_DIR"]).is_absolute()
+
+
+def test_every_rank_writes_unbuffered_on_one_node_and_on_several(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank's last lines reach the group's log when it dies: unbuffered, on CPU, on GPUs, and
+    for remote ranks through the group's .deepspeed_env."""
+    _, on_cpu = rank_group_command(2, LaunchOptions(), python="/py", port=29555)
+    _, on_gpus = rank_group_command(2, LaunchOptions(), python="/py", port=29555, gpus=[4, 5])
+    assert on_cpu["PYTHONUNBUFFERED"] == on_gpus["PYTHONUNBUFFERED"] == "1"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("127.0.0.1 slots=1\n127.0.0.2 slots=1\n")
+    _, remote = rank_group_command(2, LaunchOptions(hostfile=hostfile), python="/py", port=29555)
+    assert "PYTHONUNBUFFERED=1" in Path(remote["DS_ENV_FILE"]).read_text().splitlines()
+
+
+def test_a_several_node_groups_folder_is_one_the_next_runs_cleanup_knows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a work folder (as ``run --dry-run`` shows the command), the .deepspeed_env goes
+    into a new folder in $TMPDIR, named so that the next run removes it once this process is
+    gone (``bloomperf.catalog.leftovers``)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("127.0.0.1 slots=1\n127.0.0.2 slots=1\n")
+    _, env = rank_group_command(2, LaunchOptions(hostfile=hostfile), python="/py", port=29555)
+    folder = Path(env["DS_ENV_FILE"]).parent
+    assert folder.parent == tmp_path and folder.name.startswith("bloomperf-group-")
+    named = FOLDER.fullmatch(folder.name)
+    assert named is not None and int(named[1]) == os.getpid()
+
+
+def test_a_group_without_gpus_is_refused_in_one_line() -> None:
+    with pytest.raises(BloomperfError) as refused:
+        include_argument([])
+    assert str(refused.value) == "DeepSpeed launch: the group has no GPU"
+    assert include_argument([4, 5]) == "localhost:4,5"
 
 
 def test_wrong_rank_count_is_one_line() -> None:

@@ -279,6 +279,13 @@ MODULES: dict[str, tuple[str, ...]] = {
         "-k",
         "not plugin_tells and not run_tells and not failing_sink_loses",
     ),
+    # The argv and environment a rank group starts with: DeepSpeed's own runner, its
+    # --include of the group's GPUs, the CPU's rank count.
+    "bloomperf/harness/dslaunch.py": (
+        "tests/test_ds_launch.py",
+        "tests/test_multinode_launch.py",
+        "tests/test_security.py",
+    ),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
         "tests/test_topology_rules.py",
