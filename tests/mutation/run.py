@@ -286,6 +286,10 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_multinode_launch.py",
         "tests/test_security.py",
     ),
+    # The controller's and the worker's messages: framing, refusal of a malformed line, the
+    # token a worker must present, the spec a worker reads.
+    # (Not test_config.py: its mypy run reads mutmut's trampolines as unused ignores.)
+    "bloomperf/harness/protocol.py": ("tests/test_protocol_rules.py", "tests/test_protocol.py"),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
         "tests/test_topology_rules.py",
