@@ -61,6 +61,25 @@ def test_what_one_stream_sends_the_other_receives(sent: list[dict]) -> None:
         receiver.close()
 
 
+def test_a_timeout_mid_message_keeps_what_was_read(pair) -> None:
+    stream, theirs = pair
+    theirs.sendall(b'{"event": "re')
+    with pytest.raises(TimeoutError):
+        stream.receive(0.05)
+    theirs.sendall(b'ady", "n": 1}\n')
+    assert stream.receive(1.0) == {"event": "ready", "n": 1}
+
+
+def test_a_long_line_that_is_not_json_is_quoted_to_80_bytes(pair) -> None:
+    stream, theirs = pair
+    line = b"x" * 200
+    theirs.sendall(line + b"\n")
+    with pytest.raises(MalformedMessage) as refused:
+        stream.receive(1.0)
+    assert str(refused.value).startswith("not JSON (")
+    assert str(refused.value).endswith(f"): {line[:80]!r}")
+
+
 def test_silence_is_a_timeout_and_the_stream_still_reads_after_it(pair) -> None:
     stream, theirs = pair
     with pytest.raises(TimeoutError):
@@ -137,9 +156,10 @@ def test_a_line_longer_than_the_limit_ends_the_connection(
 def test_sending_to_a_peer_that_is_gone_is_connection_closed(pair) -> None:
     stream, theirs = pair
     theirs.close()
-    with pytest.raises(ConnectionClosed):
+    with pytest.raises(ConnectionClosed) as closed:
         for _ in range(100):  # the first sends may still fit the kernel's buffer
             stream.send({"op": "cycle", "pad": "x" * 65536})
+    assert "Broken pipe" in str(closed.value)  # the system's own reason, passed on
 
 
 def test_a_sent_message_is_one_json_line(pair) -> None:
