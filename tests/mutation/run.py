@@ -290,6 +290,16 @@ MODULES: dict[str, tuple[str, ...]] = {
     # token a worker must present, the spec a worker reads.
     # (Not test_config.py: its mypy run reads mutmut's trampolines as unused ignores.)
     "bloomperf/harness/protocol.py": ("tests/test_protocol_rules.py", "tests/test_protocol.py"),
+    # How every stored document is read and written: the input limit, strict JSON, the atomic
+    # writer and its leftovers, the field readers (the CLI's own processes import it unmutated).
+    "bloomperf/core/jsonfile.py": (
+        "tests/test_jsonfile_rules.py",
+        "tests/test_security.py",
+        "tests/test_hostile_paths.py",
+        "tests/test_schema.py",
+        "tests/test_results_roundtrip.py",
+        "tests/test_document_fields.py",
+    ),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
         "tests/test_topology_rules.py",
