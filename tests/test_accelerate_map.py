@@ -11,12 +11,16 @@ import logging
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bloomperf.backends.accelerate import gpu_max_memory
 from bloomperf.catalog.accelerate_map import (
     QUANTIZER_MAX_MEMORY_FACTOR,
+    balanced_caps,
     blog_caps,
     max_memory_map,
+    parse_choice,
     parse_map,
     resolve_choice,
     split_model,
@@ -227,3 +231,72 @@ def test_a_meta_model_refuses_to_build_when_the_meta_device_is_not_in_effect(
         _device_constructors.cache_clear()
     model, _ = meta_model(MODEL_SHAPES["bloom-176b"], 1, "bf16")  # the cache refilled: meta again
     assert {p.device.type for p in model.parameters()} == {"meta"}
+
+
+# Caps as fractions of the weights, a zero or a single byte among them: the even share, the
+# buffer and "every usable GPU but the last" are each reached.
+CAP_SHARES = st.one_of(st.just(0.0), st.just(-1.0), st.floats(0.01, 1.5))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    name=st.sampled_from(["tiny", "bloom-560m", "bloom-7b1"]),
+    layers=st.integers(1, 5),
+    dtype=st.sampled_from(["fp32", "bf16", "fp16", "int8"]),
+    shares=st.lists(CAP_SHARES, min_size=1, max_size=5),
+)
+def test_the_balanced_caps_are_get_balanced_memorys(
+    name: str, layers: int, dtype: str, shares: list[float]
+) -> None:
+    """accelerate's ``get_balanced_memory`` (then the quantizer's factor) on the meta model is
+    the oracle: each GPU's cap, a 1-byte cap (share -1) and a zero one included."""
+    shape = MODEL_SHAPES[name]
+    total = model_weight_bytes(shape, layers, dtype)
+    caps = {g: 1 if share < 0 else int(total * share) for g, share in enumerate(shares)}
+    planned = infer_device_map(shape, layers, dtype, dict(caps)).planned_max_memory
+    factor = QUANTIZER_MAX_MEMORY_FACTOR.get(dtype, 1.0)
+    ours = balanced_caps(shape, layers, dtype, caps)
+    assert set(ours) == set(caps)
+    for gpu, cap in ours.items():
+        assert isinstance(cap, int)
+        assert abs(cap * factor - planned[str(gpu)]) <= 1, (gpu, caps, planned)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0:1GiB", {0: GiB}),
+        (" 3 : 2MiB , disk:1KB,cpu:0GiB", {3: 2 * 2**20, "disk": 1000, "cpu": 0}),
+        ("10:5B,2:7B", {10: 5, 2: 7}),
+    ],
+)
+def test_a_map_reads_each_device_and_size(text: str, expected: dict[int | str, int]) -> None:
+    assert parse_map(text) == expected
+    assert parse_choice(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0:1GiB:2", "'0:1GiB:2': '1GiB:2' is not a size such as 3GiB or 512MiB"),
+        ("gpu0:1GiB", "'gpu0:1GiB' is not DEVICE:SIZE"),
+        ("disks:1GiB", "'disks:1GiB' is not DEVICE:SIZE"),
+        ("0:", "'0:' is not DEVICE:SIZE"),
+        ("0 1GiB", "'0 1GiB' is not DEVICE:SIZE"),
+        ("0:1GiB,", "'' is not DEVICE:SIZE"),
+        ("1:-3GiB", "'1:-3GiB': must be positive, got -3GiB"),
+    ],
+)
+def test_a_malformed_map_names_its_part(text: str, message: str) -> None:
+    for parse in (parse_map, parse_choice):
+        with pytest.raises(ValueError) as caught:
+            parse(text)
+        assert str(caught.value).startswith(message)
+    with pytest.raises(ValueError) as caught:
+        parse_map("x:1")
+    assert str(caught.value).endswith("(e.g. 0:0GiB,1:51GiB), nor one of auto, blog, even")
+
+
+def test_the_choices_are_not_maps() -> None:
+    for choice in ("auto", "blog", "even"):
+        assert parse_choice(choice) == choice

@@ -46,6 +46,7 @@ def explicit_maps(draw: st.DrawFn) -> tuple[str, int, str, list[int]]:
 @settings(
     max_examples=40,
     deadline=None,
+    derandomize=True,  # the mutation figure of catalog/accelerate_map rests on these examples
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(case=explicit_maps())
@@ -79,7 +80,7 @@ def test_accelerates_planner_and_the_memory_model_agree_on_explicit_maps(
         assert predicted.peak_per_gpu_bytes == max(g.total for g in predicted.per_gpu)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(
     batch=st.integers(1, 64),
     more=st.integers(2, 8),
