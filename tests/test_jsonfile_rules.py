@@ -9,6 +9,8 @@ import fcntl
 import json
 import math
 import os
+import resource
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from bloomperf.core.jsonfile import (
     MAX_DEPTH,
     MAX_INPUT_ENV,
     TEMP_EXTRA,
+    TEMP_NAME,
     as_json_types,
     check_output_target,
     dead_temps,
@@ -557,3 +560,95 @@ def test_each_reader_takes_its_own_kind_its_default_and_nothing_else(
     assert reader({"k": good}, "k", "f", None) == good
     assert refusal(reader, {"k": bad}, "k", "f") == f"f: field 'k' must be {what}"
     assert refusal(reader, {}, "k", "f").endswith("found nothing")
+
+
+# ---- what the mutation run of core/jsonfile found untested --------------------------------
+
+
+def test_a_path_the_system_refuses_is_named_with_its_reason() -> None:
+    assert refusal(read_text_bounded, Path("a\0b"), "x") == "a\0b: cannot read: embedded null byte"
+
+
+def test_broken_json_in_a_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "d.json"
+    path.write_text('{"a": }')
+    assert refusal(read_document, path, "results").startswith(
+        f"{path}: not valid JSON (line 1, column 7: "
+    )
+
+
+def test_json_too_large_for_memory_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError
+
+    monkeypatch.setattr(json, "loads", out_of_memory)
+    assert refusal(parse_json_text, "[]", "f.json") == "f.json: JSON too large to parse in memory"
+
+
+def test_the_largest_number_read_is_1e15() -> None:
+    assert get_float({"x": 1e15}, "x", "f") == 1e15
+    assert refusal(get_float, {"x": 1e15 + 1}, "x", "f") == "f: field 'x' is out of range (1e+15)"
+
+
+def test_the_writers_temporary_is_beside_the_target_under_a_name_its_cleanup_knows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[str]] = []
+    fsync = os.fsync
+
+    def look(fd: int) -> None:  # while the data is flushed, before the rename
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", look)
+    write_bytes_atomic(tmp_path / "r.json", b"x")
+    monkeypatch.undo()
+    [names] = seen
+    [temp] = names
+    assert temp.startswith(".r.json.") and temp.endswith(".tmp")
+    assert TEMP_NAME.fullmatch(temp)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_a_full_disk_leaves_the_old_file_whole_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "r.json"
+    target.write_bytes(b"old")
+    # A file-size limit makes the write fail as a full disk does (EFBIG instead of ENOSPC).
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
+    try:
+        message = refusal(write_bytes_atomic, target, b"x" * 5000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    assert message == f"{target}: cannot write: File too large"
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_a_folder_the_system_will_not_make_is_one_line() -> None:
+    target = Path("/proc/bloomperf-missing/r.json")
+    assert refusal(write_bytes_atomic, target, b"x") == (
+        f"{target}: cannot write: No such file or directory"
+    )
+
+
+def test_a_missing_folders_name_limit_is_taken_as_255() -> None:
+    prefix = temp_prefix(Path("/bloomperf-missing-folder"), "r" * 300)
+    assert len(prefix) == 2 + 255 - TEMP_EXTRA
+
+
+def test_a_leftover_over_two_seconds_old_is_dead(tmp_path: Path) -> None:
+    old = leftover(tmp_path, "r.json", 2.5)
+    assert dead_temps(tmp_path, "r.json") == [old]
+    assert dead_temps(tmp_path, "r.json", min_age_s=5) == []
+
+
+def test_a_link_at_a_temporary_name_is_never_taken_for_a_leftover(tmp_path: Path) -> None:
+    real = leftover(tmp_path, "data", 60)  # an old regular file: dead, were it at that name
+    link = tmp_path / ".r.json.abcd1234.tmp"
+    link.symlink_to(real)
+    assert dead_temps(tmp_path, "r.json") == []
+    write_bytes_atomic(tmp_path / "r.json", b"x")
+    assert link.is_symlink() and real.exists()

@@ -189,7 +189,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     disk leaves the old file whole. Only a missing file or a regular file is replaced.
     """
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = path.parent  # "." for a bare name
     check_output_target(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
