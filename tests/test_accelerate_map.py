@@ -8,6 +8,7 @@ quantizer's ``adjust_max_memory`` and ``infer_auto_device_map``. bloom-176b plan
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import replace
 
 import pytest
@@ -19,7 +20,9 @@ from bloomperf.catalog.accelerate_map import (
     QUANTIZER_MAX_MEMORY_FACTOR,
     balanced_caps,
     blog_caps,
+    even_caps,
     max_memory_map,
+    on_machine,
     parse_choice,
     parse_map,
     resolve_choice,
@@ -300,3 +303,59 @@ def test_a_malformed_map_names_its_part(text: str, message: str) -> None:
 def test_the_choices_are_not_maps() -> None:
     for choice in ("auto", "blog", "even"):
         assert parse_choice(choice) == choice
+
+
+def test_the_blogs_node_is_eight_gpus_over_78_gib_holding_all_70_layers() -> None:
+    assert resolve_choice("auto", BLOOM, 70, 8, 78 * GiB) == "even"  # not over 78 GiB
+    assert resolve_choice("auto", BLOOM, 70, 8, 78 * GiB + 1) == "blog"
+    assert resolve_choice("auto", BLOOM, 70, 8, int(78.5 * GiB)) == "blog"
+    assert resolve_choice("auto", BLOOM, 70, 7, A100) == "even"
+    assert resolve_choice("even", BLOOM, 70, 8, A100) == "even"
+
+
+@pytest.mark.parametrize("dtype", ["int8", "bf16"])
+def test_the_blogs_map_leaves_gpu_0_empty_and_caps_the_others(dtype: str) -> None:
+    cap = int({"int8": 26, "bf16": 51}[dtype] * GiB)
+    assert blog_caps(dtype, 8) == [0, *[cap] * 7]
+    assert blog_caps(dtype, 1) == [cap]
+    # weight_caps resolves "auto" with the layers and GPUs it is given, and the dtype's cap
+    assert weight_caps("auto", BLOOM, 70, dtype, 8, A100) == dict(enumerate(blog_caps(dtype, 8)))
+    even = dict(enumerate(even_caps(BLOOM, 69, dtype, 8)))
+    assert weight_caps("auto", BLOOM, 69, dtype, 8, A100) == even
+    assert weight_caps("auto", BLOOM, 70, dtype, 4, A100) == dict(
+        enumerate(even_caps(BLOOM, 70, dtype, 4))
+    )
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    name=st.sampled_from(["tiny", "bloom-560m", "bloom-7b1", "bloom-176b"]),
+    layers=st.integers(1, 70),
+    dtype=st.sampled_from(["fp32", "bf16", "int8"]),
+    n_gpus=st.integers(1, 8),
+)
+def test_even_caps_are_a_share_of_the_weights_plus_two_blocks(
+    name: str, layers: int, dtype: str, n_gpus: int
+) -> None:
+    """Each GPU: its share of the weights (never below the word embedding, which is not split)
+    plus two blocks of room; together at least the whole model."""
+    shape = MODEL_SHAPES[name]
+    caps = even_caps(shape, layers, dtype, n_gpus)
+    total = model_weight_bytes(shape, layers, dtype)
+    block = model_weight_bytes(shape, layers + 1, dtype) - total  # one more layer's bytes
+    # The word embedding stays 16-bit under the 8-bit quantizer.
+    embedding = shape.vocab_size * shape.hidden_size * {"fp32": 4, "bf16": 2, "int8": 2}[dtype]
+    assert caps == [max(-(-total // n_gpus), embedding) + 2 * block] * n_gpus
+    assert sum(caps) >= total + 2 * block * n_gpus
+
+
+def test_only_gpu_entries_are_lowered_to_free_memory_or_scaled_for_the_quantizer() -> None:
+    assert on_machine({0: 10, 1: 3, "cpu": 50, "disk": 70}, 5) == {
+        0: 5,
+        1: 3,
+        "cpu": 50,
+        "disk": 70,
+    }
+    factor = QUANTIZER_MAX_MEMORY_FACTOR["int8"]
+    assert max_memory_map({0: 100, "cpu": 100}, "int8") == {0: math.ceil(100 / factor), "cpu": 100}
+    assert max_memory_map({0: 100, "cpu": 100}, "bf16") == {0: 100, "cpu": 100}
