@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -359,3 +360,44 @@ def test_only_gpu_entries_are_lowered_to_free_memory_or_scaled_for_the_quantizer
     factor = QUANTIZER_MAX_MEMORY_FACTOR["int8"]
     assert max_memory_map({0: 100, "cpu": 100}, "int8") == {0: math.ceil(100 / factor), "cpu": 100}
     assert max_memory_map({0: 100, "cpu": 100}, "bf16") == {0: 100, "cpu": 100}
+
+
+def smallest_fitting_cap(fits: Callable[[int], bool], high: int) -> int:
+    """The smallest cap at which ``fits`` holds (it holds at ``high`` and not at 0)."""
+    low = 0
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if fits(middle) else (middle, high)
+    return high
+
+
+@pytest.mark.parametrize("name", ["tiny", "bloom-560m"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("first_gpu_empty", [False, True])
+def test_the_split_and_accelerate_agree_one_byte_either_side_of_the_edge(
+    name: str, dtype: str, first_gpu_empty: bool
+) -> None:
+    """The smallest cap that holds the whole model, found by bloomperf's split (on GPU 0 alone,
+    or on GPU 1 beside an empty GPU 0): accelerate's planner offloads one byte below it and keeps
+    everything on the GPUs at it."""
+    shape, layers = MODEL_SHAPES[name], 3
+
+    def caps(cap: int) -> dict[int | str, int]:
+        return {0: 0, 1: cap} if first_gpu_empty else {0: cap}
+
+    total = model_weight_bytes(shape, layers, dtype)
+    edge = smallest_fitting_cap(
+        lambda cap: split_model(shape, layers, dtype, caps(cap)) is not None, 3 * total
+    )
+    # All on one GPU, its exact bytes fit: the room kept on the first GPU is for the largest
+    # layer still to place, and none is left after the last.
+    assert edge == total
+    for cap, fits in ((edge - 1, False), (edge, True)):
+        plan = infer_device_map(shape, layers, dtype, caps(cap))
+        on_gpus = not (plan.offloaded or plan.refused)
+        assert on_gpus == fits, (cap, plan.placement)
+        split = split_model(shape, layers, dtype, caps(cap))
+        assert (split is not None) == fits
+        if split is not None:
+            gpu = 1 if first_gpu_empty else 0
+            assert split.weights[gpu] == plan.bytes_per_device[str(gpu)] == total
