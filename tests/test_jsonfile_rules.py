@@ -652,3 +652,10 @@ def test_a_link_at_a_temporary_name_is_never_taken_for_a_leftover(tmp_path: Path
     assert dead_temps(tmp_path, "r.json") == []
     write_bytes_atomic(tmp_path / "r.json", b"x")
     assert link.is_symlink() and real.exists()
+
+
+def test_a_file_that_fails_while_read_is_one_line() -> None:
+    # /proc/self/mem opens as a regular file of size 0, and reading its first page fails.
+    assert refusal(read_text_bounded, Path("/proc/self/mem"), "x") == (
+        "/proc/self/mem: cannot read: Input/output error"
+    )
