@@ -300,6 +300,13 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_results_roundtrip.py",
         "tests/test_document_fields.py",
     ),
+    # The serving sweep's load client: the requests file, one-token words, the client's argv,
+    # its detailed result read back (test_serving.py runs it for real, in processes of its own).
+    "bloomperf/harness/loadgen.py": (
+        "tests/test_loadgen_rules.py",
+        "tests/test_serving_ab_rules.py",
+        "tests/test_security.py",
+    ),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
         "tests/test_topology_rules.py",
