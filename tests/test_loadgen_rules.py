@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,10 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.loadgen import (
     CLIENT_SCRIPT,
     RESULT_NAME,
+    ClientCommand,
     client_command,
     parse_result,
+    run_client,
     single_token_words,
     write_dataset,
 )
@@ -226,3 +230,48 @@ def test_a_result_without_errors_or_start_times_has_no_requests_and_no_starts() 
     assert (run.requests, run.duration_s, run.start_times) == ((), 3.0, ())
     assert type(run.duration_s) is float
     assert parse_result({"duration": 1}).requests == ()
+
+
+def client(tmp_path: Path, body: str) -> ClientCommand:
+    script = tmp_path / "client.py"
+    script.write_text("import sys, time\n" + body)
+    return ClientCommand(sys.executable, (), script=script)
+
+
+def test_a_failed_client_names_its_code_and_its_logs_last_2000_characters(
+    tmp_path: Path,
+) -> None:
+    """What it printed on stderr too, bytes that are not UTF-8 replaced; earlier text cut."""
+    body = (
+        "sys.stdout.write('x' * 3000); sys.stdout.flush()\n"
+        "sys.stderr.buffer.write(b'\\xff the reason'); sys.stderr.flush()\n"
+        "sys.exit(3)\n"
+    )
+    log = tmp_path / "client.log"
+    with pytest.raises(RuntimeError) as caught:
+        run_client(client(tmp_path, body), tmp_path, log, 60.0)
+    tail = ("x" * 3000 + "\ufffd the reason")[-2000:]
+    assert str(caught.value) == f"client exited with code 3; log tail:\n{tail}"
+
+
+def test_a_client_that_exits_0_without_its_result_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"^client exited with code 0; log tail:\nno result$"):
+        run_client(client(tmp_path, "print('no result', end='')"), tmp_path, tmp_path / "l", 60.0)
+
+
+def test_a_clients_result_is_read_and_a_stale_one_never_is(tmp_path: Path) -> None:
+    (tmp_path / RESULT_NAME).write_text('{"duration": 9}')  # an earlier rate's
+    body = f"open({str(tmp_path / RESULT_NAME)!r}, 'w').write('{{\"duration\": 2}}')\n"
+    assert run_client(client(tmp_path, body), tmp_path, tmp_path / "l", 60.0).duration_s == 2.0
+    with pytest.raises(RuntimeError):
+        run_client(client(tmp_path, "pass"), tmp_path, tmp_path / "l", 60.0)
+
+
+def test_a_client_reads_no_input_and_one_that_hangs_unwatched_is_stopped(tmp_path: Path) -> None:
+    result = str(tmp_path / RESULT_NAME)
+    body = f"sys.stdin.read()\nopen({result!r}, 'w').write('{{\"duration\": 1}}')\n"
+    assert run_client(client(tmp_path, body), tmp_path, tmp_path / "l", 60.0).duration_s == 1.0
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"^client ran over 1 s$"):
+        run_client(client(tmp_path, "time.sleep(60)"), tmp_path, tmp_path / "l", 1.0)
+    assert time.monotonic() - started < 30  # stopped, not waited out
