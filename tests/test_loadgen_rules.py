@@ -275,3 +275,9 @@ def test_a_client_reads_no_input_and_one_that_hangs_unwatched_is_stopped(tmp_pat
     with pytest.raises(TimeoutError, match=r"^client ran over 1 s$"):
         run_client(client(tmp_path, "time.sleep(60)"), tmp_path, tmp_path / "l", 1.0)
     assert time.monotonic() - started < 30  # stopped, not waited out
+
+
+def test_every_word_of_the_list_can_be_drawn(tmp_path: Path) -> None:
+    write_dataset(tmp_path / "r.json", [RequestLengths(200, 0)], ["first", "last"], 5)
+    [(prompt, _)] = texts(tmp_path / "r.json")
+    assert set(prompt.split()) == {"first", "last"}
