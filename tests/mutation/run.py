@@ -253,6 +253,10 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_report_changes.py",
         "tests/test_history_properties.py",
     ),
+    # The trend plots, read back from their figures' artists (the site's tests publish whole
+    # sites: 25 s a mutant).
+    "bloomperf/render/history/trend.py": ("tests/test_trend_figures.py",),
+    "bloomperf/render/report/trend.py": ("tests/test_trend_figures.py",),
     # Multi-node shapes: hostfiles and --include/--exclude against DeepSpeed's own parser, a
     # rank's numbers from its launcher, the cells a run plans.
     "bloomperf/harness/hostfile.py": (

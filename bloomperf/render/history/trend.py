@@ -85,6 +85,13 @@ def regressed_nights(topology: Topology, cell: str, metric: str) -> set[int]:
 
 
 def plot_cell(topology: Topology, cell: str, path: Path) -> Path | None:
+    """The cell's trend page plot written to ``path``; None (nothing written) if it has no
+    figure on any night."""
+    fig = draw_cell(topology, cell)
+    return save_figure(fig, path) if fig is not None else None
+
+
+def draw_cell(topology: Topology, cell: str) -> Any:
     """The cell's figures over the nights, one panel per metric it has; None if it has none."""
     nights = topology.nights
     panels = [(p, series(nights, cell, p[0])) for p in shown_panels(nights, cell)]
@@ -134,8 +141,7 @@ def plot_cell(topology: Topology, cell: str, path: Path) -> Path | None:
     axes[-1].set_xticks(ticks, [nights[i].label for i in ticks], fontsize=7, rotation=30)
     axes[-1].set_xlim(-0.5, len(nights) - 0.5)
     fig.suptitle(f"{cell} on {topology.name}: {len(nights)} nights", fontsize=10)
-    save_figure(fig, path)
-    return path
+    return fig
 
 
 def memory_source(nights: Sequence[Night], cell: str) -> str:

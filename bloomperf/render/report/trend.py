@@ -67,6 +67,11 @@ def mark_change(ax: Any, change: Change, colour: str = OOM_COLOUR) -> None:
 def plot_trend(
     nights: Sequence[Night], changes: Sequence[Change], path: Path, tolerance: float
 ) -> Path:
+    """The report's trend plot, written to ``path``."""
+    return save_figure(draw_trend(nights, changes, tolerance), path)
+
+
+def draw_trend(nights: Sequence[Night], changes: Sequence[Change], tolerance: float) -> Any:
     """Each panel's figure over the nights; a red line where a persistent change started."""
     panels = trend_panels(nights)
     columns = 4 if len(panels) > 4 else max(1, len(panels))
@@ -111,4 +116,4 @@ def plot_trend(
         f"grey band: ±{tolerance * 100:g} %; dashed red: a persistent change started",
         fontsize=10,
     )
-    return save_figure(fig, path)
+    return fig
