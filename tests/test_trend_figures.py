@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 
@@ -140,10 +140,25 @@ DAYS = st.lists(
     min_size=1,
     max_size=19,
 ).filter(lambda days: any(d.outcome is Outcome.OK for d in days))
+# Each kind of night, in 17 nights (a tick every second night): figures in and out of the
+# tolerance, memory and load time on some, nights not run, out of memory, failed and skipped.
+EVERY_KIND = [
+    Day(Outcome.OK, BASE_MS, 2048.0, 9.0),
+    Day(None),
+    Day(Outcome.OK, BASE_MS * 1.5, 3072.0),
+    Day(Outcome.OOM),
+    Day(Outcome.OK, BASE_MS * 0.95, None, 4.0),
+    Day(Outcome.SKIPPED),
+    Day(Outcome.ERROR),
+    Day(Outcome.OK, BASE_MS * 1.05, 1024.0, 9.0),
+    *[Day(Outcome.OK, BASE_MS)] * 8,
+    Day(Outcome.OK, BASE_MS * 1.5, 2048.0, 4.0),
+]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(days=DAYS)
+@example(days=EVERY_KIND)
 def test_each_panel_draws_the_cells_figure_of_each_night_and_a_gap_where_it_has_none(
     days: list[Day],
 ) -> None:
@@ -182,8 +197,9 @@ def test_each_panel_draws_the_cells_figure_of_each_night_and_a_gap_where_it_has_
     assert fig.get_suptitle() == f"{CELL} on cpu: {len(days)} nights"
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(days=DAYS)
+@example(days=EVERY_KIND)
 def test_rings_mark_exactly_the_nights_judged_regressed_against_the_baseline(
     days: list[Day],
 ) -> None:
@@ -210,8 +226,9 @@ def test_rings_mark_exactly_the_nights_judged_regressed_against_the_baseline(
         assert [list(r.get_xdata()) for r in found] == ([big] if big else [])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(days=DAYS)
+@example(days=EVERY_KIND)
 def test_a_cross_and_its_outcome_on_each_night_the_cell_ran_and_did_not_finish(
     days: list[Day],
 ) -> None:
@@ -305,7 +322,8 @@ def test_a_cell_without_a_figure_on_any_night_has_no_plot_and_writes_nothing(
 FIGURES = st.lists(st.sampled_from([4.0, 5.0, 6.0, 10.0, 12.5]), min_size=1, max_size=17)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=10, deadline=None)
+@example(first=[4.0, 5.0, 12.5, 6.0, 5.0, 5.0, 10.0, 4.0, 5.0, 6.0, 5.0], cells=6, tolerance=0.2)
 @given(
     first=FIGURES,
     cells=st.integers(1, 9),

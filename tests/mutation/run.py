@@ -257,6 +257,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     # sites: 25 s a mutant).
     "bloomperf/render/history/trend.py": ("tests/test_trend_figures.py",),
     "bloomperf/render/report/trend.py": ("tests/test_trend_figures.py",),
+    "bloomperf/render/history/site.py": ("tests/test_site_pages.py",),
     # Multi-node shapes: hostfiles and --include/--exclude against DeepSpeed's own parser, a
     # rank's numbers from its launcher, the cells a run plans.
     "bloomperf/harness/hostfile.py": (
