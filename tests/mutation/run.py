@@ -258,6 +258,17 @@ MODULES: dict[str, tuple[str, ...]] = {
     "bloomperf/render/history/trend.py": ("tests/test_trend_figures.py",),
     "bloomperf/render/report/trend.py": ("tests/test_trend_figures.py",),
     "bloomperf/render/history/site.py": ("tests/test_site_pages.py",),
+    # ab's loops with scripted cycles, and the pair log's rules; not test_ab.py's real runs on
+    # the tiny model (10 to 20 s each) nor the contention probe on real busy loops.
+    "bloomperf/harness/interleave.py": (
+        "tests/test_interleave_loops.py",
+        "tests/test_ab_properties.py",
+        "tests/test_paired_rules.py",
+        "tests/test_serving_ab_rules.py",
+        "tests/test_contention.py",
+        "-k",
+        "not (worker_sharing or records_each_timed or load_on_arm_b or bisect_never)",
+    ),
     # Multi-node shapes: hostfiles and --include/--exclude against DeepSpeed's own parser, a
     # rank's numbers from its launcher, the cells a run plans.
     "bloomperf/harness/hostfile.py": (
