@@ -182,6 +182,8 @@ def test_each_panel_draws_the_cells_figure_of_each_night_and_a_gap_where_it_has_
         (line,) = labelled(ax, "measured")
         assert list(line.get_xdata()) == list(range(len(days)))
         assert to_hex(line.get_color()) == LINE
+        assert (line.get_linestyle(), line.get_marker()) == ("-", "o")  # dots joined by a line
+        assert ax.get_xlim() == (-0.5, len(days) - 0.5)  # every panel on the same nights
         # At least ±10 % around the median figure, and every figure inside.
         values = [y for y in ys if y is not None]
         centre = float(np.median(values))
@@ -224,6 +226,9 @@ def test_rings_mark_exactly_the_nights_judged_regressed_against_the_baseline(
     if memory:
         found = labelled(memory[0], "regressed vs baseline")
         assert [list(r.get_xdata()) for r in found] == ([big] if big else [])
+        assert [list(r.get_ydata()) for r in found] == (
+            [[days[i].rss_mib / 1024 for i in big]] if big else []  # type: ignore[operator]
+        )
 
 
 @settings(max_examples=10, deadline=None)
@@ -238,8 +243,17 @@ def test_a_cross_and_its_outcome_on_each_night_the_cell_ran_and_did_not_finish(
     crosses = [line for line in first.get_lines() if line.get_marker() == "x"]
     assert [list(c.get_xdata()) for c in crosses] == [[i] for i in failed]
     assert all(to_hex(c.get_color()) == WORSE and list(c.get_ydata()) == [0.04] for c in crosses)
-    words = [(t.xy[0], t.get_text()) for t in first.texts]
-    assert words == [(i, days[i].outcome.value) for i in failed]  # type: ignore[union-attr]
+    # At the bottom edge whatever the figures: y in the axes' fraction, x on the night.
+    to_axes = first.transAxes.inverted()
+    for cross in crosses:
+        x, y = cross.get_xdata()[0], cross.get_ydata()[0]
+        placed = to_axes.transform(cross.get_transform().transform((x, y)))
+        assert placed[1] == pytest.approx(0.04)
+    words = [(t.xy, t.get_text()) for t in first.texts]
+    assert words == [((i, 0.1), days[i].outcome.value) for i in failed]  # type: ignore[union-attr]
+    for word in first.texts:
+        assert word.xycoords == ("data", "axes fraction") and to_hex(word.get_color()) == WORSE
+        assert word.get_horizontalalignment() == "center"
     assert [ax.get_lines() for ax in fig.axes[1:]] == [
         [line for line in ax.get_lines() if line.get_marker() != "x"] for ax in fig.axes[1:]
     ]
@@ -250,10 +264,37 @@ def test_a_cross_and_its_outcome_on_each_night_the_cell_ran_and_did_not_finish(
     # The baseline's figure is the newest night's verdict's, so it shows when that night ran.
     if days[-1].outcome is Outcome.OK:
         assert "baseline" in texts
-    assert ("did not finish" in texts) == bool(failed)
-    assert ("regressed vs baseline" in texts) == any(
-        d.outcome is Outcome.OK and d.ms > BASE_MS * 1.1 for d in days
-    ) or any(d.outcome is Outcome.OK and (d.rss_mib or 0) * MIB > BASE_RSS * 1.1 for d in days)
+    ok = [d for d in days if d.outcome is Outcome.OK]
+    regressed = any(d.ms > BASE_MS * 1.1 or (d.rss_mib or 0) * MIB > BASE_RSS * 1.1 for d in ok)
+    kinds = {"measured"}
+    kinds |= {"regressed vs baseline"} if regressed else set()
+    kinds |= {"did not finish"} if failed else set()
+    assert set(texts) - {"baseline"} == kinds
+    # Each entry is drawn as its mark is.
+    for text, handle in zip(texts, legend.legend_handles, strict=True):
+        look = (handle.get_marker(), handle.get_linestyle())
+        assert (
+            look
+            == {
+                "measured": ("o", "-"),
+                "regressed vs baseline": ("o", "None"),
+                "baseline": ("None", ":"),
+                "did not finish": ("x", "None"),
+            }[text]
+        )
+
+
+def test_drawn_the_legend_lies_below_every_panel_and_a_flat_figure_spans_ten_percent() -> None:
+    fig = draw_cell(topology_of(EVERY_KIND), CELL)
+    fig.canvas.draw()  # lays the figure out as saving it would
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert all(box.y1 <= ax.get_tightbbox().y0 for ax in fig.axes)  # below the dates too
+    for ax in fig.axes:
+        for text in ax.texts:  # every word inside its panel
+            assert ax.get_window_extent().contains(*text.get_window_extent().get_points()[0])
+    flat = draw_cell(topology_of([Day(Outcome.OK, BASE_MS)] * 4), CELL)
+    assert flat.axes[0].get_ylim() == pytest.approx((BASE_MS * 0.9, BASE_MS * 1.1))
 
 
 def test_the_baseline_is_a_line_at_its_figure_on_the_panels_that_have_one() -> None:
@@ -262,6 +303,7 @@ def test_the_baseline_is_a_line_at_its_figure_on_the_panels_that_have_one() -> N
     ms, memory, load = fig.axes
     (line,) = labelled(ms, "baseline")
     assert list(line.get_ydata()) == [BASE_MS, BASE_MS] and line.get_linestyle() == ":"
+    assert to_hex(line.get_color()) == to_hex("grey")
     (line,) = labelled(memory, "baseline")
     assert list(line.get_ydata()) == [BASE_RSS / GIB] * 2  # in the panel's unit
     assert labelled(load, "baseline") == []  # the baseline gives no load time
