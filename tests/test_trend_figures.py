@@ -366,6 +366,9 @@ FIGURES = st.lists(st.sampled_from([4.0, 5.0, 6.0, 10.0, 12.5]), min_size=1, max
 
 @settings(max_examples=10, deadline=None)
 @example(first=[4.0, 5.0, 12.5, 6.0, 5.0, 5.0, 10.0, 4.0, 5.0, 6.0, 5.0], cells=6, tolerance=0.2)
+@example(first=[5.0, 6.0], cells=5, tolerance=0.05)  # five panels: two rows of four
+@example(first=[5.0], cells=4, tolerance=0.05)  # four: one row
+@example(first=[5.0, 4.0, 6.0], cells=1, tolerance=0.05)  # one: one column
 @given(
     first=FIGURES,
     cells=st.integers(1, 9),
@@ -397,12 +400,16 @@ def test_the_report_draws_each_cell_in_per_cent_of_its_median_on_one_scale(
         )  # fmt: skip
         percents[k] = [(v / centre - 1) * 100 for v in values]
         (line,) = ax.get_lines()
+        assert (line.get_linestyle(), line.get_marker()) == ("-", "o")
         assert list(line.get_xdata()) == list(range(len(first)))
         assert list(line.get_ydata()) == pytest.approx(percents[k])
         assert to_hex(line.get_color()) == to_hex(COLOURS[0])
         assert ax.get_title().startswith(f"accelerate-fp32-bs{k + 1} (median ")
         (band,) = ax.patches
-        box = band.get_bbox()  # the grey band: the tolerance either side, the panel's width
+        # The tolerance either side, across the panel, in a grey light enough to read through.
+        assert to_hex(band.get_facecolor(), keep_alpha=False) == to_hex("grey")
+        assert 0 < band.get_alpha() <= 0.2
+        box = band.get_bbox()
         assert (box.y0, box.y1) == pytest.approx((-tolerance * 100, tolerance * 100))
         assert (box.x0, box.x1) == (0, 1)
         step = math.ceil(len(first) / 5)
@@ -443,3 +450,76 @@ def test_the_reports_changes_are_marked_on_their_cells_panel_with_their_size() -
     assert vertical_lines(second) == [(3.0, to_hex(OOM_COLOUR))]  # not the memory change
     assert [t.get_text() for t in second.texts] == [f"→ error from\n{night(3)}"]
     assert first.get_title() == "accelerate-fp32-bs1 (median 5.50 ms)"
+
+
+def report_night(i: int, *cells: CellResult, label: str | None = None) -> Night:
+    return Night(label or str(night(i)), Path("n.json"), on_night(tiny_run(*cells), night(i)))
+
+
+def test_a_sweep_draws_its_served_figures_and_a_cell_missing_nights_leaves_them_out() -> None:
+    served = [
+        CellResult("vllm", "fp32", 1, Outcome.OK, figures={"serving_effective_rps": (rps,)})
+        for rps in (2.0, 2.0, 3.0)
+    ]
+    ms = CellResult("accelerate", "fp32", 1, Outcome.OK, (5.0,) * 3)
+    nights = [
+        report_night(0, served[0]),
+        report_night(1, served[1], ms),
+        report_night(2, served[2], ms, label=f"{night(2)}-2"),  # a second run that night
+    ]
+    fig = draw_trend(nights, [], 0.05)
+    plain, sweep = fig.axes
+    (line,) = plain.get_lines()
+    assert list(line.get_xdata()) == [1, 2] and list(line.get_ydata()) == [0.0, 0.0]
+    assert plain.get_title() == "accelerate-fp32-bs1 (median 5.00 ms)"
+    assert sweep.get_title().startswith("vllm-fp32-bs1\neffective throughput (median 2")
+    (line,) = sweep.get_lines()
+    assert list(line.get_ydata()) == pytest.approx([0.0, 0.0, 50.0])
+    labels = [t.get_text() for t in sweep.get_xticklabels()]
+    assert labels == [str(night(i))[5:10] for i in range(3)]  # the date, not the run's number
+    assert fig.get_suptitle().startswith("each cell's figures over 3 nights")
+
+
+def grid_cell(batch: int, night_index: int, served: bool) -> CellResult:
+    if served:  # two panels, each titled on two lines
+        figures = {"serving_effective_rps": (2.0 + night_index % 3,),
+                   "serving_ttft_p99_ms": (100.0 + night_index,)}  # fmt: skip
+        return CellResult("vllm", "fp32", batch, Outcome.OK, figures=figures)
+    return CellResult("accelerate", "fp32", batch, Outcome.OK, (5.0 + night_index % 2,) * 3)
+
+
+@pytest.mark.parametrize(("cells", "served"), [(1, False), (4, False), (6, False), (3, True)])
+def test_drawn_the_report_grid_keeps_panels_apart_inside_the_figure_under_its_title(
+    cells: int, served: bool
+) -> None:
+    nights = [
+        report_night(i, *(grid_cell(b + 1, i, served) for b in range(cells))) for i in range(9)
+    ]
+    changes = [change(4, "ms_per_token", 5.0, 8.5)]  # +70 %
+    fig = draw_trend(nights, changes, 0.05)
+    fig.canvas.draw()
+    whole = fig.bbox
+    boxes = [ax.get_tightbbox() for ax in fig.axes if ax.get_visible()]
+    for box in boxes:  # titles, dates and per cent labels: inside the figure
+        assert box.x0 >= whole.x0 - 1 and box.x1 <= whole.x1 + 1
+        assert box.y0 >= whole.y0 - 1 and box.y1 <= whole.y1 + 1
+    for i, one in enumerate(boxes):
+        for other in boxes[i + 1 :]:
+            assert not one.overlaps(other)
+    title = fig._suptitle.get_window_extent()
+    assert all(title.y0 >= box.y1 + 2 for box in boxes)
+    assert whole.x0 <= title.x0 and title.x1 <= whole.x1
+    if served:
+        return
+    # The change's line dashed at its night, its label inside the panel just left of it.
+    first = fig.axes[0]
+    ((x, colour),) = vertical_lines(first)
+    (line,) = [line for line in first.get_lines() if list(line.get_xdata()) == [x, x]]
+    assert (x, line.get_linestyle()) == (4.0, "--")
+    (label,) = first.texts
+    assert label.get_text() == f"+70% from\n{night(4)}" and to_hex(label.get_color()) == colour
+    at = first.transData.transform((x, 0))[0]
+    extent = label.get_window_extent()
+    assert at - 12 < extent.x1 <= at
+    assert first.get_window_extent().contains(extent.x0, extent.y0)
+    assert first.get_window_extent().contains(extent.x1, extent.y1)

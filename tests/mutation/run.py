@@ -390,6 +390,12 @@ DESELECT = (
 ALSO_COPY = ("conftest.py", "benchmarks", "README.md", "docs", "requirements", ".ci")
 
 
+# The canaries' hypothesis profile (tests/conftest.py): the same derandomised examples, and no
+# shrinking of a failure, which asks only whether the mutant fails: shrinking a failing
+# property under mutmut's trampolines ran past the timeout and left the mutant "timeout".
+PYTEST_ARGS = ("-p", "no:cacheprovider", "-q", "--hypothesis-profile", "canary")
+
+
 def config(module: str, tests: tuple[str, ...]) -> str:
     """The ``[tool.mutmut]`` section for one module (TOML)."""
     deselected = [f"--deselect={test}" for test in DESELECT]
@@ -401,7 +407,7 @@ def config(module: str, tests: tuple[str, ...]) -> str:
             f"only_mutate = [{json.dumps(module)}]",
             f"also_copy = {json.dumps(list(ALSO_COPY))}",
             f"pytest_add_cli_args_test_selection = {json.dumps(list(tests))}",
-            f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-q', *deselected])}",
+            f"pytest_add_cli_args = {json.dumps([*PYTEST_ARGS, *deselected])}",
             "",
         ]
     )

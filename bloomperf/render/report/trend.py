@@ -24,6 +24,7 @@ from bloomperf.store.serving import EFFECTIVE, ITL_P99, TTFT_P99
 # What a panel draws: a cell's ms/token, else (a serving sweep) the figures the gate judges of it.
 TREND_METRICS = (METRIC_MS, EFFECTIVE, TTFT_P99, ITL_P99)
 Panel = tuple[CellResult, str]  # a cell and one metric of it
+MIN_WIDTH = 9.0  # inches: the title's line, at its font size
 
 
 def trend_panels(nights: Sequence[Night]) -> list[Panel]:
@@ -76,13 +77,21 @@ def draw_trend(nights: Sequence[Night], changes: Sequence[Change], tolerance: fl
     panels = trend_panels(nights)
     columns = 4 if len(panels) > 4 else max(1, len(panels))
     lines = max(1, math.ceil(len(panels) / columns))
-    # A fixed grid: constrained layout costs seconds per panel with a month of cells.
-    fig = new_figure(3.2 * columns, 2.3 * lines + 0.7, layout=None)
+    # A fixed grid: constrained layout costs seconds per panel with a month of cells. Never
+    # narrower than the title's one line: one panel 3.2 inches wide cut the title and the
+    # per cent labels at both edges.
+    width, height = max(3.2 * columns, MIN_WIDTH), 2.3 * lines + 0.7
+    fig = new_figure(width, height, layout=None)
     fig.set_dpi(90)
-    height = 2.3 * lines + 0.7
-    # Inches, not shares: one row of panels must still show its dates under the axes.
-    top, bottom = 1 - 0.6 / height, 0.3 / height
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=bottom, top=top, hspace=0.45, wspace=0.25)
+    # Inches, not shares: one row of panels must still show its dates under the axes, and a
+    # narrow figure its per cent labels left of them.
+    # A served figure's title takes a second line (its metric): room for it above each row.
+    titled = 2 if any(metric != METRIC_MS for _, metric in panels) else 1
+    top, bottom = 1 - (0.45 + 0.15 * titled) / height, 0.3 / height
+    left, right = 0.75 / width, 1 - 0.1 / width
+    fig.subplots_adjust(
+        left=left, right=right, bottom=bottom, top=top, hspace=0.3 + 0.15 * titled, wspace=0.25
+    )
     axes = fig.subplots(lines, columns, squeeze=False)
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
