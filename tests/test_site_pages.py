@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from bloomperf.render.history.site import (
 )
 from bloomperf.render.history.trend import Topology
 from bloomperf.store.baseline import EXPECT_OK, BaselineCell
+from bloomperf.store.baseline.codec import save_baseline
 from bloomperf.store.history.nights import Night
 from bloomperf.store.results import CellResult, Outcome
 from bloomperf.store.results.codec import save_run
@@ -363,3 +365,88 @@ def test_a_page_is_a_whole_document_with_its_title_escaped_and_the_body_in_order
     assert text.endswith("<p>one</p>\n<p>two</p>\n</body></html>\n")
     assert [p[1] for p in Page(text).paragraphs] == ["one", "two"]
     assert html.unescape(Page(text).title) == "a <b> & c"
+
+
+def nightly(root: Path, topology: str, figures: list[tuple[float, ...]]) -> None:
+    """A history folder of ``topology``: a night per entry, batch size b + 1 at each figure."""
+    for i, ms in enumerate(figures):
+        run = on_night(tiny_run(*cells(*ms), topology=topology), night(i))
+        save_run(run, root / topology / f"{night(i)}.json")
+
+
+def test_a_published_site_holds_each_topologys_pages_plots_and_report_failing_ones_first(
+    tmp_path: Path,
+) -> None:
+    root, out, baselines = tmp_path / "history", tmp_path / "site", tmp_path / "baselines"
+    # 2xTEST passes against its baseline; 3xNONE has none anywhere (FAILED); cpu's newest bs1
+    # is 50 % slower than its baseline (FAILED), and its bs2 15 ms from the fourth night on.
+    nightly(root, "2xTEST", [(10.0,), (10.0,)])
+    nightly(root, "3xNONE", [(10.0,)])
+    nightly(root, "cpu", [(10.0, 10.0)] * 3 + [(10.0, 15.0)] * 4 + [(15.0, 15.0)])
+    save_baseline(BASELINE, baselines / "cpu.tiny.json")
+    save_baseline(replace(BASELINE, topology="2xTEST"), baselines / "2x.tiny.json")
+    (out / "cpu").mkdir(parents=True)
+    (out / "cpu" / "old-bs9.html").write_text("an earlier site's page")
+    lines: list[str] = []
+    set_sink(lines.append)
+    try:
+        site = publish_site(root, out, baselines, confirm=2)
+    finally:
+        set_sink(None)
+    order = ["3xNONE", "cpu", "2xTEST"]  # the failing ones first, each group in folder order
+    assert site.index == out / "index.html"
+    assert site.reports == tuple(out / t / "report" / "index.html" for t in order)
+    assert site.pages == (
+        out / "3xNONE" / "accelerate-fp32-bs1.html",
+        *(out / "cpu" / f"accelerate-fp32-bs{b}.html" for b in (1, 2)),
+        out / "2xTEST" / "accelerate-fp32-bs1.html",
+    )
+    assert site.plots == tuple(p.with_suffix(".png") for p in site.pages)
+    assert all(p.is_file() for p in (site.index, *site.pages, *site.plots, *site.reports))
+    assert not (out / "cpu" / "old-bs9.html").exists()  # replaced whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["baselines", "history", "site"]
+    index = Page(site.index.read_text(encoding="utf-8"))
+    assert index.headings[0] == ("h1", {}, "bloomperf nightly history")
+    published = re.fullmatch(r"Published (\S+)\. Topologies:", index.paragraphs[0][1])
+    assert published is not None  # when, in UTC
+    stamp = datetime.fromisoformat(published[1])
+    assert stamp.utcoffset() == timedelta(0)
+    assert abs(datetime.now(timezone.utc) - stamp) < timedelta(minutes=10)
+    assert index.links[:3] == [(f"#{t}", t) for t in order]
+    assert [h[2] for h in index.headings[1:]] == order
+    verdicts = [p[0]["class"] for p in index.paragraphs if "class" in p[0]]
+    assert verdicts == ["verdict failed", "verdict failed", "verdict passed"]
+    # cpu's bs2 changed for the worse on the fourth night, confirmed by two (the setting given).
+    bs2 = Page((out / "cpu" / "accelerate-fp32-bs2.html").read_text(encoding="utf-8"))
+    (step_row,) = bs2.tables[0]["rows"]
+    assert [step_row[0], step_row[1], step_row[3]] == [str(night(3)), "ms_per_token", "worse"]
+    cpu_rows = index.tables[1]["rows"]
+    assert [row[0] for row in cpu_rows] == ["accelerate-fp32-bs1", "accelerate-fp32-bs2"]
+    assert [row[2] for row in cpu_rows] == ["none", "1 worse"]
+    lonely = Page((out / "3xNONE" / "accelerate-fp32-bs1.html").read_text(encoding="utf-8"))
+    assert (
+        lonely.paragraphs[1][1]
+        == f"Newest night {night(0)}: no baseline cell; measured ok 10.00 ms"
+    )
+    passing = Page((out / "2xTEST" / "accelerate-fp32-bs1.html").read_text(encoding="utf-8"))
+    assert (
+        passing.paragraphs[1][1]
+        == f"Newest night {night(1)}: ms/token same: "
+        + (passing.paragraphs[1][1].split("ms/token same: ", 1)[1])
+    )
+    said = [line.split(" bloomperf: ", 1)[1] for line in lines]
+    folders = ("2xTEST", "3xNONE", "cpu")
+    assert said[:3] == [f"history publish: reading {root / t}" for t in folders]
+    assert f"history publish: cpu: the report of {night(7)}" in said
+    assert f"history publish: 2xTEST: the report of {night(1)}" in said
+
+
+def test_a_site_is_never_written_over_what_it_did_not_write(tmp_path: Path) -> None:
+    root, out = tmp_path / "history", tmp_path / "site"
+    nightly(root, "cpu", [(10.0,)])
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(BloomperfError) as refused:
+        publish_site(root, out)
+    assert str(refused.value).startswith(f"--out-dir {out}: holds 'notes.txt', which this")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -67,8 +67,7 @@ def read_topology(folder: Path, baselines: Path | None, settings: dict[str, Any]
     nights = load_history(folder)
     run = nights[-1].run
     baseline: Baseline | None = find_baseline(run.topology, run.model.name, baselines)
-    why = f"no baseline for {run.topology} and {run.model.name}"
-    verdicts = [judge(n.run, baseline, no_baseline=why) for n in nights]
+    verdicts = [judge(n.run, baseline) for n in nights]
     changes = detect_changes(nights, **settings)
     return Topology(run.topology, nights, changes, verdicts, baseline)
 
