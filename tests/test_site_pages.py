@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from bloomperf.analysis.changes import Change
 from bloomperf.analysis.compare import judge
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.progress import set_sink
+from bloomperf.render.history import site
 from bloomperf.render.history.site import (
     cell_page,
     index_section,
@@ -155,15 +157,24 @@ def step(cell: str, at: int, before: float, after: float, since: int = 2) -> Cha
 
 def test_a_cell_page_links_back_says_the_newest_verdict_and_lists_nights_newest_first() -> None:
     environments = [
-        {"packages": {"torch": "2.4.0"}, "provenance": {"git": {"commit": "a" * 40}}},
         {
-            "packages": {"torch": "2.5.0"},
+            "packages": {"torch": "2.4.0", "numpy": "1.26"},
+            "provenance": {"git": {"commit": "a" * 40}},
+        },
+        {
+            "packages": {"torch": "2.5.0", "numpy": "2.1"},
             "provenance": {"git": {"commit": "b" * 40}, "ci_run_url": "https://ci/run/2?a=1&b=2"},
         },
-        {"packages": {"torch": "2.5.0"}, "provenance": {"ci_run_url": "https://ci/run/3"}},
+        {
+            "packages": {"torch": "2.5.0", "numpy": "2.1"},
+            "provenance": {"git": {"commit": "b" * 40}, "ci_run_url": "https://ci/3"},
+        },
     ]
     nights = history([cells(10.0), cells(12.5), []], "cpu<&>", environments)
-    changes = [step("accelerate-fp32-bs1", 1, 10.0, 12.5, 1)]
+    changes = [
+        step("accelerate-fp32-bs1", 1, 10.0, 12.5, 1),
+        step("accelerate-fp32-bs1", 2, 12.5, 10.0),
+    ]
     topology = topology_of(nights, changes)
     text = cell_page(topology, "accelerate-fp32-bs1", Path("/x/accelerate-fp32-bs1.png"))
     found = Page(text)
@@ -173,6 +184,7 @@ def test_a_cell_page_links_back_says_the_newest_verdict_and_lists_nights_newest_
     # The newest night did not run the cell.
     assert found.paragraphs[1][1] == f"Newest night {night(2)}: not run"
     assert found.images == [{"src": "accelerate-fp32-bs1.png", "alt": "accelerate-fp32-bs1 trend"}]
+    assert "\n<h2>Persistent changes</h2>\n" in text and "\n<h2>Nights, newest first</h2>\n" in text
     changes_table, nights_table = found.tables
     assert changes_table["header"] == [
         "Night",
@@ -181,10 +193,13 @@ def test_a_cell_page_links_back_says_the_newest_verdict_and_lists_nights_newest_
         "Kind",
         "What changed that night",
     ]
-    ((label, metric, size, kind, what),) = changes_table["rows"]
+    ((label, metric, size, kind, what), later) = changes_table["rows"]
     assert (label, metric, kind) == (str(night(1)), "ms_per_token", "worse")
     assert "(+25.0 %)" in size and size.endswith(", 1 night since")
-    assert "torch" in what and "2.4.0" in what and "2.5.0" in what
+    said = what.split("; ")  # one item per thing that changed that night
+    assert "torch 2.4.0 → 2.5.0" in said and "numpy 1.26 → 2.1" in said
+    assert [later[0], later[3], later[4]] == [str(night(2)), "better", "nothing recorded"]
+    assert changes_table["classes"][1][3] == "good" and changes_table["classes"][0][3] == "bad"
     assert nights_table["header"] == ["Night", "Outcome", "ms/token", "Commit"]
     labels = [row[0] for row in nights_table["rows"]]
     assert labels == [str(night(i)) for i in (2, 1, 0)]
@@ -200,7 +215,7 @@ def test_a_cell_page_without_plot_or_changes_says_so() -> None:
     text = cell_page(topology_of(nights), "accelerate-fp32-bs1", None)
     found = Page(text)
     assert found.images == []
-    assert (found.paragraphs[-1][1]) == "None over these nights."
+    assert "\n<p>None over these nights.</p>\n" in text
     assert found.paragraphs[1][1].startswith(f"Newest night {night(1)}: ms/token same")
     assert len(found.tables) == 1
 
@@ -253,7 +268,8 @@ def test_the_index_ranks_failing_cells_then_worse_changes_then_any_change_then_t
         changes += [step(cell, 1, 1.0, 2.0) for _ in range(worse)]
         changes += [step(cell, 1, 2.0, 1.0) for _ in range(better)]
     topology = topology_of(nights, changes)
-    pages = {f"accelerate-fp32-bs{b + 1}": f"cpu/p{b}.html" for b in range(len(states))}
+    # The pages' order (the newest night's cells) against the names' order: ranks keep it.
+    pages = {f"accelerate-fp32-bs{b + 1}": f"cpu/p{b}.html" for b in reversed(range(len(states)))}
     section = Page("".join(index_section(topology, pages)))
     (table,) = section.tables
     assert table["header"] == ["Cell", "Newest night", "Persistent changes", "Trend"]
@@ -262,7 +278,7 @@ def test_the_index_ranks_failing_cells_then_worse_changes_then_any_change_then_t
         failing, worse, better = states[b]
         return 0 if failing else 1 if worse else 2 if better else 3
 
-    order = sorted(range(len(states)), key=rank)  # stable: the pages' order within a rank
+    order = sorted(reversed(range(len(states))), key=rank)  # stable: the pages' order in a rank
     assert [row[0] for row in table["rows"]] == [f"accelerate-fp32-bs{b + 1}" for b in order]
     for row, links, b in zip(table["rows"], table["links"], order, strict=True):
         _, worse, better = states[b]
@@ -274,16 +290,17 @@ def test_the_index_ranks_failing_cells_then_worse_changes_then_any_change_then_t
 
 def test_the_index_section_heads_its_topology_and_says_its_span_model_and_report() -> None:
     nights = history([cells(10.0), cells(10.0), cells(10.0)], name="8x<A100>")
-    nights = [*nights[:2], Night(nights[2].label, nights[2].path, nights[2].run)]
+    newest = replace(nights[2].run, model=replace(nights[2].run.model, name="tiny-2"))
+    nights = [*nights[:2], Night(nights[2].label, nights[2].path, newest)]
     topology = topology_of(nights)
     section = index_section(topology, {"accelerate-fp32-bs1": "x.html", "gone-bs1": "y.html"})
     found = Page("".join(section))
     assert found.headings == [("h2", {"id": "8x<A100>"}, "8x<A100>")]
     assert "<h2 id='8x&lt;A100&gt;'>" in section[0]
     span = found.paragraphs[0][1]
-    assert span == f"3 nights, {night(0)} … {night(2)}; tiny; report of the newest night"
+    assert span == f"3 nights, {night(0)} … {night(2)}; tiny-2; report of the newest night"
     assert ("8x<A100>/report/index.html", "report of the newest night") in found.links
-    assert found.paragraphs[1][0] == {"class": "verdict passed"}
+    assert verdict_line(topology.latest) in section  # the newest night's verdict
     assert found.tables[0]["rows"][1][:3] == ["gone-bs1", "not run", "none"]
 
 
@@ -291,12 +308,17 @@ def test_the_index_section_heads_its_topology_and_says_its_span_model_and_report
 
 
 def test_the_trend_pages_follow_the_newest_nights_cells_then_those_it_no_longer_runs(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nights = history([cells(10.0, 20.0, None), cells(10.0, None, None), cells(None, 20.0)])
     topology = topology_of(nights)
-    lines: list[str] = []
-    set_sink(lines.append)
+    # A clock 10 s further on at each reading, from 100 s, and a line at most every 20 s.
+    ticks = iter(range(100, 1000, 10))
+    monkeypatch.setattr(site, "time", SimpleNamespace(monotonic=lambda: float(next(ticks))))
+    monkeypatch.setenv("BLOOMPERF_HEARTBEAT_S", "20")
+    lines: list[tuple[str, list[str]]] = []  # each line, and the pages written when it came
+    folder = tmp_path / "cpu"
+    set_sink(lambda line: lines.append((line, sorted(p.name for p in folder.glob("*.html")))))
     try:
         links, files = publish_topology(topology, tmp_path)
     finally:
@@ -306,17 +328,24 @@ def test_the_trend_pages_follow_the_newest_nights_cells_then_those_it_no_longer_
     # A page per cell; a plot for the cells with a figure on some night (bs3 never ran).
     expected = []
     for cell in order:
-        expected.append(tmp_path / "cpu" / f"{cell}.html")
+        expected.append(folder / f"{cell}.html")
         if cell != order[2]:
-            expected.append(tmp_path / "cpu" / f"{cell}.png")
+            expected.append(folder / f"{cell}.png")
     assert files == expected and all(path.is_file() for path in files)
-    assert sorted(tmp_path.joinpath("cpu").iterdir()) == sorted(expected)
-    # The last line says the whole count and the time it took, not a time left.
-    assert re.search(
-        r" bloomperf: history publish: cpu: 3/3 trend pages in [0-9.]+ m?s$", lines[-1]
-    )
-    page_text = (tmp_path / "cpu" / f"{order[2]}.html").read_text(encoding="utf-8")
-    assert "<img" not in page_text
+    assert sorted(folder.iterdir()) == sorted(expected)
+    # 10 s after the start: too soon; 20 s: the count and the rest at that rate; the last page:
+    # the whole count and the time it took.
+    said = [(line.split(" bloomperf: ", 1)[1], written) for line, written in lines]
+    assert said == [
+        (
+            "history publish: cpu: 2/3 trend pages, about 10 s left",
+            [f"{c}.html" for c in order[:2]],
+        ),
+        ("history publish: cpu: 3/3 trend pages in 30 s", [f"{c}.html" for c in order]),
+    ]
+    for cell in order:  # the plot on the pages that have one
+        page_text = (folder / f"{cell}.html").read_text(encoding="utf-8")
+        assert (f'<img src="{cell}.png"' in page_text) is (cell != order[2])
 
 
 def test_a_site_folder_holds_the_index_and_folders_of_pages_plots_and_reports(
