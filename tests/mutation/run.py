@@ -258,6 +258,18 @@ MODULES: dict[str, tuple[str, ...]] = {
     "bloomperf/render/history/trend.py": ("tests/test_trend_figures.py",),
     "bloomperf/render/report/trend.py": ("tests/test_trend_figures.py",),
     "bloomperf/render/history/site.py": ("tests/test_site_pages.py",),
+    # bisect's command with scripted steps, its search, steps and table; not the real bisect on
+    # the tiny model (40 s) nor the contention probe on real busy loops.
+    "bloomperf/cli/bisect.py": (
+        "tests/test_bisect_command.py",
+        "tests/test_bisect.py",
+        "tests/test_ab_properties.py",
+        "tests/test_tables.py",
+        "tests/test_contention.py",
+        "-k",
+        "not (finds_the_version or worker_sharing or records_each_timed or load_on_arm_b"
+        " or bisect_never)",
+    ),
     # ab's loops with scripted cycles, and the pair log's rules; not test_ab.py's real runs on
     # the tiny model (10 to 20 s each) nor the contention probe on real busy loops.
     "bloomperf/harness/interleave.py": (
