@@ -6,6 +6,7 @@ the nights as built, not from bloomperf's series or medians."""
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from bloomperf.render.history.trend import (
     plot_cell,
 )
 from bloomperf.render.report.figure import COLOURS, OOM_COLOUR
-from bloomperf.render.report.trend import draw_trend
+from bloomperf.render.report.trend import draw_trend, plot_trend
 from bloomperf.store.baseline import EXPECT_OK, BaselineCell
 from bloomperf.store.history.nights import Night
 from bloomperf.store.results import CellResult, MemoryReading, Outcome
@@ -234,6 +235,10 @@ def test_rings_mark_exactly_the_nights_judged_regressed_against_the_baseline(
 @settings(max_examples=10, deadline=None)
 @given(days=DAYS)
 @example(days=EVERY_KIND)
+# Only the memory panel has rings: its legend entry comes after the first panel's marks.
+@example(
+    days=[Day(Outcome.OK, BASE_MS, 3072.0), Day(Outcome.OOM), Day(Outcome.OK, BASE_MS, 1024.0)]
+)
 def test_a_cross_and_its_outcome_on_each_night_the_cell_ran_and_did_not_finish(
     days: list[Day],
 ) -> None:
@@ -518,8 +523,21 @@ def test_drawn_the_report_grid_keeps_panels_apart_inside_the_figure_under_its_ti
     assert (x, line.get_linestyle()) == (4.0, "--")
     (label,) = first.texts
     assert label.get_text() == f"+70% from\n{night(4)}" and to_hex(label.get_color()) == colour
+    assert label.xycoords == ("data", "axes fraction")  # near the top whatever the figures
     at = first.transData.transform((x, 0))[0]
     extent = label.get_window_extent()
     assert at - 12 < extent.x1 <= at
     assert first.get_window_extent().contains(extent.x0, extent.y0)
     assert first.get_window_extent().contains(extent.x1, extent.y1)
+
+
+def test_the_report_trend_written_is_the_png_of_the_figure_drawn(tmp_path: Path) -> None:
+    nights = [report_night(i, grid_cell(1, i, False), grid_cell(2, i, True)) for i in range(3)]
+    path = plot_trend(nights, [change(1, "ms_per_token", 5.0, 6.0)], tmp_path / "t.png", 0.2)
+    data = path.read_bytes()
+    assert path == tmp_path / "t.png" and data.startswith(b"\x89PNG\r\n\x1a\n")
+    fig = draw_trend(nights, [change(1, "ms_per_token", 5.0, 6.0)], 0.2)
+    drawn = io.BytesIO()
+    fig.savefig(drawn, format="png")
+    assert data[16:24] == drawn.getvalue()[16:24]  # the PNG's width and height
+    assert "grey band: ±20 %" in fig.get_suptitle() and len(fig.axes[0].texts) == 1

@@ -82,7 +82,6 @@ def draw_trend(nights: Sequence[Night], changes: Sequence[Change], tolerance: fl
     # per cent labels at both edges.
     width, height = max(3.2 * columns, MIN_WIDTH), 2.3 * lines + 0.7
     fig = new_figure(width, height, layout=None)
-    fig.set_dpi(90)
     # Inches, not shares: one row of panels must still show its dates under the axes, and a
     # narrow figure its per cent labels left of them.
     # A served figure's title takes a second line (its metric): room for it above each row.
