@@ -9,10 +9,13 @@ here every expected value is worked out from the script and the seed, not from b
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import statistics
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +31,19 @@ from bloomperf.harness.interleave import (
     GROUPS,
     PairLog,
     Settings,
+    arm_spec,
     compare_cell_by_cycles,
     compare_group,
+    failure,
     print_progress,
     shared_cpus,
 )
 from bloomperf.harness.launch import GroupSpec
 from bloomperf.harness.matrix import Cell, Group
+from bloomperf.harness.overlay import Arm
 from bloomperf.store.contention import CycleLoad
 from bloomperf.store.results import CellResult, Outcome
+from bloomperf.store.serving import EFFECTIVE
 
 NEW_TOKENS = 10
 Script = Callable[[int], float]  # a cycle's seconds, by the arm's cycle count so far
@@ -53,9 +60,11 @@ class ScriptedRunner:
         outcome: Outcome = Outcome.OK,
         warmup: int = 1,
         cycles: int = 5,
+        loads: Callable[[int], CycleLoad | None] = lambda i: None,
     ) -> None:
         self.arm, self.script, self.events, self.outcome = arm, script, events, outcome
-        self.warmup, self.cycles = warmup, cycles
+        self.warmup, self.cycles, self.loads = warmup, cycles, loads
+        self.cycle_loads: list[CycleLoad | None] = []
         self.spec = GroupSpec("accelerate", "fp32", Path("/model"), "cpu", NEW_TOKENS)
         self.ran = 0
         self.last_load: CycleLoad | None = None
@@ -73,10 +82,13 @@ class ScriptedRunner:
             seconds = measure(self.cycle, self.warmup, self.cycles)
         self.events.append((self.arm, "end", str(batch_size)))
         samples = tuple(s * 1000.0 / (batch_size * NEW_TOKENS) for s in seconds)
-        return CellResult("accelerate", "fp32", batch_size, Outcome.OK, samples)
+        timed = tuple(load for load in self.cycle_loads[-len(seconds) :] if load is not None)
+        return CellResult("accelerate", "fp32", batch_size, Outcome.OK, samples, loads=timed)
 
     def cycle(self) -> float:
         seconds = self.script(self.ran)
+        self.last_load = self.loads(self.ran)
+        self.cycle_loads.append(self.last_load)
         self.ran += 1
         self.events.append((self.arm, "cycle"))
         return seconds
@@ -249,14 +261,19 @@ def scripted_runners(
     scripts: dict[str, Script],
     events: list[tuple[str, ...]],
     failing: dict[str, Outcome] | None = None,
+    per_round: Callable[[str, int], Script] | None = None,
+    loads: Callable[[int], CycleLoad | None] = lambda i: None,
 ) -> list[ScriptedRunner]:
-    """``interleave.GroupRunner`` made a scripted one per arm; the runners made, in order."""
+    """``interleave.GroupRunner`` made a scripted one per arm (``per_round(arm, round)``'s
+    script, the round counted per arm, else the arm's script); the runners made, in order."""
     made: list[ScriptedRunner] = []
 
     def make(group_spec: GroupSpec, *, warmup: int = 1, cycles: int = 5) -> ScriptedRunner:
         arm = group_spec.env["ARM"]
         outcome = (failing or {}).get(arm, Outcome.OK)
-        runner = ScriptedRunner(arm, scripts[arm], events, outcome, warmup, cycles)
+        rounds = sum(r.arm == arm for r in made)
+        script = per_round(arm, rounds) if per_round else scripts[arm]
+        runner = ScriptedRunner(arm, script, events, outcome, warmup, cycles, loads)
         made.append(runner)
         return runner
 
@@ -270,10 +287,17 @@ def test_cycles_mode_compares_every_cell_of_the_group_then_stops_both_runners(
     events: list[tuple[str, ...]] = []
     made = scripted_runners(monkeypatch, {"a": wobble(1), "b": wobble(2)}, events)
     group = Group("accelerate", "fp32", (1, 4))
-    s = Settings(min_pairs=2, max_pairs=3, warmup=1)
+    s = Settings(min_pairs=2, max_pairs=3, warmup=2, seed=7)
     found = list(compare_group({arm: spec(arm) for arm in ARMS}, group, s, lambda *_: None))
     assert [c.cell.batch_size for c in found] == [1, 4]
-    assert len(made) == 2 and all(r.warmup == 1 for r in made)  # one live runner per arm
+    assert len(made) == 2 and all(r.warmup == 2 for r in made)  # one live runner per arm
+    # One generator from the seed for the whole group: the cells' orders follow on.
+    rng = random.Random(7)
+    expected = []
+    for comparison in found:
+        expected += [arm for _ in range(2) for arm in rng.sample(ARMS, 2)]  # warm-ups
+        expected += [arm for _ in pairs_of(comparison) for arm in rng.sample(ARMS, 2)]
+    assert [e[0] for e in events if e[1] == "cycle"] == expected
     # Each arm's worker is the other's own: its CPU time is no neighbour's.
     assert made[0].also_ours() == [202] and made[1].also_ours() == [101]
     assert events[-2:] == [("a", "stop"), ("b", "stop")]
@@ -284,16 +308,32 @@ def test_groups_mode_pairs_each_rounds_medians_and_loads_each_arm_anew_per_round
 ) -> None:
     events: list[tuple[str, ...]] = []
     scripts = {"a": wobble(1, 0.3), "b": lambda i: 2 * wobble(2, 0.3)(i)}
-    made = scripted_runners(monkeypatch, scripts, events)
+    made = scripted_runners(monkeypatch, scripts, events, loads=lambda i: CycleLoad(0.1 + i))
     group = Group("accelerate", "fp32", (1, 2))
     s = Settings(
-        mode=GROUPS, confidence=0.75, min_pairs=3, max_pairs=3, warmup=1, cycles_per_round=3, seed=4
+        mode=GROUPS, confidence=0.75, min_pairs=3, max_pairs=3, warmup=2, cycles_per_round=3, seed=4
     )
-    found = list(compare_group({arm: spec(arm) for arm in ARMS}, group, s, lambda *_: None))
+    looked: list[tuple[int, int, float]] = []
+    started = time.monotonic()
+    found = list(
+        compare_group(
+            {arm: spec(arm) for arm in ARMS},
+            group,
+            s,
+            lambda log, at: looked.append((log.cell.batch_size, log.pairs, at)),
+        )
+    )
+    wall = time.monotonic() - started
+    assert [c.cell.batch_size for c in found] == [1, 2]
     rng = random.Random(4)
     orders = [tuple(rng.sample(ARMS, 2)) for _ in range(3)]
     assert [r.arm for r in made] == [arm for order in orders for arm in order]
-    assert all((r.warmup, r.cycles) == (1, 3) for r in made)
+    assert all((r.warmup, r.cycles) == (2, 3) for r in made)
+    # After each round, each batch size's progress, with the time since the start.
+    assert [(b, n) for b, n, _ in looked] == [(b, n) for n in (1, 2, 3) for b in (1, 2)]
+    times = [at for _, _, at in looked]
+    assert times == sorted(times) and times[0] >= 0 and times[-1] <= wall
+    last = {arm: next(r for r in reversed(made) if r.arm == arm) for arm in ARMS}
     # Each round's runner loads, runs both batch sizes and stops before the other arm's starts.
     kinds = [(e[0], e[1]) for e in events if e[1] != "cycle"]
     per_runner = [("begin",), ("end",), ("begin",), ("end",), ("stop",)]
@@ -307,14 +347,48 @@ def test_groups_mode_pairs_each_rounds_medians_and_loads_each_arm_anew_per_round
         # Each round's pair is each arm's median cycle of that round, of this batch size.
         # A fresh runner per round: before this batch size's cell it ran the smaller one's
         # warm-up and 3 timed cycles, then this cell's warm-up.
-        first = (1 + 3) * (batch - 1) + 1
+        first = (2 + 3) * (batch - 1) + 2
         for arm in ARMS:
             cycles = [scripts[arm](first + k) * 1000 / (batch * NEW_TOKENS) for k in range(3)]
             for round_ in range(3):
-                kept = [x.ms_per_token for x in comparison.samples
-                        if x.pair == round_ and x.arm == arm]  # fmt: skip
-                assert kept == pytest.approx(cycles)
+                kept = [x for x in comparison.samples if x.pair == round_ and x.arm == arm]
+                assert [x.ms_per_token for x in kept] == pytest.approx(cycles)
+                assert [x.load for x in kept] == [CycleLoad(0.1 + first + k) for k in range(3)]
+            # The arms' cells are the last round's.
+            assert comparison.arms[arm].samples_ms_per_token == pytest.approx(cycles)
+            assert comparison.arms[arm] is not None and last[arm].ran == 10
         assert comparison.verdict == SLOWER and comparison.stopped == "decided"
+        assert times[-1] <= comparison.elapsed_s <= wall
+
+
+@pytest.mark.parametrize(("max_time_s", "rounds"), [(3600.0, 3), (0.0, 1)])
+def test_groups_mode_says_why_each_cell_stopped(
+    monkeypatch: pytest.MonkeyPatch, max_time_s: float, rounds: int
+) -> None:
+    def per_round(arm: str, round_: int) -> Script:
+        def seconds(i: int) -> float:
+            if i < 4:  # the first batch size (a warm-up, 3 cycles): B twice as slow
+                return 0.1 * (2.0 if arm == "b" else 1.0)
+            # The second: B now faster, now slower than A, round by round.
+            return 0.1 * ((0.8, 1.25, 1.0)[round_] if arm == "b" else 1.0)
+
+        return seconds
+
+    events: list[tuple[str, ...]] = []
+    made = scripted_runners(monkeypatch, {}, events, per_round=per_round)
+    s = Settings(
+        mode=GROUPS, confidence=0.75, min_pairs=3, max_pairs=3, max_time_s=max_time_s,
+        cycles_per_round=3,
+    )  # fmt: skip
+    group = Group("accelerate", "fp32", (1, 2))
+    first, second = compare_group({arm: spec(arm) for arm in ARMS}, group, s, lambda *_: None)
+    assert len(made) == 2 * rounds
+    if rounds == 3:
+        assert (first.stopped, first.verdict) == ("decided", SLOWER)
+        assert (second.stopped, second.verdict) == ("max-pairs", INCONCLUSIVE)
+    else:  # out of time after the first round: too few pairs for either
+        assert [c.stopped for c in (first, second)] == ["max-time", "max-time"]
+        assert [c.verdict for c in (first, second)] == [INCONCLUSIVE, INCONCLUSIVE]
 
 
 def test_groups_mode_stops_at_a_failed_cell_with_that_cells_failure(
@@ -365,3 +439,89 @@ def test_both_arms_start_on_the_last_cores_the_hungrier_arm_needs_and_the_rest_c
     with pytest.raises(KeyError), shared_cpus([one, one]):
         raise KeyError("inside")
     assert sorted(os.sched_getaffinity(0)) == allowed
+
+
+BUSY = CycleLoad(0.1, gpu_others=1)  # another process on the GPU: the pair is set aside
+QUIET = CycleLoad(0.1, wait_s=0.0, gpu_others=0)
+
+
+def test_each_sample_carries_its_cycles_load_and_a_pair_with_a_busy_cycle_is_set_aside() -> None:
+    events: list[tuple[str, ...]] = []
+    # Arm B's fourth cycle (the third pair, after one warm-up) had a neighbour on the GPU.
+    loads = {"a": lambda i: QUIET, "b": lambda i: BUSY if i == 3 else QUIET}
+    runners = {
+        arm: ScriptedRunner(arm, wobble(i), events, warmup=1, loads=loads[arm])
+        for i, arm in enumerate(ARMS)
+    }
+    s = Settings(min_pairs=4, max_pairs=6, confidence=0.9)
+    started = time.monotonic()
+    elapsed: list[float] = []
+    comparison = compare_cell_by_cycles(
+        runners,  # type: ignore[arg-type]
+        Cell("accelerate", "fp32", 1),
+        s,
+        random.Random(2),
+        lambda log, at: elapsed.append(at),
+    )
+    wall = time.monotonic() - started
+    for sample in comparison.samples:
+        busy = sample.arm == "b" and sample.pair == 2
+        assert sample.load == (BUSY if busy else QUIET)
+        assert sample.set_aside is (sample.pair == 2)
+    assert comparison.busy is not None and comparison.busy.set_aside == 1
+    assert comparison.busy.pairs == len(pairs_of(comparison))
+    assert comparison.busy.gpu_neighbours == 1
+    # The clock: from the cell's start, never past the call's own wall time.
+    assert elapsed and all(0 <= at <= wall for at in elapsed) and elapsed == sorted(elapsed)
+    assert elapsed[-1] <= comparison.elapsed_s <= wall
+
+
+def test_a_log_whose_pairs_are_all_set_aside_never_decides_and_says_the_machine_was_busy() -> None:
+    log = PairLog(Cell("accelerate", "fp32", 1), Settings(min_pairs=2, max_pairs=5))
+    for _ in range(5):
+        log.add_pair({"a": 1.0, "b": 2.0}, ("a", "b"), loads={"a": (BUSY,), "b": (QUIET,)})
+        assert not log.decided() and log.verdict is None
+    comparison = log.comparison("max-pairs", 1.0, {})
+    assert comparison.verdict == INCONCLUSIVE and comparison.busy_verdict
+    assert comparison.estimate is None and log.clean_pairs == 0
+
+
+def test_a_higher_is_better_figure_half_as_high_in_b_is_judged_slower() -> None:
+    s = Settings(confidence=0.9, min_pairs=6, max_pairs=6)
+    log = PairLog(Cell("vllm", "fp32", 1), s, metric=EFFECTIVE)
+    decided = False
+    for a in (10.0, 11.0, 9.0, 10.5, 9.5, 10.2):
+        log.add_pair({"a": a, "b": a / 2}, ("a", "b"))
+        decided = decided or log.decided()
+    assert decided and log.verdict == SLOWER  # B gives half the requests/s: worse
+    assert log.comparison("decided", 1.0, {}).verdict == SLOWER
+
+
+def test_an_arm_spec_runs_the_arms_interpreter_with_its_environment() -> None:
+    arm = Arm("b", "/venvs/b/bin/python", {"X": "1"}, ("pkg==2",), "/o", env={"PATH": "/p"})
+    base = spec("a", launch=LaunchOptions(threads=2))
+    made = arm_spec(base, arm)
+    assert (made.python, made.env) == ("/venvs/b/bin/python", {"PATH": "/p"})
+    assert made.env is not arm.env  # the arm's own settings are never shared with the spec
+    assert replace(made, python=base.python, env=base.env) == base
+
+
+def test_a_failed_arms_comparison_holds_both_cells_and_no_time() -> None:
+    cells = {
+        "a": CellResult("accelerate", "fp32", 2, Outcome.OK, (1.0,)),
+        "b": CellResult("accelerate", "fp32", 2, Outcome.OOM, message="CUDA out of memory"),
+    }
+    found = failure(cells)
+    assert found is not None
+    assert (found.elapsed_s, found.arms, found.stopped) == (0.0, cells, "failed")
+    assert found.median("a") is None and found.median("b") is None  # no pairs: no medians
+    assert failure({"a": cells["a"]}) is None
+
+
+def test_progress_counts_the_pairs_set_aside() -> None:
+    out = io.StringIO()
+    log = PairLog(Cell("accelerate", "fp32", 1), Settings(min_pairs=2, max_pairs=9))
+    log.add_pair({"a": 1.0, "b": 1.0}, ("a", "b"), loads={"a": (BUSY,), "b": (QUIET,)})
+    log.add_pair({"a": 1.0, "b": 1.1}, ("b", "a"))
+    print_progress(out)(log, 0.4)
+    assert "    2 pairs (1 set aside)  no interval yet  0 s" in out.getvalue()

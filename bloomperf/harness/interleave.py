@@ -387,8 +387,7 @@ def compare_by_groups(
         undecided = [log for log in logs.values() if log.verdict is None and not log.decided()]
         for log in logs.values():
             progress(log, time.monotonic() - started)
-        if not undecided:
-            stopped = "decided"
+        if not undecided:  # each log has its verdict: each says "decided" below
             break
         if time.monotonic() - started >= settings.max_time_s:
             stopped = "max-time"

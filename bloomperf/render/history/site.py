@@ -233,7 +233,8 @@ def publish_site(root: Path, out: Path, baselines: Path | None = None, **setting
     def moved(paths: tuple[Path, ...]) -> tuple[Path, ...]:
         return tuple(out / p.relative_to(staging) for p in paths)
 
-    return Site(out / "index.html", moved(site.pages), moved(site.plots), moved(site.reports))
+    (index,) = moved((site.index,))
+    return Site(index, moved(site.pages), moved(site.plots), moved(site.reports))
 
 
 def is_site(entry: Path) -> bool:
