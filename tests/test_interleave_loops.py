@@ -518,10 +518,21 @@ def test_a_failed_arms_comparison_holds_both_cells_and_no_time() -> None:
     assert failure({"a": cells["a"]}) is None
 
 
-def test_progress_counts_the_pairs_set_aside() -> None:
-    out = io.StringIO()
+class Flushed(io.StringIO):
+    """A stream that counts its flushes: a progress line reaches a pipe when it is printed."""
+
+    flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        super().flush()
+
+
+def test_progress_counts_the_pairs_set_aside_and_each_line_is_flushed() -> None:
+    out = Flushed()
     log = PairLog(Cell("accelerate", "fp32", 1), Settings(min_pairs=2, max_pairs=9))
     log.add_pair({"a": 1.0, "b": 1.0}, ("a", "b"), loads={"a": (BUSY,), "b": (QUIET,)})
     log.add_pair({"a": 1.0, "b": 1.1}, ("b", "a"))
     print_progress(out)(log, 0.4)
     assert "    2 pairs (1 set aside)  no interval yet  0 s" in out.getvalue()
+    assert out.flushes == 1
