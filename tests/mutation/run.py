@@ -262,6 +262,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     # the tiny model (40 s) nor the contention probe on real busy loops.
     "bloomperf/cli/bisect.py": (
         "tests/test_bisect_command.py",
+        "tests/test_bisect_rules.py",
         "tests/test_bisect.py",
         "tests/test_ab_properties.py",
         "tests/test_tables.py",
