@@ -27,7 +27,7 @@ from bloomperf.backends.ds_checkpoint import (
     host_memory_reason,
 )
 from bloomperf.backends.ds_inference import INT8_NEEDS_CHECKPOINT, load_path
-from bloomperf.catalog.caches import worker_caches
+from bloomperf.catalog.caches import build_lock, extensions_dir, worker_caches
 from bloomperf.catalog.checkpoint_builder import split_shards, tensor_specs, write_tokenizer
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.catalog.models import MODEL_SHAPES, bloom_config
@@ -172,14 +172,18 @@ def run_clock_probe(tiny: Path, backend: str, dtype: str) -> dict[str, object]:
     spec = WorkerSpec(backend, dtype, str(tiny), "cpu", new_tokens=4, control="")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "MASTER_ADDR")}
     # The caches a group's worker gets (bloomperf's extensions folder, where CI built the op):
-    # without them DeepSpeed built its op afresh in ~/.cache on a new machine, for 90 s.
-    result = subprocess.run(
-        [sys.executable, "-c", CLOCK_PROBE, spec.to_json()],
-        env={**env, **worker_caches(), "CUDA_VISIBLE_DEVICES": ""},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # without them DeepSpeed built its op afresh in ~/.cache on a new machine, for 90 s. Under
+    # the folder's build lock, as a group loads: another worker's run takes torch's ``lock`` file
+    # in that folder for a killed build's when nobody holds the build lock, and removed it from
+    # under this probe once in CI (FileNotFoundError at the probe's release).
+    with build_lock(extensions_dir(), 600):
+        result = subprocess.run(
+            [sys.executable, "-c", CLOCK_PROBE, spec.to_json()],
+            env={**env, **worker_caches(), "CUDA_VISIBLE_DEVICES": ""},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert result.returncode == 0, result.stderr[-3000:]
     seen: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
     return seen
