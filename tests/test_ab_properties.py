@@ -168,7 +168,13 @@ def test_an_inconclusive_cell_keeps_the_step_from_passing() -> None:
 
 
 def oracle(versions: list[str], first: int, skipped: set[int]) -> Callable[[str], Step]:
+    """Each version's verdict from where it lies; a version tested twice fails the test (a
+    step is minutes of measurement: the search must never spend one on a known answer)."""
+    tested: set[str] = set()
+
     def test(version: str) -> Step:
+        assert version not in tested, f"{version} tested twice"
+        tested.add(version)
         index = versions.index(version)
         if index in skipped:
             return Step(version, SKIPPED)
@@ -190,7 +196,11 @@ def test_bisect_names_the_first_slower_version_wherever_it_lies(
     assert finding.first_bad == versions[first]
     assert finding.last_good == versions[first - 1]
     assert finding.ambiguous == ()
-    assert len(steps) <= n
+    # A binary search: BAD, then at most ceil(log2(n - 1)) judged steps over the n - 2
+    # versions between (one more where a skipped version moved a midpoint aside); each
+    # skipped version costs its own step once (the oracle refuses a second).
+    judged = [s for s in steps if s.verdict != SKIPPED]
+    assert len(judged) <= 1 + math.ceil(math.log2(n - 1)) + bool(skipped)
 
 
 @settings(max_examples=60, deadline=None)

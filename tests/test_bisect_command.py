@@ -6,8 +6,11 @@ each step, its progress, its table and conclusion, and its exit status. GOOD's o
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +18,15 @@ import pytest
 from packaging.version import Version
 
 from bloomperf.analysis.paired import FASTER, INCONCLUSIVE, SAME, SLOWER
+from bloomperf.catalog import topology as topology_module
 from bloomperf.catalog.checkpoints import resolve_model
-from bloomperf.cli import bisect, main
+from bloomperf.cli import bisect, build_parser, main
 from bloomperf.cli.bisect import SKIPPED, Step
-from tests.wheels import build_wheel
+from bloomperf.harness.interleave import CYCLES
+from bloomperf.harness.orphans import HELD_ENV
+from bloomperf.harness.session import Session
+from tests.nvml_replay import NvmlReplay
+from tests.wheels import build_wheel, simple_index
 
 VERSIONS = [f"1.{minor}" for minor in range(8)]
 
@@ -51,6 +59,8 @@ def bisect_with(
 
     def scripted(package: str, version: str, good: Any, *rest: Any) -> Step:
         *_, settings, results, _err = rest
+        # A step is minutes of measurement: a version tested twice fails here, not at a timeout.
+        assert version not in [s["version"] for s in json.loads(Path(results).read_text())["steps"]]
         assert (package, good.pins, settings.tolerance) == ("bpcmd", ("bpcmd==1.0",), 0.3)
         seen.append(json.loads(Path(results).read_text()))
         verdict = verdicts[version]
@@ -64,6 +74,7 @@ def bisect_with(
     argv = ["bisect", "bpcmd", "1.0", "1.7", "--find-links", str(house), "--model", tiny]
     argv += ["--cache-dir", str(cache), "--tolerance", "0.3", "--no-lock"]
     argv += ["--output", str(output)] if output is not None else []
+    capsys.readouterr()  # a cold cache's "building tiny" line is the fixture's, not bisect's
     code = main(argv)
     captured = capsys.readouterr()
     return code, seen, captured.out, captured.err
@@ -157,3 +168,143 @@ def test_a_bisect_that_cannot_name_one_version_exits_1_and_says_why(
         None if "no culprit" in conclusion else "1.6"
     )
     assert document["ambiguous"] == ([] if "no culprit" in conclusion else ["1.3", "1.4", "1.5"])
+
+
+@pytest.mark.parametrize("locked", [True, False])
+def test_each_step_gets_what_the_command_line_set_and_the_lock_is_held_while_it_runs(
+    locked: bool,
+    house: Path,
+    cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run on the recorded answers of a 4 x A100 machine with ``--device cpu``: the arms, the
+    source, the cache, the session on the topology the command detected, the comparison's mode
+    for the CPU, the GPUs' locks held during each step unless --no-lock, each progress line on
+    disk before the step it announces, and the results on ``out``, never on stdout."""
+    monkeypatch.setattr(topology_module, "load_nvml", lambda: NvmlReplay.load("4xA100-SXM4-80GB"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("BLOOMPERF_LOCK_DIR", str(tmp_path / "locks"))
+    detected: list[Any] = []
+
+    def detect() -> Any:
+        detected.append(topology_module.detect_topology())
+        return detected[-1]
+
+    monkeypatch.setattr(bisect, "detect_topology", detect)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    build_wheel(tmp_path / "rc", "bpcmd", "1.4rc1", {"bpcmd/__init__.py": ""})
+    output, err_path = tmp_path / "b.json", tmp_path / "err.log"
+    seen: list[str] = []
+
+    def scripted(*passed: Any) -> Step:
+        package, version, good, source, cache_dir, session, settings, results, err = passed
+        assert (package, good.name, good.pins) == ("bpcmd", "a", ("bpcmd==1.0",))
+        assert good.python == str(venv / "bin" / "python")
+        assert good.settings == {"K1": "one", "K2": "two"}
+        assert source.find_links == (str(house), str(tmp_path / "rc"))
+        assert cache_dir == cache and results == output
+        assert isinstance(session, Session) and session.output is None
+        (topology,) = detected
+        assert session.topology is topology and session.device == "cpu"
+        assert len(topology.gpus) == 4
+        assert (settings.tolerance, settings.mode) == (0.3, CYCLES)
+        held = os.environ.get(HELD_ENV)
+        assert held == (",".join(sorted(g.uuid for g in topology.gpus)) if locked else None)
+        assert err is stderr
+        assert version not in seen, f"{version} tested twice"
+        on_disk = err_path.read_text().splitlines()
+        assert on_disk[-1] == f"bloomperf bisect: testing bpcmd {version}"  # flushed
+        seen.append(version)
+        verdict = SLOWER if Version(version) >= Version("1.4rc1") else SAME
+        ratio = 1.5 if verdict == SLOWER else 1.0
+        return Step(version, verdict, ratio, ratio - 0.1, ratio + 0.1, 12, "accelerate-fp32-bs1")
+
+    monkeypatch.setattr(bisect, "test_version", scripted)
+    argv = ["bisect", "bpcmd", "1.0", "1.7", "--find-links", str(house)]
+    argv += ["--find-links", str(tmp_path / "rc"), "--pre", "--python", str(venv)]
+    argv += ["--env", "K1=one", "--env", "K2=two", "--device", "cpu"]
+    argv += ["--model", str(resolve_model("tiny", None, None).path), "--cache-dir", str(cache)]
+    argv += ["--tolerance", "0.3", "--output", str(output), *([] if locked else ["--no-lock"])]
+    args = build_parser().parse_args(argv)
+    out = io.StringIO()
+    with err_path.open("w") as stderr:
+        code = bisect.bisect_command(args, out, stderr)
+        last = err_path.read_text().splitlines()[-1]  # before the file is closed
+    assert code == 0
+    assert last.startswith(f"  {seen[-1]}: ")  # the last step's verdict, flushed
+    document = json.loads(output.read_text())
+    assert document["versions"] == [*VERSIONS[:4], "1.4rc1", *VERSIONS[4:]]
+    assert document["first_slower"] == "1.4rc1"
+    rows = [line for line in out.getvalue().splitlines() if re.match(r"\| 1\.\d", line)]
+    assert [row.split("|")[1].strip() for row in rows] == sorted(seen, key=Version)
+    assert out.getvalue().splitlines()[-2:] == [
+        "first slower version of bpcmd: 1.4rc1 (last not slower: 1.3)",
+        f"results: {output}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--python", "/no/such/python"],
+         "--python: /no/such/python is neither a Python interpreter nor a venv folder"),
+        (["--env", "K1=one", "--env", "novalue"], "--env: 'novalue' is not KEY=VALUE"),
+    ],
+)  # fmt: skip
+def test_a_bad_interpreter_or_setting_is_refused_naming_its_option(
+    option: list[str],
+    message: str,
+    house: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["bisect", "bpcmd", "1.0", "1.7", "--find-links", str(house), *option])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"bloomperf: error: {message}"
+
+
+def test_when_bad_is_not_slower_good_is_the_last_not_slower(
+    house: Path,
+    cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    output = tmp_path / "b.json"
+    code, _, _, _ = bisect_with(
+        {v: SAME for v in VERSIONS}, house, cache, output, monkeypatch, capsys
+    )
+    document = json.loads(output.read_text())
+    assert code == 1
+    assert (document["last_good"], document["first_slower"]) == ("1.0", None)
+
+
+def test_versions_come_from_the_index_asked_for_the_interpreter_under_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --index-url, pip lists the versions for --python's interpreter (a link to this
+    one here); a pre-release between GOOD and BAD stays out without --pre."""
+    index = simple_index(tmp_path / "idx", "bpidx", ["1.0", "1.1", "1.2rc1", "1.2", "1.3"])
+    link = tmp_path / "python3"
+    link.symlink_to(sys.executable)
+    tested: list[str] = []
+
+    def scripted(package: str, version: str, good: Any, *rest: Any) -> Step:
+        assert good.python == str(link)
+        tested.append(version)
+        return Step(
+            version, SLOWER if Version(version) >= Version("1.2") else SAME, 1, 1, 1, 8, "c"
+        )
+
+    monkeypatch.setattr(bisect, "test_version", scripted)
+    output = tmp_path / "b.json"
+    argv = ["bisect", "bpidx", "1.0", "1.3", "--index-url", index, "--python", str(link)]
+    argv += ["--model", str(resolve_model("tiny", None, None).path), "--no-lock"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--output", str(output)]
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    document = json.loads(output.read_text())
+    assert document["versions"] == ["1.0", "1.1", "1.2", "1.3"]
+    assert document["first_slower"] == "1.2" and "1.2rc1" not in tested

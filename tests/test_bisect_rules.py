@@ -5,6 +5,7 @@ command prints about a step or a finding."""
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from bloomperf.cli.bisect import (
     busy_reason,
     conclusion,
     describe_step,
+    list_versions,
     nearest,
     render_steps,
     step_from,
@@ -35,20 +37,7 @@ from bloomperf.harness.interleave import Comparison, Settings
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.overlay import PackageSource, prepare_arm
 from bloomperf.store.results import Outcome
-from tests.wheels import build_wheel
-
-
-def simple_index(root: Path, name: str, versions: list[str]) -> str:
-    """A PEP 503 index of ``name``'s wheels in a folder, as a file:// URL."""
-    wheels = root / "wheels"
-    links = []
-    for version in versions:
-        wheel = build_wheel(wheels, name, version, {f"{name}/__init__.py": ""})
-        links.append(f'<a href="{wheel.as_uri()}">{wheel.name}</a>')
-    page = root / "simple" / name / "index.html"
-    page.parent.mkdir(parents=True)
-    page.write_text("<!DOCTYPE html><html><body>" + "".join(links) + "</body></html>")
-    return (root / "simple").as_uri() + "/"
+from tests.wheels import build_wheel, simple_index
 
 
 def test_pip_lists_every_version_its_index_offers_for_this_or_another_interpreter(
@@ -72,6 +61,59 @@ def test_pip_lists_every_version_its_index_offers_for_this_or_another_interprete
     assert len(message) <= len("bpnothere: the index lists no versions ()") + 200
 
 
+def test_an_index_is_asked_through_pip_with_any_local_folders_beside_it(tmp_path: Path) -> None:
+    """With --index-url, pip answers (for the interpreter under test), also when --find-links
+    folders are given beside it; pre-releases only when asked for."""
+    index = simple_index(tmp_path / "idx", "bpboth", ["1.0", "1.2", "2.0rc1"])
+    build_wheel(tmp_path / "house", "bpboth", "1.1", {"bpboth/__init__.py": ""})
+    other = tmp_path / "python3"
+    other.symlink_to(sys.executable)
+    source = PackageSource(index_url=index, find_links=(str(tmp_path / "house"),))
+    found = list_versions("bpboth", source, False, str(other))
+    assert found == [Version("1.0"), Version("1.1"), Version("1.2")]
+    assert list_versions("bpboth", PackageSource(index_url=index), True) == [
+        Version("1.0"),
+        Version("1.2"),
+        Version("2.0rc1"),
+    ]
+
+
+@pytest.mark.parametrize("package", ["not a name!", "bp" + "x" * 250])
+def test_an_index_that_lists_nothing_is_refused_with_pips_own_error_cut_to_200(
+    package: str, tmp_path: Path
+) -> None:
+    """A requirement pip cannot read (no "from versions" at all) and a package the index does
+    not have (pip's error line longer than the 200 characters kept)."""
+    source = PackageSource(index_url=simple_index(tmp_path, "bpother", ["1.0"]))
+    with pytest.raises(BloomperfError) as refused:
+        versions_from_pip(package, source, sys.executable)
+    head = f"{package}: the index lists no versions ("
+    message = str(refused.value)
+    assert message.startswith(head + "ERROR: ") and message.endswith(")")
+    reason = message[len(head) : -1]
+    assert len(reason) <= 200 and "\n" not in reason
+    if len(package) > 200:
+        assert len(reason) == 200  # pip's line names the package: cut, not dropped
+
+
+def test_good_and_bad_must_be_versions_the_index_offers_in_that_order() -> None:
+    available = [Version(v) for v in ("1.0", "1.1", "1.2", "1.3")]
+    assert bisect.versions_between(available, "1.1", "1.3") == available[1:]
+    refusals = {
+        ("1.x", "1.3"): "bisect: Invalid version: '1.x'",
+        ("1.0", "1.9"): "bisect: BAD 1.9 is not in the index (nearest below: 1.1, 1.2, 1.3; "
+        "pip lists no yanked version)",
+        ("0.9", "1.3"): "bisect: GOOD 0.9 is not in the index (nearest above: 1.0, 1.1, 1.2; "
+        "pip lists no yanked version)",
+        ("1.2", "1.2"): "bisect: GOOD 1.2 must be an earlier version than BAD 1.2",
+        ("1.3", "1.1"): "bisect: GOOD 1.3 must be an earlier version than BAD 1.1",
+    }
+    for (good, bad), message in refusals.items():
+        with pytest.raises(BloomperfError) as refused:
+            bisect.versions_between(available, good, bad)
+        assert str(refused.value) == message
+
+
 def test_a_local_wheelhouse_lists_its_packages_versions_from_the_file_names(
     tmp_path: Path,
 ) -> None:
@@ -82,6 +124,10 @@ def test_a_local_wheelhouse_lists_its_packages_versions_from_the_file_names(
     (tmp_path / "b" / "bp_house-3.0.egg").write_bytes(b"")  # not a wheel nor an sdist
     (tmp_path / "b" / "bp_house-x!y-py3-none-any.whl").write_bytes(b"")  # no version
     (tmp_path / "b" / "other-9.0.tar.gz").write_bytes(b"")
+    # Sorted before the package's own files: a file that is not a distribution, and a wheel
+    # whose name does not parse, are passed over and the folder read on.
+    (tmp_path / "a" / "README.txt").write_bytes(b"")
+    (tmp_path / "a" / "0-bad.whl").write_bytes(b"")
     folders = (str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "missing"))
     assert versions_in_folders("BP.House", folders) == ["1.0", "1.1", "2.0", "2.1"]
 
@@ -99,7 +145,7 @@ def test_nearest_names_up_to_three_versions_either_side() -> None:
 def test_a_version_is_tested_through_its_own_overlay_and_one_that_cannot_install_is_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    house = tmp_path / "wheels"
+    house = tmp_path / ("w" * 200)  # pip's error names the file: longer than a step keeps
     build_wheel(house, "bpver", "1.0", {"bpver/__init__.py": ""})
     build_wheel(house, "bpver", "1.1", {"bpver/__init__.py": ""})
     (house / "bpver-1.2-py3-none-any.whl").write_bytes(b"not a zip")
@@ -112,22 +158,26 @@ def test_a_version_is_tested_through_its_own_overlay_and_one_that_cannot_install
     slower = Comparison(cell, Outcome.OK, SLOWER, estimate, (), 1.0, "decided")
 
     def compare(session, a, b, settings, results, err):  # type: ignore[no-untyped-def]
-        calls.append((a, b, settings, results))
+        calls.append((session, a, b, settings, results, err))
         return [slower]
 
     monkeypatch.setattr(ab, "compare_arms", compare)
     output = tmp_path / "out" / "bisect.json"
     s = Settings()
-    step = bisect.test_version("bpver", "1.1", good, source, cache, None, s, output, sys.stderr)  # type: ignore[arg-type]
-    ((a, b, passed, results),) = calls
+    session, err = object(), io.StringIO()  # passed through as they are
+    step = bisect.test_version("bpver", "1.1", good, source, cache, session, s, output, err)  # type: ignore[arg-type]
+    ((passed_session, a, b, passed, results, passed_err),) = calls
+    assert passed_session is session and passed_err is err
     assert a is good and passed is s
     assert b.name == "b" and b.pins == ("bpver==1.1",) and b.settings == {"K": "v"}
     assert b.python == good.python and b.overlay and os.path.isdir(b.overlay)
     assert results == tmp_path / "out" / "bisect.1.1.ab.json"
     assert step == Step("1.1", SLOWER, 1.5, 1.4, 1.6, 9, "accelerate-fp32-bs1", str(results))
     broken = bisect.test_version("bpver", "1.2", good, source, cache, None, s, output, sys.stderr)  # type: ignore[arg-type]
-    assert broken.verdict == SKIPPED and broken.ratio is None and len(calls) == 1
-    assert broken.message and "\n" not in broken.message and len(broken.message) <= 300
+    assert (broken.version, broken.verdict, broken.ratio) == ("1.2", SKIPPED, None)
+    assert len(calls) == 1
+    assert broken.message.startswith("pip could not install bpver==1.2: ERROR: ")
+    assert "\n" not in broken.message and len(broken.message) == 300  # its first line, cut
 
 
 # ---- a step from its cells ------------------------------------------------------------------
@@ -174,8 +224,8 @@ def test_a_step_that_did_not_run_or_only_waited_on_a_busy_machine_says_so() -> N
     cell = Cell("accelerate", "fp32", 4)
     oom = Comparison(cell, Outcome.OOM, None, None, (), 0.0, "failed", message="arm B: oom: x")
     skipped = Comparison(cell, Outcome.SKIPPED, None, None, (), 0.0, "failed")
-    assert step_from("1.1", [judged(1, SAME, 1.0), oom], None) == Step(
-        "1.1", SKIPPED, message="did not run: arm B: oom: x"
+    assert step_from("1.1", [judged(1, SAME, 1.0), oom], Path("r.json")) == Step(
+        "1.1", SKIPPED, message="did not run: arm B: oom: x", results="r.json"
     )
     assert step_from("1.1", [skipped], Path("r.json")) == Step(
         "1.1", SKIPPED, message="no cell was measured", results="r.json"
@@ -183,13 +233,13 @@ def test_a_step_that_did_not_run_or_only_waited_on_a_busy_machine_says_so() -> N
     busy = Busy(pairs=12, set_aside=9, max_wait_share=0.4, median_other_cores=1.2, gpu_neighbours=0)
     waited = Comparison(cell, Outcome.OK, INCONCLUSIVE, None, (), 1.0, "max-pairs", busy=busy)
     assert busy_reason(waited) == "accelerate-fp32-bs4: machine busy, 3 of 12 pairs clean"
-    assert step_from("1.1", [waited, skipped], None) == Step(
-        "1.1", INCONCLUSIVE, message=busy_reason(waited), busy=True
+    assert step_from("1.1", [waited, skipped], Path("r.json")) == Step(
+        "1.1", INCONCLUSIVE, message=busy_reason(waited), results="r.json", busy=True
     )
     # Judged cells, one of them left inconclusive by the busy machine: the step says why.
     unsure = judged(2, INCONCLUSIVE, 1.2, busy)
     step = step_from("1.1", [judged(1, SAME, 1.0), unsure], None)
-    assert (step.verdict, step.busy, step.ratio) == (INCONCLUSIVE, True, 1.2)
+    assert (step.verdict, step.busy, step.ratio, step.results) == (INCONCLUSIVE, True, 1.2, None)
     assert step.message == "accelerate-fp32-bs2: machine busy, 3 of 12 pairs clean"
     no_busy = Comparison(cell, Outcome.OK, INCONCLUSIVE, None, (), 1.0, "x", busy=None)
     assert busy_reason(no_busy) == "accelerate-fp32-bs4: machine busy, pairs set aside"

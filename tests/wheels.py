@@ -35,6 +35,19 @@ def build_wheel(folder: Path, name: str, version: str, files: dict[str, str]) ->
     return wheel
 
 
+def simple_index(root: Path, name: str, versions: list[str]) -> str:
+    """A PEP 503 index of ``name``'s wheels in a folder, as a file:// URL."""
+    wheels = root / "wheels"
+    links = []
+    for version in versions:
+        wheel = build_wheel(wheels, name, version, {f"{name}/__init__.py": ""})
+        links.append(f'<a href="{wheel.as_uri()}">{wheel.name}</a>')
+    page = root / "simple" / name / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<!DOCTYPE html><html><body>" + "".join(links) + "</body></html>")
+    return (root / "simple").as_uri() + "/"
+
+
 # Each torch.nn.Linear call of a slow version sleeps this long: about 9 calls per token on the
 # tiny BLOOM make it several times slower, far beyond any noise of a shared CPU.
 SLOW_LINEAR_S = 0.0005
