@@ -28,6 +28,7 @@ import bloomperf.harness.launch
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.catalog.failures import classify_failure
 from bloomperf.cli import main as cli_main
+from bloomperf.harness.launch import ABORT_GRACE_S
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.options import resolve_options
 from bloomperf.harness.session import Session
@@ -40,6 +41,7 @@ from bloomperf.store.results.files import read_results
 from tests.builders import TINY, tiny_run
 from tests.leftovers import alive, marked_env, marked_processes
 from tests.nvml_replay import NvmlReplay
+from tests.pace import soon_after
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1024**3
@@ -117,7 +119,9 @@ def test_a_hung_rank_of_two_times_out_and_the_whole_group_is_killed(tmp_path: Pa
         sess.stop()
     assert hung.outcome is Outcome.TIMEOUT
     assert "within 20 s" in hung.message
-    assert timeout_s <= elapsed < timeout_s + 10  # the limit plus a few seconds
+    # The limit, the group's grace (the frozen rank ignores SIGTERM), and what stopping the
+    # group costs on this machine now: measured quiet, 22.0 s of a bound of 23.5.
+    assert timeout_s <= elapsed < soon_after(timeout_s + ABORT_GRACE_S)
     assert alive(pids) == set()  # every process of the group, the frozen rank included
     saved = read_results(tmp_path / "s.json")
     assert [c.outcome for c in saved.cells] == [Outcome.OK, Outcome.TIMEOUT]

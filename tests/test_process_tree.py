@@ -23,11 +23,13 @@ import pytest
 
 from bloomperf.catalog.caches import BATON_NAME, extensions_dir
 from bloomperf.core.errors import BloomperfError
+from bloomperf.harness.launch import ABORT_GRACE_S
 from bloomperf.harness.lock import hold_device_lock
 from bloomperf.harness.orphans import CONTROLLER_ENV, HELD_ENV, controller_alive
 from bloomperf.store.results import Outcome
 from bloomperf.store.results.files import read_results
 from tests.leftovers import marked_env, marked_processes, wait_gone
+from tests.pace import soon_after
 
 BATCHES = ",".join(str(b) for b in range(1, 41))
 
@@ -166,7 +168,9 @@ def test_sigterm_kills_a_busy_worker_within_seconds_and_keeps_the_cells(tmp_path
     except subprocess.TimeoutExpired:
         pytest.fail("the run was still going 10 s after SIGTERM")
     assert code == 143, rest
-    assert took < 10, f"the run took {took:.1f} s to stop after SIGTERM"
+    # At most the 10 s a `timeout -k 10` allows (the promise, docs/what-happens-when.md), and
+    # no later than the group's grace plus what stopping costs on this machine now.
+    assert took < min(10, soon_after(ABORT_GRACE_S)), f"{took:.1f} s to stop after SIGTERM"
     assert len(read_results(out).cells) >= 1
     assert marked_processes(tmp_path) == set()
     assert leftovers_in_tmpdir(tmp_path) == []
@@ -243,7 +247,9 @@ def test_sigterm_during_a_ds_zero_load_stops_the_group_at_once(tmp_path: Path) -
     except subprocess.TimeoutExpired:
         pytest.fail("the run was still going 10 s after SIGTERM")
     assert code == 143, rest
-    assert took < 10, f"the run took {took:.1f} s to stop after SIGTERM"
+    # At most the 10 s a `timeout -k 10` allows (the promise, docs/what-happens-when.md), and
+    # no later than the group's grace plus what stopping costs on this machine now.
+    assert took < min(10, soon_after(ABORT_GRACE_S)), f"{took:.1f} s to stop after SIGTERM"
     assert "terminated (SIGTERM)" in rest
     assert read_results(out).cells == ()  # a valid file: nothing was measured, nothing lost
     assert marked_processes(tmp_path) == set()
