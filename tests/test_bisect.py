@@ -49,6 +49,7 @@ def verdicts(table: dict[str, str]) -> tuple[Callable[[str], Step], list[str]]:
     tested: list[str] = []
 
     def test(version: str) -> Step:
+        assert version not in tested, f"{version} tested twice"  # fails, where a loop would hang
         tested.append(version)
         return Step(version, table[version])
 
