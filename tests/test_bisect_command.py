@@ -167,6 +167,7 @@ def test_a_bisect_that_cannot_name_one_version_exits_1_and_says_why(
     assert document["complete"] and document["first_slower"] == (
         None if "no culprit" in conclusion else "1.6"
     )
+    assert document["last_good"] == ("1.0" if "no culprit" in conclusion else "1.2")
     assert document["ambiguous"] == ([] if "no culprit" in conclusion else ["1.3", "1.4", "1.5"])
 
 
@@ -263,22 +264,6 @@ def test_a_bad_interpreter_or_setting_is_refused_naming_its_option(
     code = main(["bisect", "bpcmd", "1.0", "1.7", "--find-links", str(house), *option])
     assert code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"bloomperf: error: {message}"
-
-
-def test_when_bad_is_not_slower_good_is_the_last_not_slower(
-    house: Path,
-    cache: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    output = tmp_path / "b.json"
-    code, _, _, _ = bisect_with(
-        {v: SAME for v in VERSIONS}, house, cache, output, monkeypatch, capsys
-    )
-    document = json.loads(output.read_text())
-    assert code == 1
-    assert (document["last_good"], document["first_slower"]) == ("1.0", None)
 
 
 def test_versions_come_from_the_index_asked_for_the_interpreter_under_test(
