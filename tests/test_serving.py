@@ -107,10 +107,11 @@ def test_a_sweep_measures_each_rate_and_agrees_with_the_servers_metrics(served, 
         client, server = rate["mean_ms"], rate["server_mean_ms"]
         assert server["ttft"] * 0.95 <= client["ttft"] <= rate["ttft_ms"]["p99"] * (1 + 1e-9)
         assert rate["ttft_ms"]["p99"] <= rate["duration_s"] * 1000
-        # A client kept from its core reads the stream's tokens in bursts, so its gaps shrink
-        # without bound (0.24x and 0.09x the server's beside two other test workers): its ITL
-        # has an upper bound here, not a lower one (the server's is > 0 above).
-        assert 0 < client["itl"] <= server["itl"] * 3 + 10
+        # A client kept from its core reads the stream's tokens in bursts: its mean gap shrinks
+        # (0.24x and 0.09x the server's beside two other test workers) or grows (8.7x, 59 ms
+        # against 6.8, at inf in a loaded CI run), so no multiple of the server's bounds it.
+        # The run does: every gap lies between a request's first token and its last reply.
+        assert server["itl"] > 0 and 0 < client["itl"] <= rate["duration_s"] * 1000
     assert "effective throughput" in done.stdout
     judge_the_real_sweep(out, cell["figures"])
 
