@@ -41,6 +41,7 @@ from bloomperf.harness.interleave import (
     compare_group,
     print_progress,
 )
+from bloomperf.harness.matrix import Cell
 from bloomperf.harness.options import (
     add_cli_options,
     parse_positive_float,
@@ -283,28 +284,32 @@ def compare_arms(
         f"tolerance {settings.tolerance * 100:g} %, up to {settings.max_time_s:g} s per cell",
         file=err,
     )
+
+    def record(earlier: list[Comparison], cells: list[Cell], found: dict[Cell, Comparison]) -> None:
+        # In the group's cell order, each skipped cell at once: an interrupted comparison keeps
+        # why a cell was not run as well as what the others measured.
+        comparisons[:] = earlier + [found[c] for c in cells if c in found]
+        document["cells"] = [comparison_json(c) for c in comparisons]
+        document.pop("in_progress", None)
+        save()
+
     for group in session.groups:
-        runnable = []
-        for cell in group.cells():
-            reason = session.skip_reason(cell)
-            if reason:
-                comparisons.append(
-                    Comparison(
-                        cell, Outcome.SKIPPED, None, None, (), 0.0, "skipped", message=reason
-                    )
-                )
-            else:
-                runnable.append(cell)
+        cells, earlier = group.cells(), list(comparisons)
+        found = {
+            cell: Comparison(cell, Outcome.SKIPPED, None, None, (), 0.0, "skipped", message=reason)
+            for cell in cells
+            if (reason := session.skip_reason(cell))
+        }
+        record(earlier, cells, found)
+        runnable = [c for c in cells if c not in found]
         if not runnable:
             continue
         spec = session.group_spec(runnable[0])
         specs = {arm.name: arm_spec(spec, arm) for arm in (a, b)}
         planned = replace(group, batch_sizes=tuple(c.batch_size for c in runnable))
         for comparison in compare_group(specs, planned, settings, progress):
-            comparisons.append(comparison)
-            document["cells"] = [comparison_json(c) for c in comparisons]
-            document.pop("in_progress", None)
-            save()
+            found[comparison.cell] = comparison
+            record(earlier, cells, found)
     document.update(finished_at=utc_now(), complete=True)
     save()
     return comparisons
