@@ -10,6 +10,7 @@ import functools
 import io
 import json
 import os
+import platform
 import re
 import sys
 from collections.abc import Iterator
@@ -23,14 +24,14 @@ from hypothesis import strategies as st
 
 from bloomperf.analysis.paired import FASTER, INCONCLUSIVE, SAME, SLOWER, PairedEstimate
 from bloomperf.catalog import topology as topology_module
-from bloomperf.catalog.checkpoints import resolve_model
+from bloomperf.catalog.checkpoints import default_cache_dir, resolve_model
 from bloomperf.cli import ab, build_parser, main
 from bloomperf.cli.ab import MAX_PAIRS, comparison_settings, missing_module_hint
 from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.interleave import CYCLES, GROUPS, Comparison, PairLog, Settings
 from bloomperf.harness.matrix import Cell
 from bloomperf.harness.orphans import HELD_ENV
-from bloomperf.harness.overlay import Arm, prepare_arm
+from bloomperf.harness.overlay import Arm, PackageSource, prepare_arm
 from bloomperf.harness.session import Session
 from bloomperf.store.results import Outcome
 from tests.nvml_replay import NvmlReplay
@@ -62,11 +63,13 @@ class Script:
         self.calls: list[tuple[dict[str, Any], Any, Settings]] = []
         self.before_cell: list[dict[str, Any]] = []
         self.at_look: list[dict[str, Any]] = []
+        self.first: list[dict[str, Any]] = []
 
     def __call__(self, specs: Any, group: Any, settings: Settings, progress: Any) -> Iterator[Any]:
         self.calls.append((specs, group, settings))
         for cell in group.cells():
             self.before_cell.append(json.loads(self.output.read_text()))
+            self.verdicts.setdefault(cell.batch_size, SAME)
             log = PairLog(cell, settings)
             log.add_pair({"a": 10.0, "b": 10.0 * RATIOS[SLOWER]}, ("a", "b"))
             progress(log, 7.0)
@@ -89,15 +92,21 @@ def run_ab(
     script: Script,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    skipped: dict[int, str] | None = None,
+    skipped: dict[Any, str] | None = None,
 ) -> tuple[int, str, str]:
     monkeypatch.setattr(ab, "compare_group", script)
     monkeypatch.setattr(ab, "prepare_arm", prepared_once)
     reasons = skipped or {}
     real = Session.skip_reason
-    monkeypatch.setattr(
-        Session, "skip_reason", lambda self, cell: reasons.get(cell.batch_size) or real(self, cell)
-    )
+
+    def skip_reason(self: Session, cell: Cell) -> str | None:
+        if isinstance(script, Script) and not script.first and script.output.is_file():
+            # The document as written before any cell is judged.
+            script.first.append(json.loads(script.output.read_text()))
+        found = reasons.get(cell.batch_size) or reasons.get((cell.dtype, cell.batch_size))
+        return found or real(self, cell)
+
+    monkeypatch.setattr(Session, "skip_reason", skip_reason)
     capsys.readouterr()  # a cold cache's "building tiny" line is the fixture's
     code = main(["ab", *argv])
     captured = capsys.readouterr()
@@ -145,6 +154,8 @@ def test_the_exit_status_and_the_document_follow_every_cells_verdict(
     assert code == (1 if any(v in failing for v in judged) else 0)
     document = json.loads(output.read_text())
     assert document["complete"] and document["finished_at"] >= document["started_at"]
+    (first,) = script.first  # before any cell: no cell, not finished
+    assert (first["cells"], first["finished_at"], first["complete"]) == ([], None, False)
     cells = document["cells"]
     assert [c["batch_size"] for c in cells] == list(BATCHES)
     for cell, batch, verdict in zip(cells, BATCHES, verdicts, strict=True):
@@ -152,6 +163,7 @@ def test_the_exit_status_and_the_document_follow_every_cells_verdict(
             assert (cell["outcome"], cell["verdict"]) == ("skipped", None)
             assert cell["message"] == f"scripted skip of batch {batch}"
             assert cell["stopped"] == "skipped" and cell["pairs"] == 0
+            assert cell["elapsed_s"] == 0.0 and cell["samples"] == []
         elif verdict is None:
             assert (cell["outcome"], cell["verdict"], cell["message"]) == ("error", None, "boom\nx")
         else:
@@ -247,6 +259,9 @@ def test_every_comparison_setting_reaches_the_comparison_and_the_document(
     assert document["workload"] == {"new_tokens": 4}
     assert document["topology"] == "cpu"
     assert set(document["machine"]) == {"hostname", "cpu_model", "gpus", "driver"}
+    assert document["machine"]["hostname"] == platform.node()
+    assert document["arms"]["a"]["python"] == document["arms"]["b"]["python"] == sys.executable
+    assert document["arms"]["a"]["settings"] == {"BP_J": "u"}
     assert document["differences"]["settings"] == {
         "BP_J": {"a": "u", "b": "w"},
         "BP_K": {"a": None, "b": "v"},
@@ -326,23 +341,45 @@ def test_the_lock_is_held_while_the_cells_are_compared_unless_no_lock(
 
     monkeypatch.setattr(ab, "detect_topology", detect)
     held: list[str | None] = []
+    sessions: list[Session] = []
+    prepare = Session.prepare
+
+    def prepared_session(options: Any, topology: Any) -> Session:
+        sessions.append(prepare(options, topology))
+        return sessions[-1]
+
+    monkeypatch.setattr(Session, "prepare", prepared_session)
 
     def script(specs: Any, group: Any, settings: Settings, progress: Any) -> Iterator[Any]:
         held.append(os.environ.get(HELD_ENV))
         assert settings.mode == CYCLES
         for cell in group.cells():
+            progress(PairLog(cell, settings), 4.0)
             yield scripted_comparison(cell, SAME, settings)
 
     monkeypatch.setattr(ab, "compare_group", script)
     output = tmp_path / "ab.json"
     argv = [a for a in base_argv(tiny, output) if a != "--no-lock"] + ["--device", "cpu"]
     args = build_parser().parse_args(["ab", *argv, *([] if locked else ["--no-lock"])])
-    code = ab.ab_command(args, io.StringIO(), io.StringIO())
+    out, err = io.StringIO(), io.StringIO()
+    code = ab.ab_command(args, out, err)
     assert code == 0
     (topology,) = detected
     expected = ",".join(sorted(g.uuid for g in topology.gpus)) if locked else None
     assert held == [expected] and os.environ.get(HELD_ENV) is None
     assert json.loads(output.read_text())["topology"] == topology.id
+    # The session is the detected topology's, and writes no results file of its own.
+    ((session,),) = [sessions]
+    assert session.topology is topology and session.output is None
+    # Progress and the header on the command's err, the table and results line on its out.
+    said = err.getvalue().splitlines()
+    assert said[0] == "bloomperf ab: preparing arm A" and "  differs: (no difference)" in said
+    assert any(line.startswith("bloomperf ab: ") and " cycles mode" in line for line in said)
+    assert [line.split()[0] for line in said if "no interval yet" in line] == [
+        f"accelerate-fp32-bs{b}" for b in BATCHES
+    ]
+    shown = out.getvalue().splitlines()
+    assert shown[0].startswith("| cell |") and shown[-1] == f"results: {output}"
 
 
 # ---- the settings, each checked with its option named ---------------------------------------
@@ -423,15 +460,15 @@ def failed(message: str) -> Comparison:
 
 @pytest.mark.parametrize("name", ["a", "b"])
 def test_an_arm_whose_pins_lack_a_module_is_told_to_use_with_deps(name: str) -> None:
-    pinned = arm(name, ("transformers==4.46.0",))
+    pinned = arm(name, ("transformers==4.46.0", "tokenizers==0.20.0"))
     other = arm("b" if name == "a" else "a")
     arms = [pinned, other] if name == "a" else [other, pinned]
     lost = failed(f"arm {name.upper()}: ModuleNotFoundError: No module named 'requests'")
     hint = missing_module_hint([failed("arm X: other"), lost], arms, with_deps=False)
     assert hint == (
         f"bloomperf ab: arm {name.upper()} lacks the module 'requests': its pins "
-        "(transformers==4.46.0) were installed without their dependencies; run again with "
-        "--with-deps"
+        "(transformers==4.46.0 tokenizers==0.20.0) were installed without their dependencies; "
+        "run again with --with-deps"
     )
     assert missing_module_hint([lost], arms, with_deps=True) == ""
     # An arm without pins, or a failure of the other arm, or another error: no hint.
@@ -439,3 +476,138 @@ def test_an_arm_whose_pins_lack_a_module_is_told_to_use_with_deps(name: str) -> 
     other_arm = failed(f"arm {other.name.upper()}: No module named 'requests'")
     assert missing_module_hint([other_arm], arms, with_deps=False) == ""
     assert missing_module_hint([failed(f"arm {name.upper()}: boom")], arms, False) == ""
+
+
+def test_a_group_skipped_whole_is_written_and_the_next_group_still_compared(
+    tiny: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "ab.json"
+    script = Script({}, output)
+    argv = [*base_argv(tiny, output), "--dtypes", "fp32,bf16"]
+    reasons = {("fp32", b): "fp32 scripted away" for b in BATCHES}
+    code, _out, _err = run_ab(argv, script, monkeypatch, capsys, reasons)
+    assert code == 0
+    assert [(call[1].dtype, call[1].batch_sizes) for call in script.calls] == [("bf16", BATCHES)]
+    cells = json.loads(output.read_text())["cells"]
+    assert [(c["dtype"], c["batch_size"], c["outcome"]) for c in cells] == [
+        *[("fp32", b, "skipped") for b in BATCHES],
+        *[("bf16", b, "ok") for b in BATCHES],
+    ]
+
+
+def test_pins_their_source_and_cache_reach_each_arm_and_a_missing_module_gets_the_hint(
+    tiny: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each arm is prepared with its pins, the package source and the cache (the overlay's
+    install itself: test_ab.py); B's cell failing on a module its pins went without prints the
+    hint, unless --with-deps."""
+    calls: list[tuple[Any, ...]] = []
+
+    def prepare(name: str, python: str, env: dict[str, str], pins: Any, *rest: Any) -> Arm:
+        calls.append((name, python, env, pins, *rest))
+        return Arm(name, python, env, pins, None, {}, {"python": "3"})
+
+    lost = "arm B: ModuleNotFoundError: No module named 'requests'"
+
+    def script(specs: Any, group: Any, settings: Settings, progress: Any) -> Iterator[Any]:
+        for cell in group.cells():
+            yield Comparison(cell, Outcome.ERROR, None, None, (), 1.0, "failed", message=lost)
+
+    cache = tmp_path / "cache"
+    hint = "bloomperf ab: arm B lacks the module 'requests': its pins (x==1 y==2) were installed"
+    for with_deps in (False, True):
+        calls.clear()
+        output = tmp_path / f"ab-{with_deps}.json"
+        argv = [*base_argv(tiny, output), "--b-pin", "x==1", "--b-pin", "y==2"]
+        argv += ["--index-url", "http://127.0.0.1:9/simple", "--find-links", "/w1"]
+        argv += ["--find-links", "/w2", "--cache-dir", str(cache)]
+        argv += ["--with-deps"] if with_deps else []
+        monkeypatch.setattr(ab, "compare_group", script)
+        monkeypatch.setattr(ab, "prepare_arm", prepare)
+        capsys.readouterr()
+        code = main(["ab", *argv])
+        err = capsys.readouterr().err
+        assert code == 1
+        source = PackageSource("http://127.0.0.1:9/simple", ("/w1", "/w2"), with_deps)
+        assert calls == [
+            ("a", sys.executable, {}, (), source, cache),
+            ("b", sys.executable, {}, ("x==1", "y==2"), source, cache),
+        ]
+        assert "bloomperf ab: preparing arm B (x==1 y==2)" in err.splitlines()
+        assert (hint in err) is not with_deps
+        if not with_deps:
+            assert err.strip().splitlines()[-1].startswith(hint)
+    # Without --cache-dir the arms use the default cache, and without pins no source is asked.
+    monkeypatch.setenv("BLOOMPERF_CACHE", str(tmp_path / "default-cache"))
+    calls.clear()
+    main(["ab", *base_argv(tiny, tmp_path / "ab.json")])
+    assert [c[5] for c in calls] == [default_cache_dir()] * 2
+    assert calls[0][4] == PackageSource()
+
+
+def test_each_arm_runs_the_interpreter_it_is_given_and_a_bad_one_is_refused(
+    tiny: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    output = tmp_path / "ab.json"
+    script = Script({}, output)
+    code, _out, err = run_ab(
+        [*base_argv(tiny, output), "--b", str(venv)], script, monkeypatch, capsys
+    )
+    assert code == 0, err
+    ((specs, _group, _settings),) = script.calls
+    assert (specs["a"].python, specs["b"].python) == (sys.executable, str(venv / "bin" / "python"))
+    for argv, message in [
+        (["--a", str(tmp_path / "none")], f"--a: {tmp_path / 'none'} is neither"),
+        (["--b", str(tmp_path / "none")], f"--b: {tmp_path / 'none'} is neither"),
+        (["--a-env", "NOEQUALS"], "--a-env: 'NOEQUALS' is not KEY=VALUE"),
+        (["--b-env", "=v"], "--b-env: '=v' is not KEY=VALUE"),
+    ]:
+        code, _out, err = run_ab([*base_argv(tiny, output), *argv], script, monkeypatch, capsys)
+        last = err.strip().splitlines()[-1]
+        assert code == 2 and message in last and last.startswith("bloomperf"), err
+        assert len(script.calls) == 1  # nothing compared
+
+
+@pytest.mark.parametrize("fail_inconclusive", [False, True])
+def test_serve_hands_the_whole_command_to_the_serving_comparison(
+    fail_inconclusive: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bloomperf.cli import ab_serve
+
+    got: list[tuple[Any, ...]] = []
+    cell = Cell("vllm", "fp32", 1)
+    found = [
+        Comparison(cell, Outcome.OK, SAME, None, (), 1.0, "decided"),
+        Comparison(cell, Outcome.OK, INCONCLUSIVE, None, (), 1.0, "max-pairs"),
+    ]
+
+    def serving(*passed: Any) -> list[Comparison]:
+        got.append(passed)
+        return found
+
+    monkeypatch.setattr(ab_serve, "serving_ab_command", serving)
+    monkeypatch.setattr(ab, "compare_group", lambda *a: pytest.fail("no pair of runs for --serve"))
+    argv = ["ab", "--serve", "--tolerance", "0.3", "--find-links", "/w", "--no-lock"]
+    args = build_parser().parse_args(argv + (["--fail-inconclusive"] if fail_inconclusive else []))
+    out, err = io.StringIO(), io.StringIO()
+    code = ab.ab_command(args, out, err)
+    assert code == (1 if fail_inconclusive else 0)
+    ((passed_args, options, topology, settings, source, streams),) = got
+    assert passed_args is args and options.no_lock and topology.id == "cpu"
+    assert settings.tolerance == 0.3 and source == PackageSource(None, ("/w",), False)
+    assert streams == (out, err)
+
+
+def test_a_mode_that_is_not_one_of_the_three_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt mode must not fall through to cycles mode unnoticed."""
+    monkeypatch.setattr(ab, "compare_group", lambda *a: pytest.fail("compared in a bad mode"))
+    assert main(["ab", "--mode", "group", "--no-lock"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        last == "bloomperf ab: error: --mode: unknown value 'group' (valid: auto, cycles, groups)"
+    )

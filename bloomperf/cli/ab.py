@@ -192,7 +192,7 @@ def ab_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) 
     topology = detect_topology()
     settings = comparison_settings(args, options, resolve_device(options.device, topology))
     source = package_source(args)
-    if getattr(args, "serve", False):
+    if args.serve:  # the parser always sets it
         from bloomperf.cli.ab_serve import serving_ab_command
 
         found = serving_ab_command(args, options, topology, settings, source, (out, err))

@@ -41,6 +41,17 @@ SURVIVORS = ROOT / "tests" / "mutation" / "survivors.toml"
 # Measures worker children's RSS (37 s): a child imports the module unmutated, and mutmut would
 # rerun it for every mutant of each function it reaches.
 NO_CHILD_RSS = ("-k", "not cpu_peak_rss_matches_prediction")
+AB_TESTS = (
+    "tests/test_ab_command.py",
+    "tests/test_ab_report.py",
+    "tests/test_ab.py",
+    "tests/test_ab_properties.py",
+    "tests/test_serving_ab_rules.py",
+    "tests/test_contention.py",
+    "-k",
+    "not (itself or planted or alternates or warm_up or time_budget or overlay or another_inter"
+    " or cannot_install or worker_sharing or records_each_timed or load_on_arm_b or bisect_never)",
+)
 MODULES: dict[str, tuple[str, ...]] = {
     "bloomperf/analysis/compare.py": (
         "tests/test_compare.py",
@@ -271,6 +282,10 @@ MODULES: dict[str, tuple[str, ...]] = {
         "not (finds_the_version or worker_sharing or records_each_timed or load_on_arm_b"
         " or bisect_never)",
     ),
+    # ab's command, its table and results document: with the comparison scripted (no arm
+    # installs, no real runs on the tiny model: test_ab.py's take 10 to 30 s each).
+    "bloomperf/cli/ab.py": AB_TESTS,
+    "bloomperf/cli/ab_report.py": AB_TESTS,
     # ab's loops with scripted cycles, and the pair log's rules; not test_ab.py's real runs on
     # the tiny model (10 to 20 s each) nor the contention probe on real busy loops.
     "bloomperf/harness/interleave.py": (
