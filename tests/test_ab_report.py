@@ -51,7 +51,7 @@ def test_a_compared_cell_is_written_with_every_field_by_value() -> None:
         12.3456,
         "decided",
         arms={"a": arm((10.0, 12.0, 11.0), 2.5, message), "b": arm((14.0,), None)},
-        message="the cell's own",
+        message="y" * 2100 + "the cell's own",
         busy=busy,
     )
     assert comparison_json(comparison) == {
@@ -78,7 +78,7 @@ def test_a_compared_cell_is_written_with_every_field_by_value() -> None:
         "busy_verdict": False,  # decided: the pairs left were enough
         "stopped": "decided",
         "elapsed_s": 12.346,
-        "message": "the cell's own",
+        "message": "y" * 1986 + "the cell's own",  # its last 2000 characters
         "arms": {
             "a": {
                 "outcome": "ok",
@@ -212,6 +212,8 @@ def test_the_verdict_table_of_the_serving_metrics_by_value() -> None:
         judged("serving_itl_p99_ms", SAME, 8.0, 8.0),
         Comparison(serving, Outcome.ERROR, None, None, (), 1.0, "failed",
                    message="server died\nlog tail", metric="serving_itl_p99_ms"),
+        Comparison(serving, Outcome.TIMEOUT, None, None, (), 1.0, "failed",
+                   metric="serving_ttft_p99_ms"),
     ]  # fmt: skip
     assert render_metric_table(rows, SETTINGS).splitlines() == [
         "| cell | metric | A | B | B/A | interval | pairs | verdict |",
@@ -223,6 +225,7 @@ def test_the_verdict_table_of_the_serving_metrics_by_value() -> None:
         "| vllm-fp32-bs1 | served ITL p99 | 8.00 ms | 8.00 ms | 1.000 | \\[0.500, 1.500\\] "
         "| 3 | same |",
         "| vllm-fp32-bs1 | served ITL p99 | – | – | – | – | 0 | error: server died |",
+        "| vllm-fp32-bs1 | served TTFT p99 | – | – | – | – | 0 | timeout:  |",
         "(worse: B/A beyond the metric's tolerance in its direction; intervals at 97.50 % each, "
         "90 % in all)",
     ]
