@@ -148,3 +148,23 @@ def test_a_mutant_that_breaks_a_fixture_is_not_counted_killed() -> None:
         runner.close_pytest_servers()
     assert verdict.status == "broken", verdict
     assert "error, no test failed" in verdict.detail
+
+
+def test_every_canary_not_killed_has_its_reason_printed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only the last one's: the reasons of a survivor and of a broken canary that finish
+    first are printed too, and the exit status is 1."""
+    chosen = [m.name for m in MUTATIONS[:4]]
+    status = {chosen[0]: "survived", chosen[2]: "broken"}
+
+    def judged(mutation: Mutation, timeout: float) -> runner.Verdict:
+        state = status.get(mutation.name, "killed")
+        return runner.Verdict(mutation.name, state, 1.0, f"why {mutation.name} is {state}")
+
+    monkeypatch.setattr(runner, "run_one", judged)
+    assert runner.main(["--jobs", "1", *chosen]) == 1
+    out = capsys.readouterr().out
+    assert f"why {chosen[0]} is survived" in out and f"why {chosen[2]} is broken" in out
+    assert "killed" in out and f"why {chosen[1]}" not in out
+    assert "2 of 4 killed" in out

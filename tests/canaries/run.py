@@ -279,10 +279,11 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = future.result()
                 verdicts.append(verdict)
                 print(f"  {verdict.status:8} {verdict.name} ({verdict.seconds:.0f} s)", flush=True)
+                # Each one's reason as it comes: not only the last one's.
+                if verdict.status != "killed":
+                    print("    " + verdict.detail.replace("\n", "\n    "), flush=True)
         finally:
             close_pytest_servers()
-            if verdict.status != "killed":
-                print("    " + verdict.detail.replace("\n", "\n    "), flush=True)
     bad = [v for v in verdicts if v.status != "killed"]
     print(
         f"canaries: {len(verdicts) - len(bad)} of {len(verdicts)} killed in "
