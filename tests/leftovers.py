@@ -69,3 +69,25 @@ def leaked_segments(before: set[str], ports: set[str]) -> set[str]:
     left behind. Other groups running beside a test hold segments of their own ports."""
     new = {p for p in shm_segments() - before if any(f"_{port}_" in p for port in ports)}
     return new - mapped_paths()
+
+
+# A sitecustomize that records each Python process's start: a line with its pid and argv.
+STARTS_HOOK = """import os, sys
+with open(os.path.join(os.path.dirname(__file__), "started"), "a") as log:
+    log.write(f"{os.getpid()} {sys.argv!r}\\n")
+"""
+
+
+def record_python_starts(folder: Path) -> str:
+    """A folder for PYTHONPATH whose sitecustomize records every Python process that starts
+    with it (each one a command's child inherits): the event "a worker or rank started", read
+    with ``python_starts`` rather than guessed from how long a command took."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(STARTS_HOOK)
+    return str(folder)
+
+
+def python_starts(folder: Path) -> list[str]:
+    """The processes recorded so far in ``folder`` (``record_python_starts``): pid and argv."""
+    log = folder / "started"
+    return log.read_text().splitlines() if log.exists() else []

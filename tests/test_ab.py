@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -337,7 +336,6 @@ def test_each_arm_runs_its_warm_up_cycles_before_the_pairs(tiny: str, tmp_path: 
 def test_a_cell_stops_at_its_time_budget(tiny: str, tmp_path: Path) -> None:
     """Pairs that would take minutes stop at ``--max-time`` (loads included) with what they
     have, said as the reason."""
-    started = time.monotonic()
     _, document = run_ab(
         tiny,
         tmp_path,
@@ -352,4 +350,5 @@ def test_a_cell_stops_at_its_time_budget(tiny: str, tmp_path: Path) -> None:
     )
     (cell,) = document["cells"]
     assert cell["stopped"] == "max-time" and 0 < cell["pairs_measured"] < 400, cell
-    assert time.monotonic() - started < 60
+    # It ran to its budget (its own clock, loads included): stopped by it, not before it.
+    assert cell["elapsed_s"] >= 3, cell

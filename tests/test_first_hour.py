@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from bloomperf.core.errors import BloomperfError
 from bloomperf.store.results import CellResult, Outcome
 from bloomperf.store.results.codec import save_run
 from bloomperf.store.results.files import read_results
+from tests.leftovers import python_starts, record_python_starts
 from tests.wheels import build_wheel
 
 RESULTS = Path(__file__).resolve().parent / "data" / "results"
@@ -31,9 +31,11 @@ QUICK = ["--new-tokens", "4", "--cycles", "2", "--no-lock", "--dtypes", "fp32"]
 
 
 def bloomperf(
-    *args: str, cwd: Path | None = None, timeout: float = 600
+    *args: str, cwd: Path | None = None, timeout: float = 600, path: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    """The CLI from this checkout; ``path`` goes first on PYTHONPATH (a recording hook)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (path, root)))}
     return subprocess.run(
         [sys.executable, "-m", "bloomperf", *args],
         capture_output=True,
@@ -249,7 +251,7 @@ def test_a_shard_of_another_tp_is_refused_before_loading(
 ) -> None:
     # Once: refused after 2 min 18 s of loading; the README said "checked when parsed".
     folder = shard_folder(tmp_path / "shards", sharded_tp, kernel_inject=False)
-    started = time.monotonic()
+    starts = tmp_path / "starts"
     done = bloomperf(
         "run",
         *QUICK,
@@ -261,12 +263,25 @@ def test_a_shard_of_another_tp_is_refused_before_loading(
         str(folder),
         "--output",
         str(tmp_path / "r.json"),
+        path=record_python_starts(starts),
     )
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = [x for x in done.stderr.splitlines() if "error" in x]
     assert f"sharded for TP={sharded_tp}" in line and f"runs {tp} rank(s)" in line
-    assert time.monotonic() - started < 60
-    assert not list((tmp_path).glob("r.json.logs/*"))  # no worker was started
+    # Refused before loading: the command was the only Python process; no worker, no launcher.
+    assert len(python_starts(starts)) == 1, python_starts(starts)
+    assert not list((tmp_path).glob("r.json.logs/*"))
+
+
+def test_the_start_recorder_sees_a_commands_children(tmp_path: Path) -> None:
+    """The event the two refusals above rest on: a child Python process is recorded, so one
+    line means no worker or rank was started, not that the hook saw nothing."""
+    starts = tmp_path / "starts"
+    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
+    env = {**os.environ, "PYTHONPATH": record_python_starts(starts)}
+    subprocess.run([sys.executable, "-c", child], env=env, check=True)
+    recorded = python_starts(starts)
+    assert len(recorded) == 2 and len({line.split()[0] for line in recorded}) == 2, recorded
 
 
 def test_a_shard_of_the_other_backend_is_refused_before_loading(tmp_path: Path) -> None:
@@ -307,10 +322,13 @@ def test_shard_asks_for_the_cpu_dtype_before_starting_ranks(dtype: str, tmp_path
 
     from bloomperf.catalog.dtypes import load_torch_dtype
 
-    argv = ["shard", "--tp", "1", "--device", "cpu", "--dtype", dtype, "--out-dir", str(tmp_path)]
-    started = time.monotonic()
-    done = bloomperf(*argv)
-    assert done.returncode == 2 and time.monotonic() - started < 60
+    out = tmp_path / "out"
+    argv = ["shard", "--tp", "1", "--device", "cpu", "--dtype", dtype, "--out-dir", str(out)]
+    starts = tmp_path / "starts"
+    done = bloomperf(*argv, path=record_python_starts(starts))
+    assert done.returncode == 2, done.stderr
+    # Refused before starting ranks: the command was the only Python process.
+    assert len(python_starts(starts)) == 1, python_starts(starts)
     accepted = load_torch_dtype(dtype) in CPU_Accelerator().supported_dtypes()
     # Accepted: the next check (TP=1 saves nothing) speaks; refused: the dtype, at once.
     expected = "--tp 1:" if accepted else f"--dtype {dtype}: DeepSpeed's CPU accelerator"

@@ -29,6 +29,7 @@ from bloomperf.harness.loadgen import (
     write_dataset,
 )
 from bloomperf.store.serving import RequestTiming
+from tests.pace import soon_after
 
 SETTINGS = settings(
     max_examples=40,
@@ -274,7 +275,8 @@ def test_a_client_reads_no_input_and_one_that_hangs_unwatched_is_stopped(tmp_pat
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"^client ran over 1 s$"):
         run_client(client(tmp_path, "time.sleep(60)"), tmp_path, tmp_path / "l", 1.0)
-    assert time.monotonic() - started < 30  # stopped, not waited out
+    # Stopped, not waited out: its 1 s, then a kill and a reap (no grace), at this machine's pace.
+    assert time.monotonic() - started < soon_after(1.0)
 
 
 def test_every_word_of_the_list_can_be_drawn(tmp_path: Path) -> None:

@@ -105,11 +105,17 @@ def test_rss_peak_is_seen_after_free_and_reset_at_each_mark(allocator: Allocator
     assert load.reason == ""
     assert load.peak_bytes is not None and load.peak_bytes >= 200 * MB
 
+    before = allocator.rss()
     allocator.do("alloc 20")
+    after = allocator.rss()
     cell = sampler.mark()
     # The previous phase's 200 MB must not leak into this one.
     assert cell.peak_bytes is not None and cell.peak_bytes < 100 * MB
-    assert abs(cell.peak_bytes - allocator.rss()) < 5 * MB
+    # This phase's 20 MB is in its peak, and nothing else is: judged against the resident sets
+    # read around the allocation, with half of it as slack (the kernel's counters lag by pages,
+    # and a loaded machine's reclaim moves the resident set by a few MB).
+    assert cell.peak_bytes >= before + 10 * MB, (before, after, cell.peak_bytes)
+    assert cell.peak_bytes <= after + 10 * MB, (before, after, cell.peak_bytes)
     sampler.stop()
     sampler.stop()
 
