@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bloomperf.core import progress
 from bloomperf.measure import contention
 from bloomperf.measure.contention import (
     TREE_REFRESH_S,
@@ -222,13 +223,26 @@ def test_gpu_neighbours_are_counted_and_an_nvml_that_fails_is_asked_no_more(
     assert probe.snapshot().gpu_others == 3 and probe.gpu_note == ""
     assert LoadProbe(lambda: [10]).snapshot().gpu_others is None  # on CPU
     assert LoadProbe(lambda: [10]).gpu_note == "cpu: no GPU to share"
-    lost = FakeNvml({0: [10]}, fail="list")
-    probe = LoadProbe(lambda: [10], gpus=[0], nvml=lost)
-    assert probe.snapshot().gpu_others is None and probe.gpu_note == "nvml: GPU is lost"
-    probe.snapshot()
-    assert lost.asked == 1  # not asked again
-    dead = LoadProbe(lambda: [10], gpus=[0], nvml=FakeNvml({}, fail="init"))
-    assert dead.snapshot().gpu_others is None and dead.gpu_note == "nvml: Driver Not Loaded"
+    lines: list[str] = []
+    progress.set_sink(lines.append)
+    try:
+        LoadProbe(lambda: [10]).snapshot()
+        assert probe.snapshot().gpu_others == 3 and not lines  # nothing to say
+        lost = FakeNvml({0: [10]}, fail="list")
+        probe = LoadProbe(lambda: [10], gpus=[0], nvml=lost)
+        assert probe.snapshot().gpu_others is None and probe.gpu_note == "nvml: GPU is lost"
+        probe.snapshot()
+        assert lost.asked == 1  # not asked again
+        dead = LoadProbe(lambda: [10], gpus=[0, 3], nvml=FakeNvml({}, fail="init"))
+        assert dead.snapshot().gpu_others is None and dead.gpu_note == "nvml: Driver Not Loaded"
+        dead.snapshot()
+    finally:
+        progress.set_sink(None)
+    # Said once per probe, naming its GPUs and why.
+    assert [line.split("bloomperf: ", 1)[1] for line in lines] == [
+        "GPU 0: other processes on it are not counted as contention (nvml: GPU is lost)",
+        "GPU 0, 3: other processes on it are not counted as contention (nvml: Driver Not Loaded)",
+    ]
 
 
 def test_without_nvidia_ml_py_the_note_says_so(

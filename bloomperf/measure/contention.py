@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bloomperf.core.progress import emit
 from bloomperf.measure.sampler import process_tree_pids
 from bloomperf.store.contention import CycleLoad
 
@@ -118,7 +119,7 @@ class LoadProbe:
         try:
             listed = [gpu_pids(self._nvml, handle) for handle in handles]
         except Exception as exc:  # an NVMLError: say why and stop asking
-            self.gpu_note = f"nvml: {exc}"
+            self._unchecked(f"nvml: {exc}")
             self._handles = []
             return None
         return gpu_neighbours(listed, ours)
@@ -134,10 +135,18 @@ class LoadProbe:
                 self._nvml.nvmlInit()
                 self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in self._gpus]
             except ImportError:
-                self.gpu_note = "nvml: nvidia-ml-py is not installed"
+                self._unchecked("nvml: nvidia-ml-py is not installed")
             except Exception as exc:
-                self.gpu_note = f"nvml: {exc}"
+                self._unchecked(f"nvml: {exc}")
         return self._handles
+
+    def _unchecked(self, why: str) -> None:
+        """Keep why the GPUs' other processes cannot be counted, and say it once: the user
+        must not read "no pair set aside" as "no neighbour on the GPU" when none was looked for."""
+        if not self.gpu_note:
+            gpus = ", ".join(str(index) for index in self._gpus)
+            emit(f"GPU {gpus}: other processes on it are not counted as contention ({why})")
+        self.gpu_note = why
 
 
 def gpu_pids(nvml: Any, handle: Any) -> set[int]:
