@@ -159,6 +159,10 @@ def test_a_run_locks_exactly_the_gpus_its_groups_use() -> None:
     assert lock_key(topology) == ",".join(g.uuid for g in gpus)  # no plan: everything visible
     mig = (Gpu(3, "NVIDIA A100-SXM4-80GB", 10 * 1024**3, 12, "GPU-0003", "MIG-abcd"),)
     assert lock_key(gpu_topology(mig, 1, "", ""), RunConfig(backends=("accelerate",))) == "GPU-0003"
+    # --device cpu on a GPU host: the CPU, not the GPUs a GPU run would wait for.
+    for backends in (("accelerate",), ("ds-autotp", "ds-zero")):
+        assert lock_key(topology, RunConfig(backends=backends, device="cpu")) == "cpu"
+    assert lock_key(gpu_topology((), 1, "", ""), RunConfig(backends=("accelerate",))) == "cpu"
 
 
 def test_calibrate_and_run_on_the_same_gpus_exclude_each_other(

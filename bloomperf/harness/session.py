@@ -355,7 +355,9 @@ def lock_key(topology: Topology, options: RunConfig | None = None) -> str:
     its groups use (``--tp 4`` on 8 visible GPUs leaves the other 4 to another run)."""
     gpus = topology.gpus
     device = resolve_device(options.device if options else None, topology)
-    if options is not None and device == "cuda" and options.hostfile is None:
+    if device == "cpu":
+        return "cpu"  # a CPU run on a GPU host leaves its GPUs to the GPU runs
+    if options is not None and options.hostfile is None:
         used: set[int] = set()
         for group in plan_groups(options, device):
             backend = backend_class(group.backend)
