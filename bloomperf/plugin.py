@@ -214,7 +214,9 @@ class BloomperfController:
             sigterm = sigterm_as_interrupt()
             sigterm.__enter__()
             self._locks.append(sigterm)
-            lock = hold_device_lock(lock_key(topology), enabled=not self.options.no_lock)
+            lock = hold_device_lock(
+                lock_key(topology, self.options), enabled=not self.options.no_lock
+            )
             lock.__enter__()
             self._locks.append(lock)
             options = replace(self.options, device=device)

@@ -365,7 +365,8 @@ def test_the_lock_is_held_while_the_cells_are_compared_unless_no_lock(
     code = ab.ab_command(args, out, err)
     assert code == 0
     (topology,) = detected
-    expected = ",".join(sorted(g.uuid for g in topology.gpus)) if locked else None
+    # --device cpu on the 4 GPUs: the CPU's lock (the topology alone would give the GPUs').
+    expected = "cpu" if locked else None
     assert held == [expected] and os.environ.get(HELD_ENV) is None
     assert json.loads(output.read_text())["topology"] == topology.id
     # The session is the detected topology's, and writes no results file of its own.

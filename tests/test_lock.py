@@ -163,6 +163,9 @@ def test_a_run_locks_exactly_the_gpus_its_groups_use() -> None:
     for backends in (("accelerate",), ("ds-autotp", "ds-zero")):
         assert lock_key(topology, RunConfig(backends=backends, device="cpu")) == "cpu"
     assert lock_key(gpu_topology((), 1, "", ""), RunConfig(backends=("accelerate",))) == "cpu"
+    # A served comparison (no groups to plan): the CPU, or every GPU vLLM would see.
+    assert lock_key(topology, device="cpu") == "cpu"
+    assert lock_key(topology, device="cuda") == ",".join(g.uuid for g in gpus)
 
 
 def test_calibrate_and_run_on_the_same_gpus_exclude_each_other(

@@ -222,7 +222,7 @@ def ab_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) 
     )
     from bloomperf.harness.lock import hold_device_lock
 
-    with hold_device_lock(lock_key(topology), enabled=not options.no_lock):
+    with hold_device_lock(lock_key(topology, options), enabled=not options.no_lock):
         session = Session.prepare(replace(options, output=None), topology)
         for line in describe_differences(differences(arms[0], arms[1])) or ["(no difference)"]:
             print(f"  differs: {line}", file=err)

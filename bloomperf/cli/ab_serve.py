@@ -103,7 +103,7 @@ def serving_ab_command(
     save = saver(document, output)
     save()  # an unwritable output fails now, not after the servers' start
     with (
-        hold_device_lock(lock_key(topology), enabled=not options.no_lock),
+        hold_device_lock(lock_key(topology, device=device), enabled=not options.no_lock),
         contextlib.ExitStack() as stack,
         tempfile.TemporaryDirectory(prefix="bloomperf-ab-serve-") as tmp,
     ):

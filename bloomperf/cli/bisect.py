@@ -322,7 +322,7 @@ def bisect_command(args: Any, out: TextIO | None = None, err: TextIO | None = No
     write_json_atomic(output, document)
     from bloomperf.harness.lock import hold_device_lock
 
-    with hold_device_lock(lock_key(topology), enabled=not options.no_lock):
+    with hold_device_lock(lock_key(topology, options), enabled=not options.no_lock):
         session = Session.prepare(replace(options, output=None), topology)
 
         def test(version: str) -> Step:

@@ -349,12 +349,16 @@ def synthetic_reason(options: RunConfig) -> str:
     return f"a {percent:g} % slowdown injected (--slowdown-percent)" if percent else ""
 
 
-def lock_key(topology: Topology, options: RunConfig | None = None) -> str:
+def lock_key(
+    topology: Topology, options: RunConfig | None = None, device: str | None = None
+) -> str:
     """The devices a run occupies: its GPUs by UUID (runs on disjoint GPUs do not block each
     other; a MIG instance locks its whole GPU), or the CPU. With ``options``: exactly the GPUs
-    its groups use (``--tp 4`` on 8 visible GPUs leaves the other 4 to another run)."""
+    its groups use (``--tp 4`` on 8 visible GPUs leaves the other 4 to another run). With
+    ``device`` and no groups to plan (a served comparison, whose vLLM takes every visible GPU):
+    the CPU, or every GPU."""
     gpus = topology.gpus
-    device = resolve_device(options.device if options else None, topology)
+    device = device or resolve_device(options.device if options else None, topology)
     if device == "cpu":
         return "cpu"  # a CPU run on a GPU host leaves its GPUs to the GPU runs
     if options is not None and options.hostfile is None:
