@@ -69,7 +69,7 @@ def bisect_with(
         ratio = {SLOWER: 1.5, SAME: 1.0, FASTER: 0.8, INCONCLUSIVE: 1.1}[verdict]
         return Step(version, verdict, ratio, ratio - 0.1, ratio + 0.1, 12, "accelerate-fp32-bs1")
 
-    monkeypatch.setattr(bisect, "test_version", scripted)
+    monkeypatch.setattr(bisect, "compare_version", scripted)
     tiny = str(resolve_model("tiny", None, None).path)
     argv = ["bisect", "bpcmd", "1.0", "1.7", "--find-links", str(house), "--model", tiny]
     argv += ["--cache-dir", str(cache), "--tolerance", "0.3", "--no-lock"]
@@ -225,7 +225,7 @@ def test_each_step_gets_what_the_command_line_set_and_the_lock_is_held_while_it_
         ratio = 1.5 if verdict == SLOWER else 1.0
         return Step(version, verdict, ratio, ratio - 0.1, ratio + 0.1, 12, "accelerate-fp32-bs1")
 
-    monkeypatch.setattr(bisect, "test_version", scripted)
+    monkeypatch.setattr(bisect, "compare_version", scripted)
     argv = ["bisect", "bpcmd", "1.0", "1.7", "--find-links", str(house)]
     argv += ["--find-links", str(tmp_path / "rc"), "--pre", "--python", str(venv)]
     argv += ["--env", "K1=one", "--env", "K2=two", "--device", "cpu"]
@@ -285,7 +285,7 @@ def test_versions_come_from_the_index_asked_for_the_interpreter_under_test(
             version, SLOWER if Version(version) >= Version("1.2") else SAME, 1, 1, 1, 8, "c"
         )
 
-    monkeypatch.setattr(bisect, "test_version", scripted)
+    monkeypatch.setattr(bisect, "compare_version", scripted)
     output = tmp_path / "b.json"
     argv = ["bisect", "bpidx", "1.0", "1.3", "--index-url", index, "--python", str(link)]
     argv += ["--model", str(resolve_model("tiny", None, None).path), "--no-lock"]

@@ -165,7 +165,7 @@ def test_a_version_is_tested_through_its_own_overlay_and_one_that_cannot_install
     output = tmp_path / "out" / "bisect.json"
     s = Settings()
     session, err = object(), io.StringIO()  # passed through as they are
-    step = bisect.test_version("bpver", "1.1", good, source, cache, session, s, output, err)  # type: ignore[arg-type]
+    step = bisect.compare_version("bpver", "1.1", good, source, cache, session, s, output, err)  # type: ignore[arg-type]
     ((passed_session, a, b, passed, results, passed_err),) = calls
     assert passed_session is session and passed_err is err
     assert a is good and passed is s
@@ -173,7 +173,9 @@ def test_a_version_is_tested_through_its_own_overlay_and_one_that_cannot_install
     assert b.python == good.python and b.overlay and os.path.isdir(b.overlay)
     assert results == tmp_path / "out" / "bisect.1.1.ab.json"
     assert step == Step("1.1", SLOWER, 1.5, 1.4, 1.6, 9, "accelerate-fp32-bs1", str(results))
-    broken = bisect.test_version("bpver", "1.2", good, source, cache, None, s, output, sys.stderr)  # type: ignore[arg-type]
+    broken = bisect.compare_version(
+        "bpver", "1.2", good, source, cache, None, s, output, sys.stderr
+    )  # type: ignore[arg-type]
     assert (broken.version, broken.verdict, broken.ratio) == ("1.2", SKIPPED, None)
     assert len(calls) == 1
     assert broken.message.startswith("pip could not install bpver==1.2: ERROR: ")

@@ -327,7 +327,7 @@ def bisect_command(args: Any, out: TextIO | None = None, err: TextIO | None = No
 
         def test(version: str) -> Step:
             print(f"bloomperf bisect: testing {args.package} {version}", file=err, flush=True)
-            step = test_version(
+            step = compare_version(
                 args.package, version, good_arm, source, cache_dir, session, settings, output, err
             )
             print(f"  {describe_step(step)}", file=err, flush=True)
@@ -350,7 +350,7 @@ def bisect_command(args: Any, out: TextIO | None = None, err: TextIO | None = No
     return 0 if result.first_bad is not None and not result.ambiguous else 1
 
 
-def test_version(
+def compare_version(
     package: str,
     version: str,
     good: Arm,
