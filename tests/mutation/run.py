@@ -105,7 +105,11 @@ MODULES: dict[str, tuple[str, ...]] = {
         "not (worker_sharing or records_each_timed or load_on_arm_b or bisect_never)",
     ),
     "bloomperf/measure/memory.py": ("tests/test_memory.py", "tests/test_memory_properties.py"),
-    "bloomperf/measure/nvml_sampler.py": ("tests/test_memory.py", "tests/test_nvml_live.py"),
+    "bloomperf/measure/nvml_sampler.py": (
+        "tests/test_memory.py",
+        "tests/test_nvml_live.py",
+        "tests/test_nvml_sampler_rules.py",
+    ),
     "bloomperf/measure/rank_peaks.py": ("tests/test_rank_peaks.py",),
     "bloomperf/measure/energy.py": ("tests/test_energy.py", "-k", "not cpu_run_on_this_host"),
     "bloomperf/store/latency.py": (
