@@ -300,3 +300,11 @@ def test_a_module_of_only_its_docstring_has_no_mutant_and_runs_no_test() -> None
     assert (tally.mutants, tally.problem) == (0, "")
     assert not runner.has_code("bloomperf/analysis/__init__.py")
     assert runner.has_code(REAL) and runner.has_code("bloomperf/store/baseline/__init__.py")
+
+
+def test_a_command_run_through_the_clis_main_is_covered_by_the_tests_that_run_it() -> None:
+    """``cli.main(["diff", ...])`` reaches ``bloomperf/cli/diff.py`` without naming it: its
+    mutants must be run against those tests (diff's github format was tested only that way)."""
+    covering = load_runner().covering_tests
+    assert "tests/test_github_output.py" in covering("bloomperf/cli/diff.py")
+    assert "tests/test_github_output.py" not in covering("bloomperf/cli/baseline.py")

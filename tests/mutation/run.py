@@ -386,14 +386,18 @@ SERVER_TESTS = ("tests/test_serving.py", "tests/test_serving_ab.py", "tests/test
 
 
 def covering_tests(module: str) -> tuple[str, ...]:
-    """``MODULES``'s tests, else the test files that import the module by its dotted name or
-    carry its name (``site.py``: ``test_history_site.py``; a module reached through another),
-    but not ``SERVER_TESTS``."""
+    """``MODULES``'s tests, else the test files that import the module by its dotted name, run
+    its command through the CLI's main (a ``cli`` module), or carry its name (``site.py``:
+    ``test_history_site.py``; a module reached through another), but not ``SERVER_TESTS``."""
     if module in MODULES:
         return MODULES[module]
     dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     parent, _, name = dotted.rpartition(".")
     spellings = (f"from {dotted} import", f"import {dotted}", f"from {parent} import {name}")
+    if parent == "bloomperf.cli":
+        # A command is run in process through the CLI's main as often as by its module's name
+        # (``cli.main(["diff", ...])``): those tests reach it too.
+        spellings += (f'main(["{name}"',)
     found = tuple(
         str(path.relative_to(ROOT))
         for path in sorted((ROOT / "tests").glob("test_*.py"))
