@@ -553,3 +553,49 @@ def test_the_nvml_sampler_polls_on_a_daemon_thread_and_says_why_it_has_nothing(
     without.start()
     assert without.mark().reason == "NVML: nvidia-ml-py is not installed"
     without.stop()
+
+
+def kernel_peak_bytes(pid: int) -> int:
+    """VmHWM as the kernel writes it (kB, which are KiB), read here without the product."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+@pytest.fixture
+def holder() -> Iterator[subprocess.Popen[str]]:
+    """A process holding 50 MB and doing nothing else: its resident set and peak stay put."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nheld = b'x' * 50_000_000\nprint('held', flush=True)\n"
+            "sys.stdin.readline()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    yield child
+    child.kill()
+    child.wait()
+
+
+def test_a_peak_is_the_kernels_to_the_byte_by_either_method(
+    holder: subprocess.Popen[str],
+) -> None:
+    """Exact, not within MBs: read back against VmHWM (hwm) and against the resident set
+    psutil reads (poll) of a process whose memory does not move."""
+    assert read_peak_rss(holder.pid) == kernel_peak_bytes(holder.pid)
+    sampler = RssSampler(holder.pid, method="hwm")
+    sampler.start()
+    expected = kernel_peak_bytes(holder.pid)  # reset to its resident set by start()
+    assert sampler.mark().peak_bytes == expected
+    sampler.stop()
+    polled = RssSampler(holder.pid, method="poll", interval_s=3600.0)
+    polled.start()
+    reading = polled.mark()
+    polled.stop()
+    assert reading.peak_bytes == psutil.Process(holder.pid).memory_info().rss
