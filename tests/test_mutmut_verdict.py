@@ -303,8 +303,9 @@ def test_a_module_of_only_its_docstring_has_no_mutant_and_runs_no_test() -> None
 
 
 def test_a_command_run_through_the_clis_main_is_covered_by_the_tests_that_run_it() -> None:
-    """``cli.main(["diff", ...])`` reaches ``bloomperf/cli/diff.py`` without naming it: its
-    mutants must be run against those tests (diff's github format was tested only that way)."""
+    """The CLI's main called with a command's name reaches that command's module without
+    naming it: its mutants must be run against those tests (diff's github format was tested
+    only that way)."""
     covering = load_runner().covering_tests
     assert "tests/test_github_output.py" in covering("bloomperf/cli/diff.py")
     assert "tests/test_github_output.py" not in covering("bloomperf/cli/baseline.py")
