@@ -252,3 +252,59 @@ def test_nodes_come_from_world_and_local_sizes_when_both_are_set(
     monkeypatch.setenv("WORLD_SIZE", world)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
     assert nodes_from_env() == nodes
+
+
+# ---- where NVML gives no GPU: the reason a CPU topology keeps, and its node count ------------
+
+
+def nvml_failing(where: str) -> Any:
+    """The recorded 4 x A100, failing at ``where``: init (no driver) or the first GPU read."""
+    from tests.nvml_replay import NvmlReplay
+
+    nvml = NvmlReplay.load("4xA100-SXM4-80GB")
+    error = nvml.NVMLError
+    if where == "init":
+
+        def init() -> None:
+            raise error(9)  # NVML_ERROR_DRIVER_NOT_LOADED
+
+        nvml.nvmlInit = init  # type: ignore[method-assign]
+    else:
+
+        def lost(handle: Any) -> Any:
+            raise error(15)  # NVML_ERROR_GPU_IS_LOST
+
+        nvml.nvmlDeviceGetName = lost  # type: ignore[method-assign]
+    return nvml
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+@pytest.mark.parametrize("where", ["missing", "init", "hidden", "read"])
+def test_a_machine_whose_nvml_gives_no_gpu_is_a_cpu_topology_that_says_why(
+    where: str, nodes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a user reads in 'no GPU: …': nvidia-ml-py missing, a driver not loaded, no GPU
+    visible, a GPU lost while read; each with the node count it was given, and NVML shut
+    down whenever it was started."""
+    from bloomperf.catalog import topology as topology_module
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "" if where == "hidden" else "0,1")
+    nvml = None if where == "missing" else nvml_failing(where)
+    if nvml is None:
+
+        def missing() -> Any:
+            raise ImportError("No module named 'pynvml'")
+
+        monkeypatch.setattr(topology_module, "load_nvml", missing)
+    found = topology_module.detect_topology(nvml, nodes=nodes)
+    reasons = {
+        "missing": "nvidia-ml-py is not installed",
+        "init": "Driver Not Loaded",
+        "hidden": "no visible GPU (CUDA_VISIBLE_DEVICES='')",
+        "read": "NVML failed: GPU is lost",
+    }
+    assert found.nvml_reason == reasons[where]
+    assert (found.device, found.gpus, found.nodes) == ("cpu", (), nodes)
+    assert found.id == ("cpu" if nodes == 1 else f"{nodes}xcpu")
+    if nvml is not None:
+        assert nvml.shutdown_calls == (0 if where == "init" else 1)
