@@ -3,6 +3,7 @@ it was read from, and as ``bloomperf topology`` prints it, line by line."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -308,3 +309,45 @@ def test_a_machine_whose_nvml_gives_no_gpu_is_a_cpu_topology_that_says_why(
     assert found.id == ("cpu" if nodes == 1 else f"{nodes}xcpu")
     if nvml is not None:
         assert nvml.shutdown_calls == (0 if where == "init" else 1)
+
+
+# ---- the CPU's model name, from a cpuinfo of the test's own ---------------------------------
+
+
+@given(
+    name=st.text(
+        st.characters(blacklist_categories=["Cc", "Cs", "Zl", "Zp"]), min_size=1, max_size=40
+    ).filter(lambda s: s.strip()),
+    pad=st.sampled_from(["", " ", "\t", "  "]),
+    cpus=st.integers(1, 3),
+)
+def test_the_cpu_model_is_the_first_processors_model_name_stripped(
+    name: str, pad: str, cpus: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from bloomperf.catalog.topology import cpu_model
+
+    blocks = [
+        f"processor\t: {i}\nvendor_id\t: GenuineIntel\nmodel\t\t: 85\n"
+        f"model name\t:{pad}{name if i == 0 else 'other ' + str(i)}{pad}\nflags\t\t: fpu\n"
+        for i in range(cpus)
+    ]
+    cpuinfo = tmp_path_factory.mktemp("cpu") / "cpuinfo"
+    cpuinfo.write_bytes("\n".join(blocks).encode())
+    assert cpu_model(cpuinfo) == name.strip()
+
+
+def test_without_a_model_name_or_a_cpuinfo_the_cpu_is_what_platform_says(tmp_path: Path) -> None:
+    """An ARM kernel's cpuinfo has no "model name" line; a sandbox may have no cpuinfo."""
+    import platform
+
+    from bloomperf.catalog.topology import cpu_model
+
+    fallback = platform.processor() or platform.machine()
+    arm = tmp_path / "cpuinfo"
+    arm.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nCPU part\t: 0xd0c\n")
+    assert cpu_model(arm) == fallback
+    assert cpu_model(tmp_path / "missing") == fallback
+    # Bytes that are no UTF-8 are replaced, not a crash.
+    odd = tmp_path / "odd"
+    odd.write_bytes(b"model name\t: Xeon \xff Gold\n")
+    assert cpu_model(odd) == "Xeon \ufffd Gold"

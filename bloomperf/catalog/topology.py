@@ -269,9 +269,11 @@ def host_ram(given: int | None = None) -> HostRam:
     return HostRam(int(psutil.virtual_memory().total), "MemTotal", ram_doubt())
 
 
-def cpu_model() -> str:
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The first processor's model name from ``cpuinfo``; else what ``platform`` says (an
+    ARM kernel writes no model name, a sandbox may hide the file)."""
     try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
+        text = cpuinfo.read_text(errors="replace")
     except OSError:
         return platform.processor() or platform.machine()
     found = re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE)
