@@ -418,6 +418,8 @@ DESELECT = (
     "tests/test_baseline_folders.py::test_a_non_editable_install_finds_the_shipped_baselines",
     # Reads vLLM's build in the serving venv: the weekly runner has none, nor has the copy.
     "tests/test_serving_identity.py::test_the_serving_venvs_vllm_build_and_version_are_read",
+    # Reads the commit of the checkout it runs in: mutmut's copy is no git repository.
+    "tests/test_provenance.py::test_a_results_file_carries_commit_command_and_packages",
 )
 
 # Besides bloomperf/ and tests/ (mutmut copies those), what the tests read. Not baselines/, a
