@@ -4,6 +4,7 @@ now and then, and a cycle's load from two snapshots, each field by its definitio
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from pathlib import Path
@@ -258,3 +259,26 @@ def test_without_nvidia_ml_py_the_note_says_so(
     probe = LoadProbe(lambda: [10], gpus=[0])
     assert probe.snapshot().gpu_others is None
     assert probe.gpu_note == "nvml: nvidia-ml-py is not installed"
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))))
+def test_a_gone_or_unreadable_process_anywhere_in_the_list_is_skipped_not_the_end(
+    proc: FakeProc, order: tuple[int, ...]
+) -> None:
+    """Both sums are over every readable process, whatever comes before it: a process gone
+    (99) or with a short stat line (12) first must not end the sum."""
+    proc.process(10, 30, 12, {10: 5, 11: 7})
+    proc.process(11, 5, 0, {})
+    (proc.root / "12").mkdir()
+    (proc.root / "12" / "stat").write_text("12 (x) S 1 2\n")  # too short
+    proc.process(20, 0, 0, {20: 100})
+    pids = [[10, 11, 12, 99][i] for i in order]
+    assert cpu_ticks(pids) == 47
+    waits = [[10, 20, 99, 12][i] for i in order]
+    assert wait_ns(waits) == 112
+
+
+def test_a_probe_is_one_cpu_wide_unless_told_otherwise() -> None:
+    assert LoadProbe(lambda: [10]).width == 1
+    assert LoadProbe(lambda: [10], width=0).width == 1
+    assert LoadProbe(lambda: [10], width=8).width == 8
