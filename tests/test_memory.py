@@ -599,3 +599,31 @@ def test_a_peak_is_the_kernels_to_the_byte_by_either_method(
     reading = polled.mark()
     polled.stop()
     assert reading.peak_bytes == psutil.Process(holder.pid).memory_info().rss
+
+
+@pytest.mark.parametrize("method", ["hwm", "poll"])
+def test_a_tree_process_gone_before_a_live_one_is_skipped_and_a_refused_reset_keeps_the_peak(
+    method: str, holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tree listed with a process that exited since (first) before one that lives: the live
+    one's peak is still summed. A reset the kernel refuses (another user's process) is no
+    failure: the peak read before it stands."""
+    from bloomperf.measure import rss_sampler
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    monkeypatch.setattr(rss_sampler, "process_tree_pids", lambda root: [gone.pid, holder.pid])
+    sampler = RssSampler(holder.pid, method=method, interval_s=3600.0)
+    sampler.start()
+    if method == "hwm":
+
+        def refused(pid: int) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(rss_sampler, "reset_peak_rss", refused)
+        expected = kernel_peak_bytes(holder.pid)
+    else:
+        expected = psutil.Process(holder.pid).memory_info().rss
+    reading = sampler.mark()
+    sampler.stop()
+    assert reading.source == "rss" and reading.peak_bytes == expected
