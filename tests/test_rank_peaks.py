@@ -40,6 +40,7 @@ def test_own_peak_on_cpu_is_this_process_vmhwm_and_reset_starts_a_phase() -> Non
     reset_own_peak()
     after_reset = own_peak(3, "n", ())
     assert after_reset.measure == "vmhwm" and after_reset.rank == 3
+    assert after_reset.node == "n"
     assert after_reset.peak_bytes is not None and after_reset.peak_bytes < with_ballast - 32 * MiB
     assert after_reset.peak_bytes <= read_peak_rss(os.getpid())
 
@@ -204,3 +205,18 @@ def test_a_gpu_rank_without_nvidia_ml_py_reports_torchs_peak(
     monkeypatch.setattr(topology, "load_nvml", missing)
     assert own_peak(0, "n", [0, 1]) == RankPeak(0, "n", 50 * MiB, "torch-reserved")
     assert own_peak(0, "n", []).measure == "vmhwm"  # no GPU of its own: its VmHWM
+
+
+def test_a_rank_whose_vmhwm_cannot_be_read_has_no_peak_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kernel without /proc status (or a sandbox hiding it): the rank says it has no peak
+    (None), and the reading of the group says so, rather than failing the cell."""
+    from bloomperf.measure import rank_peaks
+
+    def unreadable(pid: int) -> int:
+        raise FileNotFoundError(2, "No such file or directory", f"/proc/{pid}/status")
+
+    monkeypatch.setattr(rank_peaks, "read_peak_rss", unreadable)
+    peak = own_peak(1, "node-b", ())
+    assert (peak.rank, peak.node, peak.peak_bytes, peak.measure) == (1, "node-b", None, "vmhwm")
