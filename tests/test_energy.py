@@ -42,8 +42,8 @@ def test_an_nvml_counter_that_goes_backwards_invalidates_the_figure_with_the_rea
     nvml.script_energy({0: [10_000, 20_000, 5_000]})
     meter = create_meter("cuda", [0], nvml=nvml)
     reading = meter.between(meter.snapshot(), meter.snapshot(), tokens=100)
-    assert reading.energy_j is None
-    assert "went backwards (20000 -> 5000)" in reading.reason
+    assert reading.energy_j is None and reading.source == "nvml" and reading.tokens == 100
+    assert reading.reason == "nvml: counter 0 went backwards (20000 -> 5000): reset"
     good = EnergyReading("nvml", 3.0, 1.0, 100)
     total = total_energy([good, reading, good])
     assert total is not None and total.energy_j is None and "backwards" in total.reason
