@@ -10,8 +10,10 @@ import json
 import math
 import os
 import resource
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +48,12 @@ from bloomperf.core.jsonfile import (
     read_document,
     read_text_bounded,
     refuse_overwriting_inputs,
+    remove_dead_temps,
     temp_prefix,
     write_bytes_atomic,
     write_json_atomic,
 )
+from tests.users import as_nobody
 
 SETTINGS = settings(
     max_examples=60,
@@ -659,3 +663,31 @@ def test_a_file_that_fails_while_read_is_one_line() -> None:
     assert refusal(read_text_bounded, Path("/proc/self/mem"), "x") == (
         "/proc/self/mem: cannot read: Input/output error"
     )
+
+
+def test_a_dead_temporary_folder_the_user_cannot_empty_is_left_without_an_error() -> None:
+    """Another user's killed writer left a folder whose contents this user may not remove
+    (as nobody, when the test runs as root): the clean-up gives up on it quietly, and the
+    write it came before still happens."""
+    # Under /tmp, which every user may reach (pytest's own folders are private to root).
+    shared = Path(tempfile.mkdtemp(prefix="bloomperf-shared-"))
+    shared.chmod(0o777)
+    dead = shared / ".r.json.abcd1234.tmp"
+    dead.mkdir()
+    (dead / "part").write_text("half")  # the other user's: not this one's to delete
+    then = time.time() - 60
+    os.utime(dead, (then, then))
+
+    def clean_then_write(folder: str) -> list[str]:
+        remove_dead_temps(Path(folder), "r.json")
+        write_bytes_atomic(Path(folder) / "r.json", b"x")
+        return sorted(p.name for p in Path(folder).iterdir())
+
+    if os.geteuid() != 0:
+        dead.chmod(0o555)  # this user's own folder, made one it cannot empty
+    try:
+        left = as_nobody(clean_then_write, str(shared))
+    finally:
+        dead.chmod(0o755)
+        shutil.rmtree(shared)
+    assert left == [".r.json.abcd1234.tmp", "r.json"]
