@@ -101,8 +101,11 @@ def test_nodes_from_launcher_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert detect_topology(nvml, nodes=3).id == "3x8xA100-SXM4-80GB"
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "6")
-    with pytest.raises(BloomperfError, match="WORLD_SIZE=16 is not a multiple"):
+    with pytest.raises(BloomperfError) as refused:
         detect_topology(nvml)
+    assert str(refused.value) == (
+        "WORLD_SIZE=16 is not a multiple of LOCAL_WORLD_SIZE=6: pass the node count explicitly"
+    )
     monkeypatch.setenv("WORLD_SIZE", "two")
     with pytest.raises(BloomperfError, match="WORLD_SIZE='two': must be a positive integer"):
         detect_topology(nvml)
