@@ -351,3 +351,29 @@ def test_without_a_model_name_or_a_cpuinfo_the_cpu_is_what_platform_says(tmp_pat
     odd = tmp_path / "odd"
     odd.write_bytes(b"model name\t: Xeon \xff Gold\n")
     assert cpu_model(odd) == "Xeon \ufffd Gold"
+
+
+@pytest.mark.parametrize(
+    ("name", "gib", "expected_id", "aliases"),
+    [
+        ("NVIDIA A100-SXM4-80GB", 80, "2xA100-SXM4-80GB", ("2xA100-80GB",)),
+        ("NVIDIA H100 80GB HBM3", 80, "2xH100-80GB-HBM3", ("2xH100-80GB",)),
+        # A name without its memory size gets it from NVML's total; its short name is itself.
+        ("Tesla T4", 16, "2xT4-16GB", ()),
+        ("NVIDIA L4", 24, "2xL4-24GB", ()),
+    ],
+)
+def test_a_gpu_topology_has_an_alias_only_where_the_short_name_differs(
+    name: str, gib: int, expected_id: str, aliases: tuple[str, ...]
+) -> None:
+    from bloomperf.catalog.topology import gpu_topology
+
+    gpus = tuple(Gpu(i, name, gib * 1024**3, 0, f"GPU-{i}") for i in range(2))
+    found = gpu_topology(gpus, 1, "550.54", "12.4")
+    assert (found.id, found.aliases, found.device, found.nodes) == (
+        expected_id,
+        aliases,
+        "cuda",
+        1,
+    )
+    assert (found.driver, found.cuda, found.nvml_reason) == ("550.54", "12.4", "")
