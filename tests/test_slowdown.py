@@ -141,10 +141,18 @@ def test_zero_percent_installs_nothing() -> None:
     assert not model._forward_hooks and not model._forward_pre_hooks
 
 
-@pytest.mark.parametrize("bad", [-1.0, 1e6, float("nan")])
+@pytest.mark.parametrize("bad", [-1.0, -1e-9, 1000.0001, 1e6, float("nan")])
 def test_bad_percent_is_refused(bad: float) -> None:
-    with pytest.raises(BloomperfError, match="slowdown_percent"):
+    with pytest.raises(BloomperfError) as refused:
         install_slowdown(Sleeper(0.0), bad)
+    assert str(refused.value) == f"slowdown_percent: must be between 0 and 1000, found {bad}"
+
+
+def test_the_largest_percent_is_installed() -> None:
+    """Both ends of the range are accepted: 0 installs nothing, 1000 (ten times) a hook."""
+    model = Sleeper(0.0)
+    install_slowdown(model, 1000.0)
+    assert model._forward_hooks or model._forward_pre_hooks
 
 
 @pytest.mark.parametrize("seconds", [0.0002, 0.003, 0.03])
