@@ -355,6 +355,20 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_serving_ab_rules.py",
         "tests/test_security.py",
     ),
+    # `bloomperf diff`: its in-process tests (the CLI's main on stored files). Not the files
+    # that start workers or six writers for each mutant (test_verdict_paths.py and
+    # test_concurrency.py run diff once among minutes of other work).
+    "bloomperf/cli/diff.py": (
+        "tests/test_diff.py",
+        "tests/test_gate.py",
+        "tests/test_gate_properties.py",
+        "tests/test_github_output.py",
+        "tests/test_latency_verdicts.py",
+        "tests/test_telemetry.py",
+        "tests/test_cli_rules.py",
+        "tests/test_provenance.py",
+        "tests/test_schema.py",
+    ),
     # Topologies, multi-node shapes and device ids.
     "bloomperf/catalog/topology.py": (
         "tests/test_topology_rules.py",
