@@ -359,6 +359,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     # that start workers or six writers for each mutant (test_verdict_paths.py and
     # test_concurrency.py run diff once among minutes of other work).
     "bloomperf/cli/diff.py": (
+        "tests/test_diff_command.py",
         "tests/test_diff.py",
         "tests/test_gate.py",
         "tests/test_gate_properties.py",
