@@ -304,3 +304,25 @@ def test_the_text_fits_a_narrower_terminal_more_narrowly(
         widest[columns] = max(len(line) for line in out.splitlines())
         assert widest[columns] <= 100
     assert widest[60] < widest[100]
+
+
+@pytest.mark.parametrize(
+    ("value", "refusal"),
+    [
+        ("0", ""),
+        ("0.999", ""),
+        ("1", "argument --tolerance: must be a fraction in [0, 1), found 1"),
+        ("1.5", "argument --tolerance: must be a fraction in [0, 1), found 1.5"),
+        ("-0.01", "argument --tolerance: must be a fraction in [0, 1), found -0.01"),
+        ("x", "argument --tolerance: not a number: 'x'"),
+    ],
+)
+def test_the_tolerance_is_a_fraction_from_zero_up_to_one(
+    value: str, refusal: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before, after = pair(tmp_path)
+    code, _, err = run(capsys, before, after, f"--tolerance={value}")
+    if refusal:
+        assert code == 2 and err == f"bloomperf diff: error: {refusal}\n", err
+    else:
+        assert code == 0, err
