@@ -116,3 +116,23 @@ def test_the_oldest_supported_python_is_the_one_checked() -> None:
     assert floor is not None, project["project"]["requires-python"]
     assert project["tool"]["mypy"]["python_version"] == f"3.{floor[1]}"
     assert project["tool"]["ruff"]["target-version"] == f"py3{floor[1]}"
+
+
+def test_every_test_that_judges_time_is_in_a_pass_that_ci_runs_alone() -> None:
+    """.ci/run's serial pass collects only the files ``tests/conftest.py`` names (it marks their
+    tests), and runs the one file whose tests carry the mark themselves, the served comparisons,
+    by name and alone: a mark set anywhere else would put a timed test in the parallel pass,
+    where nothing runs it with the machine to itself."""
+    from tests.conftest import MATRIX_FILE, SERIAL_FILES
+
+    marking = {
+        path.name: sorted(set(re.findall(r"pytest\.mark\.(serial|matrix)\b", path.read_text())))
+        for path in (ROOT / "tests").glob("test_*.py")
+    }
+    assert {name: marks for name, marks in marking.items() if marks} == {
+        "test_serving_ab.py": ["serial"]
+    }
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pytest -q -m serial tests/test_serving_ab.py" in ci
+    assert "test_serving_ab.py" not in SERIAL_FILES and MATRIX_FILE not in SERIAL_FILES
+    assert all((ROOT / "tests" / name).is_file() for name in (*SERIAL_FILES, MATRIX_FILE))
