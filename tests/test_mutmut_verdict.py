@@ -309,3 +309,34 @@ def test_a_command_run_through_the_clis_main_is_covered_by_the_tests_that_run_it
     covering = load_runner().covering_tests
     assert "tests/test_github_output.py" in covering("bloomperf/cli/diff.py")
     assert "tests/test_github_output.py" not in covering("bloomperf/cli/baseline.py")
+
+
+def test_a_module_no_test_names_is_run_against_the_tests_of_the_modules_that_import_it() -> None:
+    """The report's load-time and ms/token plots are drawn through ``render.report``, which the
+    report's tests import: without that step the weekly run found no test for the module and
+    failed on it. A module some test names keeps its own tests only."""
+    runner = load_runner()
+    assert runner.named_by("bloomperf/render/report/timing.py") == ()
+    assert runner.importers("bloomperf/render/report/timing.py") == [
+        "bloomperf/render/report/__init__.py"
+    ]
+    assert (
+        set(runner.covering_tests("bloomperf/render/report/timing.py"))
+        == set(runner.named_by("bloomperf/render/report/__init__.py"))
+        >= {"tests/test_report.py"}
+    )
+    assert runner.covering_tests("bloomperf/catalog/sizes.py") == ("tests/test_sizes.py",)
+
+
+def test_every_module_of_every_layer_has_tests_to_run_its_mutants_against() -> None:
+    """The weekly run mutates each layer whole: a module with code and no covering test fails
+    it ("no test file imports it") before any mutant is judged, unless it runs only in a process
+    of its own, where no mutant can be switched on, and is named as such."""
+    runner = load_runner()
+    bare = [
+        module
+        for layer in runner.LAYERS
+        for module in runner.layer_modules(layer)
+        if runner.has_code(module) and not runner.covering_tests(module)
+    ]
+    assert bare == sorted(runner.OWN_PROCESS)

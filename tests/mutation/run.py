@@ -401,19 +401,37 @@ SERVER_TESTS = ("tests/test_serving.py", "tests/test_serving_ab.py", "tests/test
 
 
 def covering_tests(module: str) -> tuple[str, ...]:
-    """``MODULES``'s tests, else the test files that import the module by its dotted name, run
-    its command through the CLI's main (a ``cli`` module), or carry its name (``site.py``:
-    ``test_history_site.py``; a module reached through another), but not ``SERVER_TESTS``."""
+    """``MODULES``'s tests, else the test files that reach the module by name (``named_by``),
+    else those of the nearest modules that import it: a module no test names (a plot the report
+    draws, an option type its commands parse) is reached through them."""
     if module in MODULES:
         return MODULES[module]
-    dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    frontier, seen = [module], {module}
+    while frontier:
+        found = sorted({test for each in frontier for test in named_by(each)})
+        if found:
+            return (*found, *NO_CHILD_RSS) if "tests/test_predict.py" in found else tuple(found)
+        frontier = [m for each in frontier for m in importers(each) if m not in seen]
+        seen.update(frontier)
+    return ()
+
+
+def dotted_name(module: str) -> str:
+    return module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def named_by(module: str) -> tuple[str, ...]:
+    """The test files that import the module by its dotted name, run its command through the
+    CLI's main (a ``cli`` module), or carry its name (``site.py``: ``test_history_site.py``),
+    but not ``SERVER_TESTS``."""
+    dotted = dotted_name(module)
     parent, _, name = dotted.rpartition(".")
     spellings = (f"from {dotted} import", f"import {dotted}", f"from {parent} import {name}")
     if parent == "bloomperf.cli":
         # A command is run in process through the CLI's main as often as by its module's name
         # (``cli.main(["diff", ...])``): those tests reach it too.
         spellings += (f'main(["{name}"',)
-    found = tuple(
+    return tuple(
         str(path.relative_to(ROOT))
         for path in sorted((ROOT / "tests").glob("test_*.py"))
         if str(path.relative_to(ROOT)) not in SERVER_TESTS
@@ -422,7 +440,35 @@ def covering_tests(module: str) -> tuple[str, ...]:
             or (name != "__init__" and name in path.stem.split("_"))
         )
     )
-    return (*found, *NO_CHILD_RSS) if "tests/test_predict.py" in found else found
+
+
+def importers(module: str) -> list[str]:
+    """The package's modules that import ``module``, or a name from it."""
+    dotted = dotted_name(module)
+    found = []
+    for path in sorted((ROOT / "bloomperf").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            elif isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            else:
+                continue
+            if dotted in names:
+                found.append(str(path.relative_to(ROOT)))
+                break
+    return found
+
+
+# Modules that run only in a process of their own: mutmut switches mutants on in the process
+# that runs the tests, so no test reaches these mutants, and a layer's run names them instead
+# of failing on "no test file imports it" (tests/test_mutmut_verdict.py holds the list to the
+# modules no test covers).
+OWN_PROCESS = {
+    "bloomperf/harness/rankentry/run_module.py": "a rank's entry point, run by the launcher",
+    "bloomperf/harness/serve_keeper.py": "the vLLM server's keeper, a process of its own",
+    "bloomperf/harness/vllm_client.py": "vLLM's client, run by the serving venv's Python",
+}
 
 
 # Tests that fail in mutmut's copy whatever the mutant, and are left out of every module's run:
@@ -621,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     listed = load_survivors(args.survivors)
     tallies = []
     for module in args.chosen:
+        if module in OWN_PROCESS:
+            print(f"{module}: not mutated: {OWN_PROCESS[module]}", flush=True)
+            continue
         tally = run_module(module, args.budget, args.max_children, args.keep)
         tallies.append(tally)
         report(tally)
