@@ -24,13 +24,24 @@ Curve = list[tuple[float, float, float]]  # (completed req/s, TTFT p99 ms, ITL p
 
 
 def curve_of(rates: list[RateSummary]) -> Curve:
-    ran = [r for r in sorted(rates, key=lambda r: r.rate) if r.outcome == "ok" and r.ttft_ms]
+    # A rate with no p99 TTFT (a file edited by hand) has no point to draw.
+    ran = [
+        r for r in sorted(rates, key=lambda r: r.rate) if r.outcome == "ok" and "p99" in r.ttft_ms
+    ]
     return [(r.request_throughput, r.ttft_ms["p99"], r.itl_ms.get("p99", math.nan)) for r in ran]
 
 
 def plot_serving_curves(run: RunResult, baseline: Baseline | None, path: Path) -> dict[str, Curve]:
     """Draw every sweep of ``run`` (and its baseline's) into ``path``; the curves drawn, by
     legend label (none drawn: nothing written)."""
+    fig, drawn = serving_figure(run, baseline)
+    if drawn:
+        save_figure(fig, path)
+    return drawn
+
+
+def serving_figure(run: RunResult, baseline: Baseline | None) -> tuple[Any, dict[str, Curve]]:
+    """The figure of every sweep of ``run`` and its baseline's, and the curves drawn in it."""
     fig = new_figure(width=11.0, height=4.6)
     axes = fig.subplots(1, 2)
     drawn: dict[str, Curve] = {}
@@ -53,7 +64,7 @@ def plot_serving_curves(run: RunResult, baseline: Baseline | None, path: Path) -
             draw_curve(axes, drawn[name], effective, colour, legend, dashed)
             axes[0].axhline(sla.ttft_s * 1000, color="grey", linestyle=":", linewidth=1)
     if not drawn:
-        return {}
+        return fig, {}
     for ax, what in zip(axes, ("TTFT p99 (ms)", "inter-token latency p99 (ms)"), strict=True):
         ax.set_yscale("log")
         ax.set_xlabel("completed requests/s")
@@ -62,8 +73,7 @@ def plot_serving_curves(run: RunResult, baseline: Baseline | None, path: Path) -
     axes[0].set_title("dotted: the SLA's TTFT limit", fontsize=9)
     axes[1].set_title("vertical: effective throughput (offered rate)", fontsize=9)
     axes[1].legend(fontsize=8, loc="best")
-    save_figure(fig, path)
-    return drawn
+    return fig, drawn
 
 
 def draw_curve(
