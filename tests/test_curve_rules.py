@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bloomperf.render.report.curve import curve_of, serving_figure
@@ -67,7 +67,8 @@ def same(a: list[float], b: list[float]) -> bool:
     )
 
 
-effective_figures = st.sampled_from([None, 0.0, 3.5, math.inf])
+# Effective throughputs: none found, zero, under one request/s, one, more, and every rate met.
+effective_figures = st.sampled_from([None, 0.0, 0.5, 1.0, 3.5, math.inf])
 
 
 def sweep_of(rates: list[RateSummary], effective: float | None, sla: Sla, dtype: str) -> Any:
@@ -82,7 +83,19 @@ def test_a_curve_is_the_rates_that_ran_in_their_offered_order(rates: list[RateSu
     )
 
 
+def ran(rate: float, ttft: float) -> RateSummary:
+    """A rate that ran, with its p99 TTFT and inter-token latency."""
+    return RateSummary(
+        rate=rate, outcome="ok", message="", requests=8, completed=8, duration_s=1.0,
+        request_throughput=rate * 0.9, output_throughput=1.0, ttft_ms={"p99": ttft},
+        tpot_ms={}, itl_ms={"p99": ttft / 10}, sla_met=1.0,
+    )  # fmt: skip
+
+
 @settings(max_examples=30, deadline=None)
+# A sweep none of whose rates ran still has its baseline's curve drawn, dashed, with its
+# effective throughput's line dashed too.
+@example(measured=[([], None)], baseline=([ran(1, 50.0), ran(2, 80.0)], 0.5), ttft_s=1.0)
 @given(
     measured=st.lists(st.tuples(rate_runs(), effective_figures), min_size=1, max_size=2),
     baseline=st.one_of(st.none(), st.tuples(rate_runs(), effective_figures)),
@@ -146,6 +159,8 @@ def test_each_sweep_is_drawn_with_its_baseline_its_effective_throughput_and_the_
     limits = [line.get_ydata()[0] for line in left.get_lines() if line.get_linestyle() == ":"]
     assert limits == [ttft_s * 1000] * len(sides)
     assert not [line for line in right.get_lines() if line.get_linestyle() == ":"]
+    assert left.get_title() == "dotted: the SLA's TTFT limit"
+    assert right.get_title() == "vertical: effective throughput (offered rate)"
     assert (left.get_ylabel(), right.get_ylabel()) == (
         "TTFT p99 (ms)",
         "inter-token latency p99 (ms)",
