@@ -42,3 +42,19 @@ def test_dtype_bytes_are_what_transformers_holds_on_the_meta_device(dtype: str) 
     assert size("transformer.h.0.mlp.dense_h_to_4h.weight") == table.stored_bytes
     assert size("transformer.h.0.input_layernorm.weight") == table.load_bytes
     assert size("transformer.word_embeddings.weight") == table.load_bytes
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_torch_dtypes_given_to_the_libraries_have_the_tables_sizes(dtype: str) -> None:
+    """What from_pretrained and init_inference are given, read back through torch's own sizes:
+    int8 (alone) loads as a 2-byte float and is stored as torch.int8."""
+    import torch
+
+    from bloomperf.catalog.dtypes import load_torch_dtype, stored_torch_dtype
+
+    table = DTYPE_TABLE[dtype]
+    loaded, stored = load_torch_dtype(dtype), stored_torch_dtype(dtype)
+    assert loaded.is_floating_point and loaded.itemsize == table.load_bytes
+    assert stored.itemsize == table.stored_bytes
+    assert (stored == torch.int8) == (dtype == "int8") == (stored != loaded)
+    assert loaded is getattr(torch, table.load) and stored is getattr(torch, table.stored)
