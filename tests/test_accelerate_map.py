@@ -228,7 +228,7 @@ def test_a_meta_model_refuses_to_build_when_the_meta_device_is_not_in_effect(
     _device_constructors()  # filled with the wrapper
     monkeypatch.undo()
     try:
-        with pytest.raises(RuntimeError, match="meta"):
+        with pytest.raises(RuntimeError, match=r"^meta_model: torch.device\('meta'\) is not in"):
             # bloom-560m, one layer: without the refusal, 0.5 GB built for real, not 350 GB
             meta_model(MODEL_SHAPES["bloom-560m"], 1, "bf16")
     finally:
@@ -244,7 +244,8 @@ CAP_SHARES = st.one_of(st.just(0.0), st.just(-1.0), st.floats(0.01, 1.5))
 
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(
-    name=st.sampled_from(["tiny", "bloom-560m", "bloom-7b1"]),
+    # tiny-serving: a block outweighs the embedding, whose size is the buffer in the others.
+    name=st.sampled_from(["tiny", "tiny-serving", "bloom-560m", "bloom-7b1"]),
     layers=st.integers(1, 5),
     dtype=st.sampled_from(["fp32", "bf16", "fp16", "int8"]),
     shares=st.lists(CAP_SHARES, min_size=1, max_size=5),
