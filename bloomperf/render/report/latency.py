@@ -118,7 +118,16 @@ def log_axes(ax: Any, series: Series, ylabel: str) -> None:
 def plot_by_batch(
     run: RunResult, baseline: Baseline | None, name: str, ylabel: str, title: str, path: Path
 ) -> Series:
-    """``name`` against batch size, one colour per backend and dtype, the baseline dashed."""
+    fig, series = by_batch_figure(run, baseline, name, ylabel, title)
+    save_figure(fig, path)
+    return series
+
+
+def by_batch_figure(
+    run: RunResult, baseline: Baseline | None, name: str, ylabel: str, title: str
+) -> tuple[Any, Series]:
+    """``name`` against batch size, one colour per backend and dtype, the baseline dashed: the
+    figure and what it drew."""
     fig = new_figure(9.0, 5.0)
     ax = fig.add_subplot()
     series: Series = {}
@@ -135,12 +144,18 @@ def plot_by_batch(
     log_axes(ax, series, ylabel)
     ax.set_title(f"{run.model.name} on {run.topology}: {title}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return fig, series
+
+
+def plot_tail(run: RunResult, path: Path) -> Series:
+    fig, series = tail_figure(run)
     save_figure(fig, path)
     return series
 
 
-def plot_tail(run: RunResult, path: Path) -> Series:
-    """One panel per backend and dtype: TPOT p50, p90 and p99 against batch size."""
+def tail_figure(run: RunResult) -> tuple[Any, Series]:
+    """One panel per backend and dtype, three to a line: TPOT p50, p90 and p99 against batch
+    size. The figure and what it drew."""
     rows = [(label, cells) for label, cells in rows_of(run) if measured(cells, "tpot_ms")]
     from matplotlib.lines import Line2D
 
@@ -170,8 +185,7 @@ def plot_tail(run: RunResult, path: Path) -> Series:
         for _, tag, style in PERCENTILES
     ]
     fig.legend(handles=legend, loc="outside right upper", fontsize=8)
-    save_figure(fig, path)
-    return series
+    return fig, series
 
 
 PLOTTERS: dict[str, Callable[[RunResult, Baseline | None, Path], Series]] = {
