@@ -381,12 +381,11 @@ MODULES: dict[str, tuple[str, ...]] = {
     # The torch dtypes a backend hands its library (a worker calls them in its own process).
     "bloomperf/catalog/dtypes.py": ("tests/test_catalog.py", "tests/test_backend_traits.py"),
     # Which failures are OOMs and which rank's report explains a group (in process: the runs
-    # of test_faults.py classify in their workers, which import the module unmutated).
+    # of test_faults.py classify in their workers, which import the module unmutated; vLLM's
+    # refusals, in test_vllm_backend.py, need the serving venv the scratch copy lacks).
     "bloomperf/catalog/failures.py": (
         "tests/test_failure_rules.py",
         "tests/test_faults.py::test_allocation_failures_of_every_library_read_oom",
-        "tests/test_vllm_backend.py::"
-        "test_vllms_kv_cache_refusals_are_ooms_and_its_other_value_errors_are_not",
     ),
 }
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
