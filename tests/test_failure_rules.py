@@ -5,6 +5,7 @@ libraries' texts are in test_faults.py and test_vllm_backend.py)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,17 @@ def test_a_report_names_its_rank_only_in_a_group_and_keeps_the_messages_start(
     assert report["event"] == "failed" and 0 < len(report["traceback"]) <= 8000
 
 
+def test_a_report_is_timed_when_made_and_its_traceback_reads_as_python_prints_it():
+    before = time.time()
+    try:
+        raise KeyError("lost")
+    except KeyError as exc:
+        report = failure_report(exc, 0, 1)
+    assert before <= report["at"] <= time.time()
+    assert report["traceback"].startswith("Traceback (most recent call last):\n  File ")
+    assert report["traceback"].endswith("\nKeyError: 'lost'\n")
+
+
 def test_a_reports_traceback_keeps_its_last_8000_characters():
     try:
         raise RuntimeError("x" * 20_000 + "THE END")
@@ -116,6 +128,7 @@ def test_reports_written_by_the_ranks_are_read_back_in_rank_order(tmp_path_facto
     for report in reports:
         write_rank_report(folder, report)
     (folder / "failed-rank98.json").write_text("{not json")  # a rank killed mid-write
+    (folder / "failed-rank-0.json").write_text("")  # ... read before every other report
     (folder / "failed-rank99.json").write_text(json.dumps({"outcome": "slow"}))
     (folder / "failed-rank97.json").write_text(json.dumps(["oom"]))
     (folder / "other.json").write_text(json.dumps(reports[0] if reports else {}))

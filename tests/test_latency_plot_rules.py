@@ -183,3 +183,39 @@ def test_a_cell_without_an_energy_reading_has_no_energy_figure():
     assert figure_of(replace(cell, energy=None), "j_per_token") is None
     reading = EnergyReading("rapl", 5.0, 1.0, 10)
     assert figure_of(replace(cell, energy=reading), "j_per_token") == reading.j_per_token == 0.5
+
+
+def test_each_plot_file_is_drawn_with_its_own_title_and_axis_words(tmp_path, monkeypatch):
+    """What each PNG shows (the figure as handed to the file writer): the words are the plot's."""
+    from bloomperf.render.report import latency
+
+    saved: dict[str, Any] = {}
+    monkeypatch.setattr(latency, "save_figure", lambda fig, path: saved.update({path.name: fig}))
+    energy = EnergyReading("rapl", 5.0, 1.0, 10)
+    run = replace(BASE, cells=tuple(replace(c, energy=energy) for c in BASE.cells))
+    plots = latency.write_latency_plots(run, None, tmp_path)
+    assert set(plots.paths) == {"ttft", "tpot", "tail", "energy"} and not plots.notes
+    words = {
+        "ttft.png": ("time to first token by batch size", "ms, prefill step"),
+        "tpot.png": ("time per output token", "ms per decode step (median)"),
+        "energy_per_token.png": ("energy per token by batch size", "joules per token"),
+    }
+    for name, (title, ylabel) in words.items():
+        (ax,) = saved[name].axes
+        assert ax.get_title() == f"{run.model.name} on {run.topology}: {title}"
+        assert ax.get_ylabel() == ylabel
+    assert (
+        saved["tpot_percentiles.png"].get_suptitle().endswith("time per output token, percentiles")
+    )
+
+
+def test_a_plot_left_out_does_not_stop_the_plots_after_it(tmp_path):
+    """No step times (the first three left out, each with its note) but an energy figure: the
+    energy plot, last, is still drawn."""
+    from bloomperf.render.report.latency import write_latency_plots
+
+    energy = EnergyReading("rapl", 5.0, 1.0, 10)
+    cells = tuple(replace(c, samples_step_ms=(), energy=energy) for c in BASE.cells)
+    plots = write_latency_plots(replace(BASE, cells=cells), None, tmp_path)
+    assert set(plots.paths) == {"energy"} and plots.paths["energy"].is_file()
+    assert set(plots.notes) == {"ttft", "tpot", "tail"}
