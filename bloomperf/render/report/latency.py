@@ -115,14 +115,6 @@ def log_axes(ax: Any, series: Series, ylabel: str) -> None:
     log_value_axis(ax, [v for points in series.values() for _, v in points], ylabel)
 
 
-def plot_by_batch(
-    run: RunResult, baseline: Baseline | None, name: str, ylabel: str, title: str, path: Path
-) -> Series:
-    fig, series = by_batch_figure(run, baseline, name, ylabel, title)
-    save_figure(fig, path)
-    return series
-
-
 def by_batch_figure(
     run: RunResult, baseline: Baseline | None, name: str, ylabel: str, title: str
 ) -> tuple[Any, Series]:
@@ -145,12 +137,6 @@ def by_batch_figure(
     ax.set_title(f"{run.model.name} on {run.topology}: {title}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return fig, series
-
-
-def plot_tail(run: RunResult, path: Path) -> Series:
-    fig, series = tail_figure(run)
-    save_figure(fig, path)
-    return series
 
 
 def tail_figure(run: RunResult) -> tuple[Any, Series]:
@@ -188,16 +174,17 @@ def tail_figure(run: RunResult) -> tuple[Any, Series]:
     return fig, series
 
 
-PLOTTERS: dict[str, Callable[[RunResult, Baseline | None, Path], Series]] = {
-    "ttft": lambda run, baseline, path: plot_by_batch(
-        run, baseline, "ttft_ms", "ms, prefill step", "time to first token by batch size", path
+# Each plot's figure and what it drew, from the run and the baseline.
+FIGURES: dict[str, Callable[[RunResult, Baseline | None], tuple[Any, Series]]] = {
+    "ttft": lambda run, baseline: by_batch_figure(
+        run, baseline, "ttft_ms", "ms, prefill step", "time to first token by batch size"
     ),
-    "tpot": lambda run, baseline, path: plot_by_batch(
-        run, baseline, "tpot_ms", "ms per decode step (median)", "time per output token", path
+    "tpot": lambda run, baseline: by_batch_figure(
+        run, baseline, "tpot_ms", "ms per decode step (median)", "time per output token"
     ),
-    "tail": lambda run, _, path: plot_tail(run, path),
-    "energy": lambda run, _, path: plot_by_batch(
-        run, None, "j_per_token", "joules per token", "energy per token by batch size", path
+    "tail": lambda run, _: tail_figure(run),
+    "energy": lambda run, _: by_batch_figure(
+        run, None, "j_per_token", "joules per token", "energy per token by batch size"
     ),
 }
 
@@ -212,6 +199,6 @@ def write_latency_plots(run: RunResult, baseline: Baseline | None, out: Path) ->
         if not any(figure_of(c, NEEDS[key]) is not None for c in run.cells):
             notes[key] = missing_note(run, key)
             continue
-        paths[key] = out / name
-        series[key] = PLOTTERS[key](run, baseline, out / name)
+        fig, series[key] = FIGURES[key](run, baseline)
+        paths[key] = save_figure(fig, out / name)
     return LatencyPlots(paths, series, notes)
