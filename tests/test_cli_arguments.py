@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bloomperf.cli import main
+from bloomperf.cli import build_parser, main
 
 PREDICT = ["predict", "--model", "tiny", "--topology", "1xA100-80GB"]
 
@@ -57,3 +60,27 @@ def test_predict_takes_the_run_spelling_and_its_own(capsys: pytest.CaptureFixtur
         rows.append(json.loads(capsys.readouterr().out)["rows"])
     assert rows[0] == rows[1]
     assert [c["batch_size"] for c in rows[0][0]["cells"]] == [1, 8]
+
+
+def every_parser(parser: argparse.ArgumentParser, name: str = "bloomperf") -> Iterator[Any]:
+    """(command words, parser) for the program, each command and each command's actions."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for word, child in action.choices.items():
+                yield from every_parser(child, f"{name} {word}")
+
+
+def test_every_command_action_and_option_says_what_it_is_for() -> None:
+    """A --help line without its sentence tells a user nothing: each command, each action of a
+    command and each argument has help text of its own (deprecated ones say so)."""
+    missing = []
+    for name, parser in every_parser(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                # argparse lists a sub-command in --help only when it was given help text.
+                helped = {a.dest for a in action._choices_actions if a.help}
+                missing += [f"{name} {word}" for word in action.choices if word not in helped]
+            elif action.help is not argparse.SUPPRESS and not (action.help or "").strip():
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []

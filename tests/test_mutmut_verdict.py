@@ -312,18 +312,18 @@ def test_a_command_run_through_the_clis_main_is_covered_by_the_tests_that_run_it
 
 
 def test_a_module_no_test_names_is_run_against_the_tests_of_the_modules_that_import_it() -> None:
-    """The report's load-time and ms/token plots are drawn through ``render.report``, which the
-    report's tests import: without that step the weekly run found no test for the module and
+    """The report's page is written through ``render.report`` and the history site, which
+    their tests import: without that step the weekly run found no test for such a module and
     failed on it. A module some test names keeps its own tests only."""
     runner = load_runner()
-    assert runner.named_by("bloomperf/render/report/timing.py") == ()
-    assert runner.importers("bloomperf/render/report/timing.py") == [
-        "bloomperf/render/report/__init__.py"
-    ]
+    page = "bloomperf/render/report/page.py"
+    assert runner.named_by(page) == ()
+    importers = ["bloomperf/render/history/site.py", "bloomperf/render/report/__init__.py"]
+    assert runner.importers(page) == importers
     assert (
-        set(runner.covering_tests("bloomperf/render/report/timing.py"))
-        == set(runner.named_by("bloomperf/render/report/__init__.py"))
-        >= {"tests/test_report.py"}
+        set(runner.covering_tests(page))
+        == {test for module in importers for test in runner.named_by(module)}
+        >= {"tests/test_report.py", "tests/test_site_pages.py"}
     )
     assert runner.covering_tests("bloomperf/catalog/sizes.py") == ("tests/test_sizes.py",)
 

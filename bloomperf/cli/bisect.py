@@ -269,9 +269,9 @@ def add_command(subparsers: Any) -> None:
         description="Bisect the index's versions of PACKAGE between GOOD and BAD with "
         "interleaved A/B comparisons against GOOD (each version a cached overlay).",
     )
-    parser.add_argument("package")
-    parser.add_argument("good", metavar="GOOD")
-    parser.add_argument("bad", metavar="BAD")
+    parser.add_argument("package", help="the package to bisect, as pip names it (e.g. torch)")
+    parser.add_argument("good", metavar="GOOD", help="a version known to be fast enough")
+    parser.add_argument("bad", metavar="BAD", help="a later version known to be slower")
     parser.add_argument("--pre", action="store_true", help="include pre-releases")
     parser.add_argument("--python", help="interpreter or venv under test [this interpreter]")
     parser.add_argument(

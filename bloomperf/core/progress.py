@@ -11,6 +11,7 @@ loading heartbeat is a thread of the controller, which times nothing itself.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -64,7 +65,9 @@ def time_left(done: float, total: float, elapsed: float) -> str | None:
     """The rest at the rate so far; None before anything is done."""
     if done <= 0 or total <= done:
         return None
-    return format_duration(elapsed * (total - done) / done)
+    rest = elapsed * (total - done) / done
+    # A first byte after a long stall gives no estimate worth a line (nor an infinite one).
+    return format_duration(rest) if math.isfinite(rest) else None
 
 
 def format_bytes(n: float) -> str:

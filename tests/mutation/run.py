@@ -387,6 +387,28 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_failure_rules.py",
         "tests/test_faults.py::test_allocation_failures_of_every_library_read_oom",
     ),
+    # `baseline show|accept` through the CLI's main in this process (test_baseline_folders.py's
+    # pip install and test_hostile_paths.py's subprocesses reach no mutant).
+    "bloomperf/cli/baseline.py": (
+        "tests/test_baseline_command.py",
+        "tests/test_cli_arguments.py",
+        "tests/test_baseline_folders.py",
+        "tests/test_baseline_show_rules.py",
+    ),
+    # The report's environment rows, by value (the whole report's tests: 15 s a mutant).
+    "bloomperf/render/report/environment.py": (
+        "tests/test_environment_rows.py",
+        "tests/test_report_changes_rules.py",
+    ),
+    # The blog workload's plots (memory, ms/token, load time), read back from their figures.
+    "bloomperf/render/report/memory.py": ("tests/test_offline_plot_rules.py",),
+    "bloomperf/render/report/timing.py": ("tests/test_offline_plot_rules.py",),
+    # Every command's stdout and stderr, in process (test_hostile_paths.py's pipes and locales
+    # are subprocesses, which import the module unmutated).
+    "bloomperf/core/streams.py": ("tests/test_stream_rules.py",),
+    # Progress lines by value, on a clock of the tests' own (test_progress.py's runs are
+    # subprocesses).
+    "bloomperf/core/progress.py": ("tests/test_progress_rules.py",),
 }
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
 # each of its modules (those above keep their hand-picked tests; any other gets the test files

@@ -46,9 +46,9 @@ from bloomperf.render.report.curve import SERVING_FILE, plot_serving_curves
 from bloomperf.render.report.figure import save_figure
 from bloomperf.render.report.heatmap import ratio_heatmap
 from bloomperf.render.report.latency import LATENCY_FILES, LatencyPlots, write_latency_plots
-from bloomperf.render.report.memory import plot_memory
+from bloomperf.render.report.memory import memory_figure
 from bloomperf.render.report.page import write_pages
-from bloomperf.render.report.timing import plot_load_times, plot_ms_per_token
+from bloomperf.render.report.timing import load_time_figure, ms_per_token_figure
 from bloomperf.render.report.trend import plot_trend
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.history.nights import Night, load_history
@@ -159,7 +159,7 @@ def offline_plots(
         if m.metric == "ms_per_token" and m.status == REGRESSED
     )
     return {
-        "ms": plot_ms_per_token(run, baseline, out / "ms_per_token.png", regressed),
-        "memory": plot_memory(run, baseline, out / "memory.png"),
-        "load": plot_load_times(run, baseline, out / "load_time.png"),
+        "ms": save_figure(ms_per_token_figure(run, baseline, regressed), out / "ms_per_token.png"),
+        "memory": save_figure(memory_figure(run, baseline), out / "memory.png"),
+        "load": save_figure(load_time_figure(run, baseline), out / "load_time.png"),
     }

@@ -180,10 +180,9 @@ def style_legend(ax: Any, extra: Sequence[Any]) -> None:
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
 
-def finish_plot(fig: Any, ax: Any, drawn: set[str], path: Path, extra: Sequence[Any] = ()) -> Path:
-    """The legend (rows, then what ``drawn`` marks mean, then ``extra``), and the PNG."""
+def finish_legend(ax: Any, drawn: set[str], extra: Sequence[Any] = ()) -> None:
+    """The legend: the rows, then what ``drawn`` marks mean, then ``extra``."""
     style_legend(ax, [*legend_entries(drawn), *extra])
-    return save_figure(fig, path)
 
 
 def save_figure(fig: Any, path: Path) -> Path:

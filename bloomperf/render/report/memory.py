@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from bloomperf.backends import row_label
@@ -23,7 +22,7 @@ from bloomperf.render.report.figure import (
     batch_axis,
     draw_row,
     expected_ooms,
-    finish_plot,
+    finish_legend,
     new_figure,
     oom_band,
     row_cells,
@@ -89,7 +88,7 @@ def baseline_per_gpu(
 # ---- the plot -----------------------------------------------------------------------------------
 
 
-def plot_memory(run: RunResult, baseline: Baseline | None, path: Path) -> Path:
+def memory_figure(run: RunResult, baseline: Baseline | None) -> Any:
     """Peak memory per GPU against one GPU's capacity and the baseline; OOMs in a band above."""
     from matplotlib.lines import Line2D
 
@@ -144,7 +143,8 @@ def plot_memory(run: RunResult, baseline: Baseline | None, path: Path) -> Path:
     ax.grid(True, alpha=0.3)
     whose = "per GPU" if scale.gpus else "of the process"
     ax.set_title(f"{run.model.name} on {run.topology}: peak memory {whose} by batch size")
-    return finish_plot(fig, ax, drawn, path, extra)
+    finish_legend(ax, drawn, extra)
+    return fig
 
 
 def capacity_line(ax: Any, scale: MemoryScale) -> None:

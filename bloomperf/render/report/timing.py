@@ -8,7 +8,6 @@ of memory at the same batch size both show. Load time: bars, the baseline's hatc
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from bloomperf.backends import row_label
@@ -19,23 +18,19 @@ from bloomperf.render.report.figure import (
     batch_axis,
     draw_row,
     expected_ooms,
-    finish_plot,
+    finish_legend,
     log_value_axis,
     new_figure,
     oom_band,
     row_cells,
-    save_figure,
 )
 from bloomperf.store.baseline import Baseline, matching_load_time
 from bloomperf.store.results import Outcome, RunResult
 
 
-def plot_ms_per_token(
-    run: RunResult,
-    baseline: Baseline | None,
-    path: Path,
-    regressed: frozenset[str] = frozenset(),
-) -> Path:
+def ms_per_token_figure(
+    run: RunResult, baseline: Baseline | None, regressed: frozenset[str] = frozenset()
+) -> Any:
     """``regressed``: ids of the cells whose ms/token regressed, ringed in red."""
     fig = new_figure()
     ax = fig.add_subplot()
@@ -69,7 +64,8 @@ def plot_ms_per_token(
     if values and drawn & {"oom", "oom-baseline"}:
         oom_band(ax, min(values) / 1.3, max(values) * 1.3, len(rows), log=True)
     ax.set_title(f"{run.model.name} on {run.topology}: ms per token by batch size")
-    return finish_plot(fig, ax, drawn, path)
+    finish_legend(ax, drawn)
+    return fig
 
 
 def load_times(
@@ -91,7 +87,7 @@ def load_times(
     return out
 
 
-def plot_load_times(run: RunResult, baseline: Baseline | None, path: Path) -> Path:
+def load_time_figure(run: RunResult, baseline: Baseline | None) -> Any:
     fig = new_figure(9.0, 4.0)
     ax = fig.add_subplot()
     rows = load_times(run, baseline)
@@ -123,7 +119,7 @@ def plot_load_times(run: RunResult, baseline: Baseline | None, path: Path) -> Pa
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"{run.model.name} on {run.topology}: load time")
     ax.legend(loc="upper right", fontsize=8)
-    return save_figure(fig, path)
+    return fig
 
 
 def label_bar(ax: Any, text: str, x: float, y: float, colour: str) -> None:
