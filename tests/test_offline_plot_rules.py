@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from matplotlib.colors import to_rgb
 
 from bloomperf.backends import backend_class, backend_names, row_label
 from bloomperf.catalog.hardware import parse_topology_id
@@ -19,8 +20,10 @@ from bloomperf.render.report.memory import memory_figure
 from bloomperf.render.report.timing import load_time_figure, ms_per_token_figure
 from bloomperf.store.baseline import Baseline
 from bloomperf.store.baseline.accept import accept_run
+from bloomperf.store.baseline.codec import load_baseline
 from bloomperf.store.results import CellResult, MemoryReading, Outcome, RunResult
-from tests.builders import scaled_run, tiny_run
+from bloomperf.store.results.files import read_results
+from tests.builders import BLOG_BASELINE, BLOG_RESULTS, scaled_run, tiny_run
 
 ROWS = [(b, d) for b in backend_names() for d in backend_class(b).dtypes]
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -281,3 +284,196 @@ def test_load_time_is_a_bar_per_row_at_its_longest_load_beside_the_baseline(run,
     assert ax.get_xlabel() == "model load time (s, lower is better)"
     assert ax.get_title() == f"tiny on {run.topology}: load time"
     assert legend_texts(ax)[0] == "measured"
+
+
+def oom_marks(ax: Any, marker: str) -> list[tuple[str, list[int]]]:
+    """(colour, batch sizes) of each row's OOM marks: crosses measured, rings expected."""
+    size = {"X": 11, "o": 14}[marker]
+    return [
+        (line.get_color(), [int(x) for x in line.get_xdata()])
+        for line in ax.get_lines()
+        if line.get_marker() == marker and line.get_markersize() == size
+    ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(runs(), st.booleans())
+def test_each_rows_ooms_are_crossed_and_the_baselines_ringed_in_a_band_above(run, judged):
+    baseline = baseline_of(run, 1.0) if judged else None
+    timed = any(c.ms_per_token for c in run.cells)
+    # A log axis with no figure on it has no height to put a band above: ms/token draws none.
+    for figure, band_possible in (
+        (memory_figure(run, baseline), True),
+        (ms_per_token_figure(run, baseline), timed),
+    ):
+        (ax,) = figure.axes
+        crosses, rings = [], []
+        for i, row in enumerate(row_order(run)):
+            colour = COLOURS[i % len(COLOURS)]
+            ooms = [c.batch_size for c in of_row(run, row) if c.outcome is Outcome.OOM]
+            crosses += [(colour, ooms)] if ooms else []
+            expected = sorted(
+                b.batch_size
+                for b in (baseline.cells if baseline else ())
+                if (b.backend, b.dtype) == row and b.outcome == "oom"
+            )
+            rings += [(colour, expected)] if expected else []
+        assert oom_marks(ax, "X") == crosses and oom_marks(ax, "o") == rings
+        texts = [t.get_text() for t in ax.texts]
+        has_band = "out of memory" in texts
+        assert has_band == (bool(crosses or rings) and band_possible)
+        assert ("OOM (measured)" in legend_texts(ax)) == bool(crosses)
+        assert ("OOM (baseline)" in legend_texts(ax)) == bool(rings)
+
+
+def test_a_band_is_kept_for_an_earlier_rows_oom_and_for_the_baselines_alone() -> None:
+    ok = CellResult(
+        "accelerate", "bf16", 1, Outcome.OK, (5.0,), generate_memory=MemoryReading("rss", GIB)
+    )
+    oom = CellResult("accelerate", "bf16", 2, Outcome.OOM, message="out of memory")
+    other = replace(ok, backend="ds-inference", dtype="fp16")
+    ax = memory_figure(tiny_run(ok, oom, other), None).axes[0]
+    assert "out of memory" in [t.get_text() for t in ax.texts]
+    assert "OOM (measured)" in legend_texts(ax)
+    # The baseline ran out of memory at batch size 2, where this run's cell errored.
+    errored = replace(oom, outcome=Outcome.ERROR, message="boom")
+    baseline = baseline_of(tiny_run(ok, oom, other), 1.0)
+    ax = memory_figure(tiny_run(ok, errored, other), baseline).axes[0]
+    assert "out of memory" in [t.get_text() for t in ax.texts]
+    assert legend_texts(ax)[-1] == "OOM (baseline)"
+
+
+@settings(max_examples=25, deadline=None)
+@given(runs())
+def test_the_gpus_spread_is_shaded_in_the_rows_colour_and_the_axes_read_at_a_glance(run):
+    baseline = baseline_of(run, 0.9)
+    (ax,) = memory_figure(run, baseline).axes
+    gpus = gpus_of(run)
+    bands = list(ax.collections)
+    expected = []
+    for i, row in enumerate(row_order(run)):
+        figures = [fullest_and_emptiest(c, gpus) for c in of_row(run, row)]
+        kept = [f for f in figures if f is not None]
+        readings = [r for c in of_row(run, row) for r in (c.load_memory, c.generate_memory) if r]
+        if gpus and any(r.per_device_bytes for r in readings):
+            expected.append(
+                (COLOURS[i % len(COLOURS)], min(f[1] for f in kept), max(f[0] for f in kept))
+            )
+    assert len(bands) == len(expected)
+    for band, (colour, low, high) in zip(bands, expected, strict=True):
+        ys = band.get_paths()[0].vertices[:, 1]
+        assert min(ys) == pytest.approx(low) and max(ys) == pytest.approx(high)
+        assert tuple(band.get_facecolor()[0]) == pytest.approx((*to_rgb(colour), 0.1))
+    if expected:
+        (spread,) = [h for h in ax.get_legend().legend_handles if h.get_label().startswith("empt")]
+        assert (spread.get_color(), spread.get_linewidth(), spread.get_alpha()) == ("grey", 6, 0.3)
+    # The x axis: every batch size of the run and of the baseline's memory figures.
+    sizes = {c.batch_size for c in run.cells} | {
+        b.batch_size
+        for b in baseline.cells
+        if b.peak_memory_bytes is not None and (b.backend, b.dtype) in set(row_order(run))
+    }
+    assert [int(t) for t in ax.get_xticks()] == sorted(sizes)
+    assert all(line.get_visible() for line in ax.get_ygridlines())
+    assert {line.get_alpha() for line in ax.get_ygridlines()} == {0.3}
+    if gpus:
+        (capacity,) = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
+        assert (capacity.get_color(), capacity.get_linewidth()) == ("black", 1.2)
+        (note,) = [t for t in ax.texts if t.get_text().startswith("capacity of one")]
+        assert note.xy == (0.01, capacity.get_ydata()[0])
+        assert note.xycoords == ("axes fraction", "data")
+        assert (note.get_va(), note.get_fontsize()) == ("bottom", 8)
+
+
+BLOG_RUN = read_results(BLOG_RESULTS)
+BLOG = load_baseline(BLOG_BASELINE)
+
+
+def baseline_load(cells: list[CellResult]) -> float | None:
+    """The baseline's load time for a row: the one entry of its backend and dtype (of the
+    checkpoint a cell names, where it names one), from the first cell that has one."""
+    for cell in cells:
+        found = [
+            lt for lt in BLOG.load_times if (lt.backend, lt.dtype) == (cell.backend, cell.dtype)
+        ]
+        variant = cell.details.get("checkpoint")
+        if isinstance(variant, str):
+            found = [lt for lt in found if lt.variant in (variant, "")]
+        if len(found) == 1:
+            return found[0].seconds
+    return None
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from(BLOG_RUN.cells), min_size=1, unique_by=lambda c: c.id),
+    st.floats(0.5, 2.0),
+    st.booleans(),
+)
+def test_load_time_bars_are_measured_above_and_the_baselines_hatched_below(cells, factor, judged):
+    run = replace(
+        BLOG_RUN,
+        cells=tuple(
+            replace(c, load_time_s=c.load_time_s * factor if c.load_time_s else None) for c in cells
+        ),
+    )
+    fig = load_time_figure(run, BLOG if judged else None)
+    (ax,) = fig.axes
+    assert tuple(fig.get_size_inches()) == (9.0, 4.0)
+    rows = row_order(run)
+    measured = [
+        max((c.load_time_s for c in of_row(run, r) if c.load_time_s is not None), default=None)
+        for r in rows
+    ]
+    expected = [baseline_load(of_row(run, r)) if judged else None for r in rows]
+    bars = ax.containers
+    assert len(bars) == (2 if any(e is not None for e in expected) else 1)
+    for i, (bar, m) in enumerate(zip(bars[0], measured, strict=True)):
+        assert bar.get_width() == pytest.approx(m or 0.0)
+        assert (bar.get_y() + bar.get_height() / 2, bar.get_height()) == pytest.approx(
+            (i + 0.2, 0.38)
+        )
+        assert tuple(bar.get_facecolor()[:3]) == pytest.approx(to_rgb(COLOURS[0]))
+    if len(bars) == 2:
+        for i, (bar, e) in enumerate(zip(bars[1], expected, strict=True)):
+            assert bar.get_width() == pytest.approx(e or 0.0)
+            assert bar.get_y() + bar.get_height() / 2 == pytest.approx(i - 0.2)
+            assert bar.get_height() == pytest.approx(0.38) and bar.get_hatch() == "//"
+            assert bar.get_facecolor()[3] == 0.0  # hollow
+            assert tuple(bar.get_edgecolor()[:3]) == pytest.approx(to_rgb("grey"))
+    # Each bar's figure just right of its end: measured in black, the baseline's in grey.
+    labels = {(t.get_text(), round(t.xy[1], 3)): t for t in ax.texts}
+    for i, (m, e) in enumerate(zip(measured, expected, strict=True)):
+        text = labels[(format_seconds(m) if m is not None else "not measured", round(i + 0.2, 3))]
+        assert text.xy[0] == pytest.approx(m or 0.0)
+        assert text.get_color() == ("black" if m is not None else "grey")
+        if e is not None:
+            below = labels[(format_seconds(e), round(i - 0.2, 3))]
+            assert below.xy[0] == pytest.approx(e) and below.get_color() == "grey"
+    assert len(ax.texts) == len(rows) + sum(e is not None for e in expected)
+    for text in ax.texts:
+        assert (text.get_va(), text.get_fontsize(), text.xyann) == ("center", 8, (3, 0))
+        assert text.anncoords == "offset points"
+    assert legend_texts(ax) == (["measured", "baseline"] if len(bars) == 2 else ["measured"])
+    assert ax.get_legend()._loc == 1  # upper right
+    assert ax.get_xmargin() == 0.15 and ax.yaxis_inverted()
+    assert all(line.get_visible() for line in ax.get_xgridlines())
+    assert not any(line.get_visible() for line in ax.get_ygridlines())
+
+
+def test_a_regressed_cell_is_its_rows_colour_ringed_in_red_on_top() -> None:
+    regressed = frozenset({BLOG_RUN.cells[1].id})
+    (ax,) = ms_per_token_figure(BLOG_RUN, BLOG, regressed).axes
+    inner, ring = [line for line in ax.get_lines() if line.get_zorder() == 4]
+    row = row_order(BLOG_RUN).index((BLOG_RUN.cells[1].backend, BLOG_RUN.cells[1].dtype))
+    assert inner.get_color() == COLOURS[row] and inner.get_linestyle() == "None"
+    assert (ring.get_markersize(), ring.get_markerfacecolor(), ring.get_markeredgewidth()) == (
+        16,
+        "none",
+        2,
+    )
+    assert (
+        points(inner)
+        == points(ring)
+        == [(BLOG_RUN.cells[1].batch_size, BLOG_RUN.cells[1].ms_per_token)]
+    )

@@ -409,6 +409,13 @@ MODULES: dict[str, tuple[str, ...]] = {
     # Progress lines by value, on a clock of the tests' own (test_progress.py's runs are
     # subprocesses).
     "bloomperf/core/progress.py": ("tests/test_progress_rules.py",),
+    # `history add|changes|merge|publish` through the CLI's main in process (the concurrency
+    # and fuzzing tests run it in subprocesses).
+    "bloomperf/cli/history.py": (
+        "tests/test_history_command.py",
+        "tests/test_cli_rules.py",
+        "tests/test_cli_arguments.py",
+    ),
 }
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
 # each of its modules (those above keep their hand-picked tests; any other gets the test files
