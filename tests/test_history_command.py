@@ -4,15 +4,10 @@ way publish takes its history."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from bloomperf import cli
 from bloomperf.render.history.changes import history_section
@@ -65,6 +60,24 @@ def test_add_says_where_the_night_went_and_that_a_second_add_is_a_no_op(
     assert code == 0 and out == f"bloomperf: {result}: already in the history as '{path}'\n"
 
 
+def test_add_and_changes_default_to_the_history_folder_here_and_take_the_old_spelling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    first, second = results_of(tmp_path / "r", range(2))
+    code, out, err = run(capsys, "history", "add", first)
+    assert (code, err) == (0, "")
+    assert out.endswith(f"added as {Path('history') / f'{night(0)}.json'}\n")
+    code, out, err = run(capsys, "history", "add", second, "--dir", "history")
+    assert code == 0 and err == "bloomperf: --dir is deprecated; use --history\n"
+    assert sorted(p.name for p in (tmp_path / "history").iterdir()) == [
+        f"{night(0)}.json",
+        f"{night(1)}.json",
+    ]
+    code, out, _ = run(capsys, "history", "changes")
+    assert code == 0 and out == history_section(Path("history"), "text")[0]
+
+
 def test_add_files_the_night_given_instead_of_the_runs_own(tmp_path: Path, capsys: Capture) -> None:
     (result,) = results_of(tmp_path / "r", range(1))
     code, out, _ = run(
@@ -75,26 +88,24 @@ def test_add_files_the_night_given_instead_of_the_runs_own(tmp_path: Path, capsy
     assert code == 2 and "--date" in err
 
 
-@settings(max_examples=8, deadline=None)
-@given(st.integers(1, 7), st.integers(0, 3))
-def test_merge_names_the_nights_it_added_the_first_and_last_of_many(new: int, old: int) -> None:
-    with tempfile.TemporaryDirectory() as scratch:
-        place = Path(scratch)
-        root = place / "root"
-        before = results_of(place / "before", range(old))
-        if before:
-            assert cli.main(["history", "merge", *map(str, before), "--history", str(root)]) == 0
-        sources = results_of(place / "runner", range(old + new))
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            code = cli.main(["history", "merge", *map(str, sources), "--history", str(root)])
-        assert code == 0
-        names = [night_file(root, night(i)).name for i in range(old, old + new)]
-        shown = ", ".join(names) if new <= 4 else f"{names[0]}, …, {names[-1]}"
-        assert out.getvalue() == (
-            f"bloomperf: {root / '8xA100-SXM4-80GB'}: {new} night(s) added ({shown}), "
-            f"{old} already there\n"
-        )
+@pytest.mark.parametrize("new", [1, 4, 5, 7])
+@pytest.mark.parametrize("old", [0, 2])
+def test_merge_names_the_nights_it_added_the_first_and_last_of_many(
+    new: int, old: int, tmp_path: Path, capsys: Capture
+) -> None:
+    root = tmp_path / "root"
+    before = results_of(tmp_path / "before", range(old))
+    if before:
+        assert run(capsys, "history", "merge", *before, "--history", root)[0] == 0
+    sources = results_of(tmp_path / "runner", range(old + new))
+    code, out, _ = run(capsys, "history", "merge", *sources, "--history", root)
+    assert code == 0
+    names = [f"{night(i)}.json" for i in range(old, old + new)]
+    shown = ", ".join(names) if new <= 4 else f"{names[0]}, …, {names[-1]}"
+    assert out == (
+        f"bloomperf: {root / '8xA100-SXM4-80GB'}: {new} night(s) added ({shown}), "
+        f"{old} already there\n"
+    )
 
 
 def test_a_merge_that_adds_nothing_says_so(tmp_path: Path, capsys: Capture) -> None:
@@ -144,6 +155,14 @@ def test_changes_passes_its_detection_settings_on(tmp_path: Path, capsys: Captur
     assert "0 change(s)" in run(capsys, "history", "changes", "--history", folder)[1]
 
 
+@pytest.mark.parametrize("argv", [["history"], ["history", "add"], ["history", "merge"]])
+def test_a_missing_action_or_argument_is_one_usage_line(argv: list[str], capsys: Capture) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    wanted = {"history": "ACTION", "add": "result", "merge": "SRC, --history/--into"}[argv[-1]]
+    assert err.rstrip().endswith(f"the following arguments are required: {wanted}")
+
+
 @pytest.fixture
 def history(tmp_path: Path, capsys: Capture) -> Path:
     root = tmp_path / "root"
@@ -164,6 +183,31 @@ def test_publish_says_where_the_site_is_and_what_it_holds(
     assert out.startswith(f"bloomperf: site written to {site / 'index.html'}: ")
     assert out.endswith(" report(s)\n") and "trend pages" in out
     assert (site / "index.html").exists() and pages
+
+
+def test_publish_passes_its_detection_settings_and_baselines_on(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    root = tmp_path / "root"
+    sources = results_of(tmp_path / "r", range(8), step_at=4)
+    assert run(capsys, "history", "merge", *sources, "--history", root)[0] == 0
+    empty = tmp_path / "no baselines"
+    empty.mkdir()
+    sites = {}
+    for name, extra in {
+        "defaults": [],
+        "settings": ["--change-tolerance", "0.01", "--window", "2", "--confirm", "2"],
+        "baselines": ["--baselines", empty],
+    }.items():
+        argv = ["history", "publish", "--history", root, "--out-dir", tmp_path / name, *extra]
+        assert run(capsys, *argv)[0] == 0
+        report = tmp_path / name / "8xA100-SXM4-80GB" / "report" / "report.md"
+        sites[name] = ((tmp_path / name / "index.html").read_text(), report.read_text())
+    # The 4 % step is a change at these settings only.
+    assert "<td>none</td>" in sites["defaults"][0] and "1 worse" in sites["settings"][0]
+    # The night's report is judged against the baselines found in the folder given.
+    assert "(baseline: 8xA100-SXM4-80GB.bloom-176b.json)" in sites["defaults"][1]
+    assert "(baseline: no baseline for this topology and model)" in sites["baselines"][1]
 
 
 def test_publish_takes_the_old_positional_with_a_warning(

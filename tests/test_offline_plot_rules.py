@@ -257,6 +257,33 @@ def test_ms_per_token_is_each_rows_line_with_regressed_cells_ringed(run, data):
     wanted = sorted((c.batch_size, c.ms_per_token) for c in run.cells if c.id in regressed)
     assert close(ringed, wanted)
     assert ("regressed" in legend_texts(ax)) == bool(regressed)
+    # Each row's baseline, dashed and hollow in its colour, at the baseline's own figures.
+    dashed = [line for line in lines if line.get_linestyle() == "--"]
+    wanted = []
+    for i, row in enumerate(row_order(run)):
+        mine = sorted(
+            (b for b in baseline.cells if (b.backend, b.dtype) == row and b.ms_per_token),
+            key=lambda b: b.batch_size,
+        )
+        if mine:
+            wanted.append(
+                (COLOURS[i % len(COLOURS)], [(b.batch_size, b.ms_per_token) for b in mine])
+            )
+    assert [(line.get_color(), points(line)) for line in dashed] == [
+        (colour, [(b, pytest.approx(v)) for b, v in figures]) for colour, figures in wanted
+    ]
+    assert all(line.get_markerfacecolor() == "none" for line in dashed)
+    # Every batch size that ran or that the baseline has a figure for is a tick.
+    sizes = {c.batch_size for c in run.cells} | {b for _, figures in wanted for b, _ in figures}
+    assert [int(t) for t in ax.get_xticks()] == sorted(sizes)
+    values = [v for c in run.cells if (v := c.ms_per_token)] + [
+        v for _, figures in wanted for _, v in figures
+    ]
+    if "out of memory" in [t.get_text() for t in ax.texts]:
+        # The figures keep the axes' lower part, with room of a factor 1.3 on either side.
+        assert ax.get_ylim()[0] == pytest.approx(min(values) / 1.3)
+        (band,) = [p for p in ax.patches if p.get_alpha() == 0.08]
+        assert band.get_y() == pytest.approx(max(values) * 1.3)
     assert ax.get_ylabel() == "ms per token (lower is better)" and ax.get_yscale() == "log"
     assert ax.get_title() == f"tiny on {run.topology}: ms per token by batch size"
     assert ax.get_xscale() == "log"
@@ -339,6 +366,9 @@ def test_a_band_is_kept_for_an_earlier_rows_oom_and_for_the_baselines_alone() ->
     errored = replace(oom, outcome=Outcome.ERROR, message="boom")
     baseline = baseline_of(tiny_run(ok, oom, other), 1.0)
     ax = memory_figure(tiny_run(ok, errored, other), baseline).axes[0]
+    assert "out of memory" in [t.get_text() for t in ax.texts]
+    assert legend_texts(ax)[-1] == "OOM (baseline)"
+    ax = ms_per_token_figure(tiny_run(ok, errored, other), baseline).axes[0]
     assert "out of memory" in [t.get_text() for t in ax.texts]
     assert legend_texts(ax)[-1] == "OOM (baseline)"
 
@@ -458,7 +488,9 @@ def test_load_time_bars_are_measured_above_and_the_baselines_hatched_below(cells
     assert ax.get_legend()._loc == 1  # upper right
     assert ax.get_xmargin() == 0.15 and ax.yaxis_inverted()
     assert all(line.get_visible() for line in ax.get_xgridlines())
+    assert {line.get_alpha() for line in ax.get_xgridlines()} == {0.3}
     assert not any(line.get_visible() for line in ax.get_ygridlines())
+    assert {t.get_fontsize() for t in ax.get_legend().get_texts()} == {8}
 
 
 def test_a_regressed_cell_is_its_rows_colour_ringed_in_red_on_top() -> None:
@@ -467,6 +499,7 @@ def test_a_regressed_cell_is_its_rows_colour_ringed_in_red_on_top() -> None:
     inner, ring = [line for line in ax.get_lines() if line.get_zorder() == 4]
     row = row_order(BLOG_RUN).index((BLOG_RUN.cells[1].backend, BLOG_RUN.cells[1].dtype))
     assert inner.get_color() == COLOURS[row] and inner.get_linestyle() == "None"
+    assert (inner.get_marker(), ring.get_marker(), ring.get_linestyle()) == ("o", "o", "None")
     assert (ring.get_markersize(), ring.get_markerfacecolor(), ring.get_markeredgewidth()) == (
         16,
         "none",

@@ -8,8 +8,10 @@ import io
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -49,8 +51,10 @@ class Clock:
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The progress module's clock only: the process's own (pytest's, a mutation runner's)
+    keeps running."""
     fake = Clock()
-    monkeypatch.setattr(progress.time, "monotonic", fake)
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=fake))
     return fake
 
 
@@ -83,6 +87,22 @@ def test_a_line_is_stamped_and_goes_to_the_sink(lines: list[str]) -> None:
     emit("building x")
     (line,) = lines
     assert re.fullmatch(STAMP + "building x", line)
+
+
+def test_the_stamp_is_utc_whatever_the_local_zone(
+    lines: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # UTC+5:30: no hour nor minute in common
+    time.tzset()
+    try:
+        before = time.gmtime()
+        emit("x")
+        after = time.gmtime()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    stamps = {time.strftime("%H:%M", t) for t in (before, after)}
+    assert lines[0][:5] in stamps and lines[0][8] == "Z"
 
 
 def test_without_a_sink_a_line_goes_to_stderr_at_once(
@@ -129,6 +149,36 @@ def test_a_duration_reads_in_its_largest_units_to_the_second_or_minute(seconds: 
         assert seconds_of(text) == whole - whole % 60
 
 
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (59.4, "59 s"),
+        (59.6, "1 min 00 s"),
+        (60, "1 min 00 s"),
+        (61, "1 min 01 s"),
+        (3599.4, "59 min 59 s"),
+        (3600, "1 h 00 min"),
+        (3661, "1 h 01 min"),
+        (-5, "0 s"),
+    ],
+)
+def test_a_duration_changes_units_at_the_minute_and_the_hour(seconds: float, shown: str) -> None:
+    assert format_duration(seconds) == shown
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "elapsed", "left"),
+    [
+        (0, 10, 5.0, None),  # nothing done yet: no rate
+        (5e-324, 1.0, 1.0, None),  # a rate too small to give a finite time
+        (10, 10, 5.0, None),
+        (1, 4, 2.0, "6 s"),
+    ],
+)
+def test_time_left_at_its_edges(done: float, total: float, elapsed: float, left: str | None):
+    assert time_left(done, total, elapsed) == left
+
+
 @given(st.floats(0, 1e6), st.floats(0, 1e6), st.floats(0.001, 1e5))
 def test_time_left_is_the_rest_at_the_rate_so_far(done: float, total: float, elapsed: float):
     left = time_left(done, total, elapsed)
@@ -149,6 +199,8 @@ def test_time_left_is_the_rest_at_the_rate_so_far(done: float, total: float, ela
         (999_999_999, "1000.0 MB"),
         (1_000_000_000, "1.00 GB"),
         (352_000_000_000, "352.00 GB"),
+        (1_125_000_001, "1.13 GB"),  # just past a rounding edge: the divisor is exact
+        (1_250_001, "1.3 MB"),
     ],
 )
 def test_bytes_are_megabytes_below_a_gigabyte(n: int, shown: str) -> None:
@@ -184,6 +236,17 @@ def test_an_empty_build_says_zero_percent(lines: list[str], clock: Clock) -> Non
     assert bar.status(clock.now + 1) == "building y: 0.0 MB of 0.0 MB (0 %), 0.0 MB/s"
 
 
+def test_a_build_of_one_byte_and_a_rate_within_the_first_second(
+    lines: list[str], clock: Clock
+) -> None:
+    bar = ByteProgress("one", 1)
+    bar.done = 1
+    assert bar.status(clock.now + 1) == "one: 0.0 MB of 0.0 MB (100 %), 0.0 MB/s"
+    big = ByteProgress("big", 4_000_000)
+    big.done = 1_000_000
+    assert big.status(clock.now + 0.5) == ("big: 1.0 MB of 4.0 MB (25 %), 2.0 MB/s, about 2 s left")
+
+
 def test_on_a_terminal_a_build_is_a_bar_and_says_no_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -194,7 +257,16 @@ def test_on_a_terminal_a_build_is_a_bar_and_says_no_line(
     bar = ByteProgress("building z", 10_000)
     bar.advance(4_000)
     bar.advance(6_000)
-    assert bar.bar is not None and bar.bar.n == 10_000 and bar.bar.total == 10_000
+    shown = bar.bar
+    assert shown is not None and shown.n == 10_000 and shown.total == 10_000
+    # Bytes scaled to kB, MB, GB; on stderr; gone from the terminal once done.
+    assert (shown.desc, shown.unit, shown.unit_scale, shown.leave) == (
+        "building z",
+        "B",
+        True,
+        False,
+    )
+    assert getattr(shown.fp, "_wrapped", shown.fp) is sys.stderr
     bar.close()
     assert said == [] and "building z" in sys.stderr.getvalue()
 
@@ -233,4 +305,6 @@ def test_the_last_line_of_a_log_is_its_latest_state(tmp_path: Path) -> None:
     assert last_line(log) == "x" * 4096
     log.write_text("")
     assert last_line(log) == ""
+    log.write_text("abc")  # a log of one short line: read from its first byte
+    assert last_line(log) == "abc"
     assert last_line(tmp_path / "missing.log") == ""

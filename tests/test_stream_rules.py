@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -182,3 +183,72 @@ def test_flush_stdout_reports_a_full_disk_while_it_can(monkeypatch: pytest.Monke
     sys.stdout.write("buffered\n")
     with pytest.raises(BloomperfError, match=r"^stdout: cannot write: No space left on device$"):
         flush_stdout()
+
+
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal, and whose reader may leave."""
+
+    left = False
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self.left:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def test_a_terminal_is_one_until_its_reader_leaves() -> None:
+    terminal = Terminal()
+    safe = PipeSafe(terminal, "stdout")
+    assert safe.isatty() is True
+    terminal.left = True
+    safe.write("x")
+    assert safe.isatty() is False
+
+
+class NoDescriptor:
+    """A stream whose reader leaves, and that has no descriptor to point at /dev/null: none at
+    all, one it refuses to give (closed), or one that is no descriptor at all."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "fileno" and self.how != "none":
+            return self.fileno_of
+        raise AttributeError(name)
+
+    def fileno_of(self) -> int:
+        if self.how == "closed":
+            raise ValueError("I/O operation on closed file")
+        return -1  # dup2 onto it: EBADF
+
+
+@pytest.mark.parametrize("how", ["none", "closed", "stale"])
+def test_a_stream_without_a_descriptor_is_silenced_all_the_same(how: str) -> None:
+    safe = PipeSafe(NoDescriptor(how), "stdout")
+    assert safe.write("first") == 5
+    assert safe.write("second") == 6
+
+
+def test_guard_keeps_the_name_that_decides_which_errors_are_said(
+    full_disk: io.TextIOWrapper,
+) -> None:
+    with pytest.raises(BloomperfError, match=r"^stdout: cannot write"):
+        guard(full_disk, "stdout").write("x\n")
+    guard(full_disk, "stderr").write("x\n")  # silenced
+
+
+@pytest.mark.parametrize("kind", ["no reconfigure", "closed"])
+def test_guard_wraps_a_stream_it_cannot_reencode(kind: str) -> None:
+    stream: Any = io.StringIO()
+    if kind == "closed":
+        stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+        stream.close()  # reconfigure raises ValueError
+    guarded = guard(stream, "stderr")
+    assert isinstance(guarded, PipeSafe) and guarded._stream is stream

@@ -146,8 +146,9 @@ def last_line(path: Any) -> str:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 4096))
-            # A progress bar in the log redraws with \r: its latest state is the last piece.
-            lines = f.read().decode(errors="replace").replace("\r", "\n").splitlines()
+            # A progress bar in the log redraws with \r, which splitlines splits at too: its
+            # latest state is the last piece.
+            lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
     return next((line for line in reversed(lines) if line.strip()), "")
