@@ -283,7 +283,11 @@ def test_ms_per_token_is_each_rows_line_with_regressed_cells_ringed(run, data):
         # The figures keep the axes' lower part, with room of a factor 1.3 on either side.
         assert ax.get_ylim()[0] == pytest.approx(min(values) / 1.3)
         (band,) = [p for p in ax.patches if p.get_alpha() == 0.08]
-        assert band.get_y() == pytest.approx(max(values) * 1.3)
+        low, high = min(values) / 1.3, max(values) * 1.3
+        assert band.get_y() == pytest.approx(high)
+        # On the log axis, the band's share of the height is a share of the decades.
+        share = 0.03 + 0.05 * len(row_order(run))
+        assert ax.get_ylim()[1] == pytest.approx(low * (high / low) ** (1 / (1 - share)))
     assert ax.get_ylabel() == "ms per token (lower is better)" and ax.get_yscale() == "log"
     assert ax.get_title() == f"tiny on {run.topology}: ms per token by batch size"
     assert ax.get_xscale() == "log"
@@ -510,3 +514,12 @@ def test_a_regressed_cell_is_its_rows_colour_ringed_in_red_on_top() -> None:
         == points(ring)
         == [(BLOG_RUN.cells[1].batch_size, BLOG_RUN.cells[1].ms_per_token)]
     )
+
+
+def test_a_baseline_figure_at_a_batch_size_the_run_left_out_is_still_a_tick() -> None:
+    ran = replace(BLOG_RUN, cells=tuple(c for c in BLOG_RUN.cells if c.batch_size == 1))
+    (ax,) = ms_per_token_figure(ran, BLOG).axes
+    rows = set(row_order(ran))
+    expected = {b.batch_size for b in BLOG.cells if (b.backend, b.dtype) in rows and b.ms_per_token}
+    assert len(expected) > 1
+    assert [int(t) for t in ax.get_xticks()] == sorted(expected | {1})
