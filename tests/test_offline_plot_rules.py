@@ -4,6 +4,7 @@ as bars. The expected figures are worked out here from the cells, not by the plo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -121,6 +122,22 @@ def fullest_and_emptiest(cell: CellResult, gpus: int) -> tuple[float, float] | N
     return share, share
 
 
+def baseline_lines(
+    run: RunResult, baseline: Baseline, figure: Callable[[Any], float | None]
+) -> list[tuple[str, list[tuple[int, float]]]]:
+    """(colour, points) of each row's baseline line: its cells that have the figure, by batch
+    size, in the colour of the row's place."""
+    lines = []
+    for i, row in enumerate(row_order(run)):
+        mine = sorted(
+            (b for b in baseline.cells if (b.backend, b.dtype) == row and figure(b)),
+            key=lambda b: b.batch_size,
+        )
+        if mine:
+            lines.append((COLOURS[i % len(COLOURS)], [(b.batch_size, figure(b)) for b in mine]))
+    return lines
+
+
 def legend_texts(ax: Any) -> list[str]:
     return [t.get_text() for t in ax.get_legend().get_texts()]
 
@@ -189,18 +206,10 @@ def test_the_baseline_is_dashed_beside_its_row_at_its_own_figure_per_gpu(run):
     fig = memory_figure(run, baseline)
     (ax,) = fig.axes
     dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
-    gpus = gpus_of(run)
-    expected = []
-    for i, row in enumerate(row_order(run)):
-        mine = sorted(
-            (b for b in baseline.cells if (b.backend, b.dtype) == row and b.peak_memory_bytes),
-            key=lambda b: b.batch_size,
-        )
-        if mine:
-            divide = gpus or 1
-            expected.append(
-                (COLOURS[i], [(b.batch_size, b.peak_memory_bytes / divide / GIB) for b in mine])
-            )
+    divide = gpus_of(run) or 1
+    expected = baseline_lines(
+        run, baseline, lambda b: b.peak_memory_bytes and b.peak_memory_bytes / divide / GIB
+    )
     assert len(dashed) == len(expected)
     for line, (colour, wanted) in zip(dashed, expected, strict=True):
         assert line.get_color() == colour and line.get_markerfacecolor() == "none"
@@ -259,16 +268,7 @@ def test_ms_per_token_is_each_rows_line_with_regressed_cells_ringed(run, data):
     assert ("regressed" in legend_texts(ax)) == bool(regressed)
     # Each row's baseline, dashed and hollow in its colour, at the baseline's own figures.
     dashed = [line for line in lines if line.get_linestyle() == "--"]
-    wanted = []
-    for i, row in enumerate(row_order(run)):
-        mine = sorted(
-            (b for b in baseline.cells if (b.backend, b.dtype) == row and b.ms_per_token),
-            key=lambda b: b.batch_size,
-        )
-        if mine:
-            wanted.append(
-                (COLOURS[i % len(COLOURS)], [(b.batch_size, b.ms_per_token) for b in mine])
-            )
+    wanted = baseline_lines(run, baseline, lambda b: b.ms_per_token)
     assert [(line.get_color(), points(line)) for line in dashed] == [
         (colour, [(b, pytest.approx(v)) for b, v in figures]) for colour, figures in wanted
     ]

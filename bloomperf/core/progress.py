@@ -66,7 +66,7 @@ def time_left(done: float, total: float, elapsed: float) -> str | None:
     if done <= 0 or total <= done:
         return None
     rest = elapsed * (total - done) / done
-    # A first byte after a long stall gives no estimate worth a line (nor an infinite one).
+    # A rate so small that the rest does not fit a float (a done near zero) gives no estimate.
     return format_duration(rest) if math.isfinite(rest) else None
 
 
