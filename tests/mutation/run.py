@@ -416,6 +416,75 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/test_cli_rules.py",
         "tests/test_cli_arguments.py",
     ),
+    # Which cache a run measures: its files' fingerprint, and what each result says it ran on.
+    "bloomperf/catalog/fingerprint.py": (
+        "tests/test_fingerprint_rules.py",
+        "tests/test_provenance.py",
+        "tests/test_topology.py",
+        "tests/test_memory.py",
+    ),
+    "bloomperf/catalog/provenance.py": (
+        "tests/test_provenance_rules.py",
+        "tests/test_fingerprint_rules.py",
+        "tests/test_provenance.py",
+        "tests/test_report_changes_rules.py",
+        "tests/test_serving_identity.py",
+    ),
+    # The GPUs' figures (memory, bandwidth, FLOP/s) the memory model and the roofline read.
+    "bloomperf/catalog/hardware.py": (
+        "tests/test_hardware_rules.py",
+        "tests/test_topology_rules.py",
+        "tests/test_accelerate_map.py",
+        "tests/test_boundary_rules.py",
+        "tests/test_memory_model_rules.py",
+        "tests/test_memory_properties.py",
+        "tests/test_roofline.py",
+        "tests/test_utilisation.py",
+    ),
+    # Which GPUs a cell sees, by ordinal and by NVML index (the launcher's ranks on GPUs 4 to 7
+    # import the module unmutated).
+    "bloomperf/catalog/devices.py": (
+        "tests/test_devices_rules.py",
+        "tests/test_topology.py",
+        "tests/test_topology_rules.py",
+        "tests/test_memory.py",
+        "tests/test_plan.py",
+        "tests/test_record_nvml.py",
+        "tests/test_ds_launch.py",
+        "-k",
+        "not really_starts_the_ranks",
+    ),
+    # accelerate's device maps: the budget per GPU, and the memory model's split beside them.
+    "bloomperf/catalog/device_map.py": (
+        "tests/test_accelerate_map.py",
+        "tests/test_catalog.py",
+        "tests/test_device_map_rules.py",
+        "tests/test_memory_properties.py",
+    ),
+    "bloomperf/catalog/accelerate_map.py": (
+        "tests/test_accelerate_map.py",
+        "tests/test_memory_properties.py",
+        "tests/test_plan.py",
+    ),
+    # History's change detection (moved here from store/history), and its gate.
+    "bloomperf/analysis/changes.py": (
+        "tests/test_history_rules.py",
+        "tests/test_history_properties.py",
+        "tests/test_history.py",
+        "tests/test_gate_properties.py",
+        "tests/test_metric_registry.py",
+    ),
+    # A served sweep's figures: effective throughput, the SLA, the rate that met it.
+    "bloomperf/analysis/serving.py": (
+        "tests/test_serving_analysis.py",
+        "tests/test_serving_gate.py",
+    ),
+    # The GitHub annotations and outputs, and the terminal's verdict lines, by value (the
+    # terminal's and the sinks' subprocess runs import the modules unmutated).
+    "bloomperf/render/github.py": ("tests/test_github_rules.py",),
+    "bloomperf/render/terminal.py": ("tests/test_terminal_rules.py",),
+    "bloomperf/store/history/merge.py": ("tests/test_history_merge.py",),
+    "bloomperf/measure/slowdown.py": ("tests/test_slowdown.py",),
 }
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
 # each of its modules (those above keep their hand-picked tests; any other gets the test files
