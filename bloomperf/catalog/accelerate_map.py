@@ -30,7 +30,6 @@ from bloomperf.catalog.weights import (
     embedding_bytes,
     layer_bytes,
     model_weight_bytes,
-    weight_bytes_per_param,
 )
 
 MAP_CHOICES = ("auto", "blog", "even")
@@ -218,10 +217,11 @@ def balanced_caps(
     usable = sorted(g for g, cap in caps.items() if cap > 0)
     if len(usable) < 2:
         return dict(caps)
-    h = shape.hidden_size
-    mlp_leaf = 4 * h * h * weight_bytes_per_param(dtype) + 4 * h * activation_bytes(dtype)
-    biggest_leaf = max(shape.vocab_size * h * activation_bytes(dtype), mlp_leaf)
-    largest = max(layer_bytes(shape, dtype), biggest_leaf)
+    # The larger of the biggest block and the biggest leaf module. Every leaf but the embedding
+    # (a block's MLP, 4h^2 weights at most) lies inside a block (12h^2), so the embedding stands
+    # for the leaves.
+    embedding = shape.vocab_size * shape.hidden_size * activation_bytes(dtype)
+    largest = max(layer_bytes(shape, dtype), embedding)
     per_gpu = model_weight_bytes(shape, layers, dtype) // len(usable)
     per_gpu += int(BALANCED_BUFFER * largest)
     return {g: min(per_gpu, cap) if g in usable[:-1] else cap for g, cap in caps.items()}
