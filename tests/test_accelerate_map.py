@@ -33,7 +33,7 @@ from bloomperf.catalog.accelerate_map import (
 from bloomperf.catalog.device_map import infer_device_map, meta_model, summarise
 from bloomperf.catalog.hardware import GPU_SPECS, GiB
 from bloomperf.catalog.models import MODEL_SHAPES, ModelShape
-from bloomperf.catalog.weights import model_weight_bytes
+from bloomperf.catalog.weights import final_norm_bytes, layer_bytes, model_weight_bytes
 from bloomperf.config.backend import AccelerateOptions
 
 pytest.importorskip("bitsandbytes")
@@ -264,6 +264,42 @@ def test_the_balanced_caps_are_get_balanced_memorys(
     assert set(ours) == set(caps)
     for gpu, cap in ours.items():
         assert isinstance(cap, int)
+        assert abs(cap * factor - planned[str(gpu)]) <= 1, (gpu, caps, planned)
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+@pytest.mark.parametrize("short", [1, 2, 3])
+def test_room_kept_for_a_block_is_released_once_the_blocks_are_placed(
+    layers: int, short: int
+) -> None:
+    """A GPU a block plus up to a final norm short of the model and one more block: placing the
+    model's children in turn, the room kept for the largest layer (a block) is released once
+    the blocks are placed, and the final norm fits. A stale largest layer would send it to
+    the disk. accelerate's planner is the oracle."""
+    shape = MODEL_SHAPES["tiny"]
+    total = model_weight_bytes(shape, layers, "fp32")
+    norm = final_norm_bytes(shape, "fp32")
+    cap = total + layer_bytes(shape, "fp32") - short * norm // 3
+    plan = infer_device_map(shape, layers, "fp32", {0: cap})
+    assert not (plan.offloaded or plan.refused)
+    split = split_model(shape, layers, "fp32", {0: cap})
+    assert split is not None and split.weights == (total,)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
+def test_the_last_usable_gpu_keeps_its_cap_where_the_share_is_lower(dtype: str) -> None:
+    """The small models' embedding makes the share exceed any cap the property above draws:
+    bloom-7b1's 30 blocks do not, so the share lowers every usable GPU but the last."""
+    shape, layers = MODEL_SHAPES["bloom-7b1"], 30
+    total = model_weight_bytes(shape, layers, dtype)
+    caps = {0: 0, 1: total, 2: total, 3: total}
+    ours = balanced_caps(shape, layers, dtype, caps)
+    share = ours[1]
+    assert share < total and ours[2] == share  # lowered to the even share and its buffer
+    assert (ours[0], ours[3]) == (0, total)  # an unusable GPU and the last one as given
+    planned = infer_device_map(shape, layers, dtype, dict(caps)).planned_max_memory
+    factor = QUANTIZER_MAX_MEMORY_FACTOR.get(dtype, 1.0)
+    for gpu, cap in ours.items():
         assert abs(cap * factor - planned[str(gpu)]) <= 1, (gpu, caps, planned)
 
 
