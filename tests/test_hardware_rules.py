@@ -45,11 +45,11 @@ def test_each_gpus_figures_are_its_datasheets(name: str) -> None:
     memory_mib, bandwidth, fp32, tf32, fp16, bf16, int8 = DATASHEETS[name]
     assert spec.name == name
     assert spec.memory_bytes == memory_mib * 1024 * 1024
-    assert spec.bandwidth_bytes_per_s == pytest.approx(bandwidth)
-    assert spec.peak_fp32 == pytest.approx(fp32)
-    for got, want in ((spec.peak_tf32, tf32), (spec.peak_bf16, bf16), (spec.peak_int8, int8)):
-        assert got is None if want is None else got == pytest.approx(want)
-    assert spec.peak_fp16 == pytest.approx(fp16)
+    # Exactly: each figure is its datasheet number times a power of ten, as written here.
+    assert spec.bandwidth_bytes_per_s == bandwidth
+    assert spec.peak_fp32 == fp32
+    assert (spec.peak_tf32, spec.peak_bf16, spec.peak_int8) == (tf32, bf16, int8)
+    assert spec.peak_fp16 == fp16
     assert "datasheet" in spec.source
     assert spec.aliases and all(isinstance(alias, str) for alias in spec.aliases)
     assert set(GPU_SPECS) == set(DATASHEETS)
