@@ -485,6 +485,11 @@ MODULES: dict[str, tuple[str, ...]] = {
     "bloomperf/render/terminal.py": ("tests/test_terminal_rules.py",),
     "bloomperf/store/history/merge.py": ("tests/test_history_merge.py",),
     "bloomperf/measure/slowdown.py": ("tests/test_slowdown.py",),
+    # Outputs replaced whole, stores written one writer at a time, and where the locks live
+    # (test_concurrency.py's and test_killed_runs.py's writers are subprocesses).
+    "bloomperf/core/swapdir.py": ("tests/test_swapdir_rules.py",),
+    "bloomperf/core/storelock.py": ("tests/test_store_lock_rules.py",),
+    "bloomperf/core/lockdir.py": ("tests/test_store_lock_rules.py",),
 }
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
 # each of its modules (those above keep their hand-picked tests; any other gets the test files
