@@ -81,7 +81,7 @@ def metadata_with(monkeypatch: pytest.MonkeyPatch, versions: dict[str, str]) -> 
 # ---- CUDA and NCCL as torch sees them ---------------------------------------------------------
 
 
-def test_the_cuda_torch_was_built_with_is_read_from_an_imported_torch() -> None:
+def test_the_cuda_torch_was_built_with_is_what_torch_itself_says() -> None:
     real = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.version.cuda)"],
         capture_output=True,

@@ -227,13 +227,18 @@ def test_a_writer_waits_for_the_holder_then_writes(tmp_path: Path, locks: Path) 
     with store_lock(store):
         pass  # the lock file exists
     fd = held_by_another(store_lock_path(store))
-    waiting = threading.Event()
-    released = threading.Timer(0.3, lambda: (waiting.wait(), os.close(fd)))
-    released.start()
-    waiting.set()
+    released = threading.Event()
+
+    def release() -> None:
+        released.set()  # before the lock is let go: whoever gets it after sees the event
+        os.close(fd)
+
+    holder = threading.Timer(0.3, release)
+    holder.start()
     with store_lock(store, wait_s=60):
+        assert released.is_set()  # entered only once the holder let go
         assert is_held(store_lock_path(store))
-    released.join()
+    holder.join()
 
 
 def test_a_holder_that_stays_is_one_line_after_the_wait(tmp_path: Path, locks: Path) -> None:
