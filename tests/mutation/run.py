@@ -490,6 +490,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "bloomperf/core/swapdir.py": ("tests/test_swapdir_rules.py",),
     "bloomperf/core/storelock.py": ("tests/test_store_lock_rules.py",),
     "bloomperf/core/lockdir.py": ("tests/test_store_lock_rules.py",),
+    # A worker group's caches and DeepSpeed's op builds under bloomperf's lock (the stale-lock
+    # runs of test_process_tree.py and test_doctor.py are subprocesses).
+    "bloomperf/catalog/caches.py": ("tests/test_build_lock_rules.py",),
 }
 # Every layer that decides a verdict, a figure or what gets written: ``--layer NAME`` mutates
 # each of its modules (those above keep their hand-picked tests; any other gets the test files
