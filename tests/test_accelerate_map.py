@@ -33,7 +33,12 @@ from bloomperf.catalog.accelerate_map import (
 from bloomperf.catalog.device_map import infer_device_map, meta_model, summarise
 from bloomperf.catalog.hardware import GPU_SPECS, GiB
 from bloomperf.catalog.models import MODEL_SHAPES, ModelShape
-from bloomperf.catalog.weights import final_norm_bytes, layer_bytes, model_weight_bytes
+from bloomperf.catalog.weights import (
+    embedding_bytes,
+    final_norm_bytes,
+    layer_bytes,
+    model_weight_bytes,
+)
 from bloomperf.config.backend import AccelerateOptions
 
 pytest.importorskip("bitsandbytes")
@@ -284,6 +289,27 @@ def test_room_kept_for_a_block_is_released_once_the_blocks_are_placed(
     assert not (plan.offloaded or plan.refused)
     split = split_model(shape, layers, "fp32", {0: cap})
     assert split is not None and split.weights == (total,)
+
+
+@pytest.mark.parametrize("first", [0, 1])
+@pytest.mark.parametrize("short", [1, 2])
+def test_a_module_that_does_not_fit_is_the_first_placed_on_the_next_gpu(
+    first: int, short: int
+) -> None:
+    """GPU 1 holds the word embeddings but not them and their norm: the embeddings, turned away
+    by GPU 0, go first onto GPU 1 and the norm moves on to GPU 2 (the other way round the
+    embeddings would land on GPU 2). accelerate's planner is the oracle."""
+    shape, layers = MODEL_SHAPES["tiny"], 1
+    total = model_weight_bytes(shape, layers, "fp32")
+    norm = final_norm_bytes(shape, "fp32")
+    word = embedding_bytes(shape, "fp32") - norm
+    caps: dict[int | str, int] = {0: first, 1: word + norm - short * norm // 2, 2: 10 * total}
+    plan = infer_device_map(shape, layers, "fp32", dict(caps))
+    split = split_model(shape, layers, "fp32", dict(caps))
+    assert split is not None and not plan.offloaded
+    assert split.embedding_gpu == embedding_gpu(plan.placement) == 1
+    assert split.weights[1] == plan.bytes_per_device["1"] == word
+    assert split.weights[2] == plan.bytes_per_device["2"] == total - word
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
