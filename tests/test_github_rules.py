@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -82,17 +83,25 @@ def comparison(*cells: CellVerdict, **run: str) -> Comparison:
     return Comparison(cells, "cpu", "tiny", "baseline.json", **run)
 
 
-@given(st.sampled_from(["", "no cell ran"]), st.sampled_from(["", "other, topology:\nx"]))
+@given(
+    st.sampled_from(["", "no cell ran"]),
+    st.sampled_from(["", "no figure of 3 cells has a baseline: ms_per_token"]),
+    st.sampled_from(["", "other, topology:\nx"]),
+)
 def test_the_run_s_own_problems_come_first_each_at_its_level(
-    incomplete: str, incomparable: str
+    incomplete: str, unjudged: str, incomparable: str
 ) -> None:
     out = render_github(
-        comparison(cell(SAME, 1, FINE), incomplete=incomplete, incomparable=incomparable),
+        comparison(
+            cell(SAME, 1, FINE), incomplete=incomplete, unjudged=unjudged, incomparable=incomparable
+        ),
         "runs/r, 1.json",
     )
     expected = []
     if incomplete:
         expected.append(("error", "runs/r, 1.json", "bloomperf: incomplete run", incomplete))
+    if unjudged:
+        expected.append(("error", "runs/r, 1.json", "bloomperf: nothing judged", unjudged))
     if incomparable:
         expected.append(("warning", "runs/r, 1.json", "bloomperf: incomparable", incomparable))
     assert read_commands(out) == expected
@@ -145,6 +154,18 @@ def test_job_outputs_go_to_the_file_the_environment_names_and_nowhere_else(
     assert target.read_bytes().decode("utf-8") == "verdict=pass\nnote=€\nverdict=fail\n"
     write_job_outputs({"verdict": "pass"}, {})  # outside Actions: nothing written anywhere
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out €"]
+
+
+def test_job_outputs_go_where_this_processs_environment_says_when_none_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(target))
+    write_job_outputs({"verdict": "fail", "regressed": "2"})
+    assert target.read_text(encoding="utf-8") == "verdict=fail\nregressed=2\n"
+    monkeypatch.delenv("GITHUB_OUTPUT")
+    write_job_outputs({"verdict": "pass"})
+    assert target.read_text(encoding="utf-8") == "verdict=fail\nregressed=2\n"
 
 
 def test_a_warning_names_every_figure_not_measured() -> None:
