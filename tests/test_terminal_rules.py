@@ -183,3 +183,14 @@ def test_a_line_ends_at_its_last_character_and_starts_at_its_first() -> None:
 
 def test_continuations_are_indented_four_spaces_unless_told() -> None:
     assert wrap("aaa bbb ccc", 7) == ["aaa bbb", "    ccc"]
+
+
+def test_a_table_cut_into_blocks_leads_each_with_its_row_labels_by_default() -> None:
+    header = ["cell", "a", "b", "c"]
+    rows = [["accelerate-bf16-bs1", "10.0", "20.0", "30.0"]]
+    blocks = fit_table(header, rows, 34).split("\n\n")  # 19 + 2 + 4 + 2 + 4: two figures
+    assert [block.splitlines()[0].split() for block in blocks] == [
+        ["cell", "a", "b"],
+        ["cell", "c"],
+    ]
+    assert all(block.splitlines()[1].startswith("accelerate-bf16-bs1") for block in blocks)
