@@ -7,6 +7,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -191,3 +192,48 @@ def run_queue_seconds() -> float:
     """How long this thread has waited for a CPU so far: the kernel's schedstat run delay."""
     with open("/proc/thread-self/schedstat") as stats:
         return int(stats.read().split()[1]) / 1e9
+
+
+def test_the_models_cuda_devices_are_each_gpu_holding_a_part_once_in_index_order() -> None:
+    """Read from the parameters' devices (constructed here: no GPU is needed to name one)."""
+    held = ["cuda:3", "cpu", "cuda:1", "meta", "cuda:3", "cuda"]
+    model = SimpleNamespace(
+        parameters=lambda: [SimpleNamespace(device=torch.device(d)) for d in held]
+    )
+    assert slowdown._cuda_devices(model) == [  # type: ignore[arg-type]
+        torch.device("cuda"),
+        torch.device("cuda", 1),
+        torch.device("cuda", 3),
+    ]
+    assert slowdown._cuda_devices(torch.nn.Linear(2, 2)) == []
+
+
+class Reentrant(torch.nn.Module):
+    """Calls itself once from inside (a re-entered top module), advancing a clock of its own."""
+
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__()
+        self.clock = clock
+        self.depth = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.depth += 1
+        self.clock[0] += 0.010
+        if self.depth == 1:
+            x = self(x)
+        self.clock[0] += 0.030
+        return x
+
+
+def test_each_forward_waits_its_own_share_even_when_re_entered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    asked: list[float] = []
+    monkeypatch.setattr(slowdown, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(slowdown, "wait_for", asked.append)
+    model = Reentrant(clock)
+    install_slowdown(model, 50.0)
+    model(torch.ones(1))
+    # The inner call lasted 40 ms, the outer one 80 ms (its own 40 and the inner call's).
+    assert asked == pytest.approx([0.020, 0.040], abs=1e-9)
