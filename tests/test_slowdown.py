@@ -237,3 +237,36 @@ def test_each_forward_waits_its_own_share_even_when_re_entered(
     model(torch.ones(1))
     # The inner call lasted 40 ms, the outer one 80 ms (its own 40 and the inner call's).
     assert asked == pytest.approx([0.020, 0.040], abs=1e-9)
+
+
+class FakeClock:
+    """perf_counter that moves 0.1 ms per reading, and sleep that moves it by what it is asked."""
+
+    def __init__(self) -> None:
+        self.now = 50.0
+        self.slept: list[float] = []
+        self.readings = 0
+
+    def perf_counter(self) -> float:
+        self.now += 1e-4
+        self.readings += 1
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.0005, slowdown.SPIN_SECONDS, 0.01, 0.25])
+def test_a_wait_sleeps_all_but_its_last_moments_and_spins_those(
+    monkeypatch: pytest.MonkeyPatch, seconds: float
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(slowdown, "time", clock)
+    start = clock.now
+    wait_for(seconds)
+    spin = slowdown.SPIN_SECONDS
+    assert clock.slept == ([seconds - spin] if seconds > spin else [])
+    assert clock.now >= start + seconds  # never less than asked
+    spun = clock.readings - 1  # the first reading sets the end
+    assert spun <= (min(seconds, spin) / 1e-4) + 2  # and no reading more than it takes

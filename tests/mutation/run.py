@@ -484,7 +484,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "bloomperf/render/github.py": ("tests/test_github_rules.py",),
     "bloomperf/render/terminal.py": ("tests/test_terminal_rules.py",),
     "bloomperf/store/history/merge.py": ("tests/test_history_merge.py",),
-    "bloomperf/measure/slowdown.py": ("tests/test_slowdown.py",),
+    # The waits on a clock of the tests' own (test_wait_for_is_precise judges the machine's
+    # real overshoot, which mutmut's own load on the CPUs breaks before any mutant).
+    "bloomperf/measure/slowdown.py": ("tests/test_slowdown.py", "-k", "not wait_for_is_precise"),
     # Outputs replaced whole, stores written one writer at a time, and where the locks live
     # (test_concurrency.py's and test_killed_runs.py's writers are subprocesses).
     "bloomperf/core/swapdir.py": ("tests/test_swapdir_rules.py",),
