@@ -191,3 +191,23 @@ def test_a_folder_that_cannot_hold_the_lock_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(BloomperfError) as refused, build_lock(afile / "ext", wait_s=1):
         pytest.fail("locked under a file")
     assert str(refused.value) == f"{afile / 'ext'}: cannot lock for building: Not a directory"
+
+
+def test_a_link_in_place_of_the_lock_file_is_never_followed(tmp_path: Path) -> None:
+    """Another user's link planted as the lock file would make a run wait on (or hold) any
+    file it points at: the link is not opened, so no build is said to be in progress."""
+    elsewhere = tmp_path / "elsewhere.lock"
+    fd = os.open(elsewhere, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        root = tmp_path / "ext"
+        root.mkdir()
+        (root / BUILD_LOCK_NAME).symlink_to(elsewhere)
+        assert not build_in_progress(root)
+        with (
+            pytest.raises(BloomperfError, match="cannot lock for building"),
+            build_lock(root, wait_s=0.2),
+        ):
+            pytest.fail("locked through a link")
+    finally:
+        os.close(fd)

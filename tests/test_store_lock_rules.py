@@ -155,10 +155,23 @@ def test_another_users_folder_holds_locks_only_when_shared_on_purpose(tmp_path: 
     assert lock_folder_problem(os.lstat(theirs)) is None
     theirs.chmod(0o1775)  # sticky, not open to all: still theirs
     assert lock_folder_problem(os.lstat(theirs)) == f"it belongs to another user (uid {NOBODY})"
+    theirs.chmod(0o777)  # open to all but not sticky: theirs, whatever else is wrong with it
+    assert lock_folder_problem(os.lstat(theirs)) == f"it belongs to another user (uid {NOBODY})"
     roots = tmp_path / "roots"
     roots.mkdir(mode=0o755)
     info = os.lstat(roots)  # root's own folder, as nobody sees it
     assert as_nobody(lambda: lock_folder_problem(info)) is None
+
+
+def test_a_lock_folder_another_run_makes_at_the_same_moment_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs starting together: both find no folder, the other makes it first."""
+    folder = tmp_path / "locks"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setattr(lockdir.os.path, "lexists", lambda path: False)  # looked just before
+    make_lock_folder(folder, ADVICE)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
 
 
 def test_a_lock_folder_that_cannot_be_made_says_what_to_do(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -226,3 +227,34 @@ def test_a_rename_that_fails_for_another_reason_is_not_taken_for_a_full_folder(
     (tmp_path / "afile").write_text("x")
     with pytest.raises(NotADirectoryError):
         swap_in(staging, tmp_path / "afile" / "target")
+
+
+def test_a_stop_between_the_fallbacks_renames_leaves_what_the_next_write_removes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an atomic exchange the old folder is first renamed aside: stopped right then, it
+    must be a temporary of the output's (``.NAME.XXXXXXXX.tmp`` beside it), which the next
+    write of that output removes, not a stray folder elsewhere."""
+    monkeypatch.setattr(swapdir.ctypes, "CDLL", lambda *a, **k: object())  # no renameat2
+    staging, target = two_folders(tmp_path)
+    real_rename = os.rename
+    renames: list[str] = []
+
+    def rename(source: Any, destination: Any) -> None:
+        renames.append(str(destination))
+        if len(renames) == 3:  # after "staging onto target" (refused) and "target aside"
+            raise KeyboardInterrupt
+        real_rename(source, destination)
+
+    monkeypatch.setattr(swapdir.os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        swap_in(staging, target)
+    monkeypatch.setattr(swapdir.os, "rename", real_rename)
+    (aside,) = [p for p in tmp_path.iterdir() if p.name not in ("staging",)]
+    assert re.fullmatch(r"\.target\.[a-z0-9_]{8}\.tmp", aside.name), aside.name
+    assert contents(aside) == {"a.png": "A", "index.html": "old"}
+    old = time.time() - 60
+    os.utime(aside, (old, old))  # a killed writer's, not brand new
+    with fresh_folder(target, "--output", ours) as new:
+        write(new, {"index.html": "newer"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["staging", "target"]
