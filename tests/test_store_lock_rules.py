@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bloomperf.core import lockdir
+from bloomperf.core import lockdir, storelock
 from bloomperf.core.errors import BloomperfError
 from bloomperf.core.lockdir import (
     LOCK_DIR_ENV,
@@ -267,26 +267,24 @@ def test_a_holder_that_stays_is_one_line_after_the_wait(tmp_path: Path, locks: P
         os.close(fd)
 
 
-def test_several_folders_are_locked_once_each_in_one_order(tmp_path: Path, locks: Path) -> None:
+def test_several_folders_are_locked_once_each_in_one_order(
+    tmp_path: Path, locks: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     for folder in (a, b):
         folder.mkdir()
     link = tmp_path / "link-to-a"
     link.symlink_to(a)
     taken: list[str] = []
-    real_lock = store_lock
 
     def recording(folder: Path, wait_s: float) -> object:
         taken.append(Path(folder).name)
-        return real_lock(folder, wait_s)
+        return store_lock(folder, wait_s)
 
-    import bloomperf.core.storelock as storelock
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(storelock, "store_lock", recording)
-        # Two spellings of a: one lock (a second flock of it here would wait on the first).
-        with store_locks([b, link, a], wait_s=0.5):
-            assert is_held(store_lock_path(a)) and is_held(store_lock_path(b))
+    monkeypatch.setattr(storelock, "store_lock", recording)
+    # Two spellings of a: one lock (a second flock of it here would wait on the first).
+    with store_locks([b, link, a], wait_s=0.5):
+        assert is_held(store_lock_path(a)) and is_held(store_lock_path(b))
     assert taken == ["a", "b"]
     assert not is_held(store_lock_path(a))
 
