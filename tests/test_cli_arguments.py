@@ -48,6 +48,9 @@ def test_topology_refuses_what_a_run_refuses_before_reaching_the_nodes(
     for flag, value, message in (
         ("--ssh-port", "-5", "must be a positive integer, got -5"),
         ("--include", "localhost;id", "is not NODE[:SLOT[,SLOT...]][@NODE...]"),
+        # Read from the hostfile, past the parser: every slot excluded leaves no node to ask.
+        ("--exclude", "localhost", "'localhost' leaves no slot of the hostfile to run on"),
+        ("--exclude", "localhost:0", "'localhost:0' leaves no slot of the hostfile to run on"),
     ):
         assert main(["topology", "--hostfile", str(hostfile), flag, value]) == 2
         assert f"{flag}: " in (err := capsys.readouterr().err) and message in err

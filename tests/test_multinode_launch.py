@@ -219,6 +219,10 @@ def test_any_filter_resolves_or_is_refused_as_deepspeeds_runner_does(
         with pytest.raises(BloomperfError, match=f"^{option}: "):
             active_hosts(pool, LaunchOptions(**options))
         return
+    if not expected:  # every slot excluded: DeepSpeed's runner would launch nothing
+        with pytest.raises(BloomperfError, match=r"^--exclude: .* leaves no slot of the hostfile"):
+            active_hosts(pool, LaunchOptions(**options))
+        return
     found = active_hosts(pool, LaunchOptions(**options))
     assert found == {h: list(s) for h, s in expected.items()}
     assert list(found) == list(expected)  # hostfile order: the order ranks are numbered in

@@ -224,7 +224,9 @@ def test_bad_topology_json_is_one_line_error(change: dict[str, object], message:
 @pytest.mark.parametrize("flags", [["--json"], ["--format", "json"]])
 def test_topology_command_prints_json(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["topology", *flags]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    printed = json.loads(out)
+    assert out == json.dumps(printed, indent=2) + "\n"  # indented as every document is
     assert (printed["kind"], printed["schema_version"]) == ("bloomperf-topology", 1)
     assert topology_from_dict(printed["topology"]) == detect_topology()
     assert printed["environment"]["packages"]["torch"] == importlib.metadata.version("torch")

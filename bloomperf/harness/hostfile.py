@@ -80,6 +80,9 @@ def active_hosts(hosts: dict[str, int], options: LaunchOptions) -> dict[str, lis
             for h, slots in pool.items()
         }
     pool = {h: slots for h, slots in pool.items() if slots}
+    if not pool:
+        # DeepSpeed's runner would go on with no rank at all; nothing downstream has a node.
+        raise BloomperfError(f"--exclude: {exclude!r} leaves no slot of the hostfile to run on")
     if options.num_nodes:
         pool = dict(list(pool.items())[: options.num_nodes])
     return pool
