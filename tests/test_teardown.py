@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,6 +59,72 @@ def test_the_kill_reaches_the_group_and_what_left_it(tmp_path: Path) -> None:
     assert leader.returncode == -signal.SIGKILL
     assert wait_gone(child), "a child that left the group outlived the kill"
     kill_tree(leader)  # twice is harmless
+
+
+# A child, in its leader's group, that starts a grandchild which leaves it: found by parentage.
+CHILD = """
+import subprocess, sys, time
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                              start_new_session=True)
+print(grandchild.pid, flush=True)
+time.sleep(120)
+"""
+GRANDPARENT = f"""
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", {CHILD!r}], stdout=subprocess.PIPE)
+print(child.stdout.readline().decode().strip(), flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_kill_reaches_a_grandchild_that_left_the_group_and_no_bystander() -> None:
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    leader = subprocess.Popen(
+        [sys.executable, "-c", GRANDPARENT], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert leader.stdout is not None
+    grandchild = int(leader.stdout.readline())
+    try:
+        kill_tree(leader)
+        assert wait_gone(grandchild), "a grandchild that left the group outlived the kill"
+        assert bystander.poll() is None, "the kill reached a process outside the group"
+    finally:
+        bystander.kill()
+        bystander.wait()
+        if psutil.pid_exists(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+IGNORES_SIGTERM = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_grace_step_gives_up_on_a_leader_that_ignores_sigterm() -> None:
+    leader = subprocess.Popen(
+        [sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert leader.stdout is not None
+    leader.stdout.readline()  # its handler is in place
+    done = threading.Thread(target=terminate_group, args=(leader, 0.2), daemon=True)
+    try:
+        done.start()
+        # Far past the grace: it returns after 0.2 s on any machine, or never.
+        done.join(timeout=60)
+        assert not done.is_alive(), "the grace step waited past its grace"
+        assert leader.poll() is None  # the signal was ignored: the kill step is next
+    finally:
+        kill_tree(leader)
+        done.join(timeout=60)
+
+
+def test_a_folder_already_gone_is_no_error(tmp_path: Path) -> None:
+    remove_folder(tmp_path / "gone")
+    remove_folder(tmp_path / "gone", keep=tmp_path / "gone" / "worker.log")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("keep", [None, "worker.log", "outside"])
