@@ -93,13 +93,16 @@ def expected_failure(
     complete: bool,
     strict: bool = False,
     allow_no_baseline: bool = False,
+    allow_incomplete: bool = False,
 ) -> bool:
     """The gate's rule, stated on its own: a run that measured nothing or did not finish fails;
     a cell that errored or timed out fails whatever the baseline (nothing was measured);
     against a comparable baseline an unexpected OOM and a slower cell fail; and a run of which
     no cell was compared with anything (no baseline, an incomparable one, none of its cells in
-    it) fails as "nothing judged" unless ``allow_no_baseline`` (docs/gate.md)."""
-    if not complete or not any(w in (*MEASURED, "oom") for w in run.values()):
+    it) fails as "nothing judged" unless ``allow_no_baseline`` (docs/gate.md). With
+    ``allow_incomplete`` neither an unfinished run nor one that measured nothing fails for that."""
+    measured = any(w in (*MEASURED, "oom") for w in run.values())
+    if not allow_incomplete and (not complete or not measured):
         return True
     if any(w in ("error", "timeout") for w in run.values()):
         return True
@@ -266,6 +269,44 @@ def test_diff_on_the_files_and_its_github_output_agree_with_run(
     assert said["verdict"] == ("fail" if failed else "pass")
     errors = capsys.readouterr().out.count("::error ")
     assert (errors > 0) == failed
+
+
+@given(
+    run_outcomes=runs,
+    base=baselines,
+    comparable=st.booleans(),
+    complete=st.booleans(),
+    allow_incomplete=st.booleans(),
+    allow_no_baseline=st.booleans(),
+    folder=st.sampled_from([None, Path("/srv/team baselines")]),
+)
+def test_runs_options_reach_its_verdict(
+    run_outcomes: dict[int, str],
+    base: dict[int, str] | None,
+    comparable: bool,
+    complete: bool,
+    allow_incomplete: bool,
+    allow_no_baseline: bool,
+    folder: Path | None,
+) -> None:
+    run, baseline = build(run_outcomes, base, comparable, complete)
+    options = RunConfig(
+        allow_incomplete=allow_incomplete, allow_no_baseline=allow_no_baseline, baselines=folder
+    )
+    comparison = judge_run(run, baseline, options)
+    assert comparison.failed == expected_failure(
+        run_outcomes,
+        base,
+        comparable,
+        complete,
+        allow_no_baseline=allow_no_baseline,
+        allow_incomplete=allow_incomplete,
+    )
+    if baseline is None:  # where it looked, as `baseline show` says it
+        searched = str(folder) if folder else "first match wins"
+        said = f"no baseline for {run.topology} / tiny; baselines searched"
+        assert comparison.baseline.startswith(said)
+        assert searched in comparison.baseline
 
 
 @pytest.mark.parametrize(

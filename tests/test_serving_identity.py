@@ -6,10 +6,13 @@ remote endpoint is an address of TEST-NET-3 (RFC 5737), which nothing answers.""
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -17,7 +20,12 @@ import pytest
 
 from bloomperf.catalog.provenance import what_changed
 from bloomperf.catalog.topology import detect_topology
-from bloomperf.harness.engine_identity import endpoint_topology, installed_engine, is_this_machine
+from bloomperf.harness.engine_identity import (
+    endpoint_topology,
+    installed_engine,
+    is_this_machine,
+    served_engine,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVING_PYTHON = ROOT / ".venv-serving" / "bin" / "python"
@@ -116,6 +124,54 @@ def test_every_address_of_this_machine_is_this_machine_with_or_without_a_zone() 
         if ":" in address:
             assert is_this_machine(address.split("%")[0] + "%eth9"), address
     assert not is_this_machine("203.0.113.7") and not is_this_machine("2001:db8::1%eth0")
+
+
+@pytest.fixture
+def answering() -> Iterator[tuple[str, dict[str, bytes]]]:
+    """An HTTP server on this machine: its URL, and its GET answers (path -> body) to fill;
+    404 for any other path."""
+    answers: dict[str, bytes] = {}
+
+    class Answers(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            # The path as sent: http.server folds a leading "//" into "/", and a server need not.
+            body = answers.get(self.requestline.split()[1])
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", answers
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("body", "engine"),
+    [
+        (b'{"version": "0.32.0"}', "vllm 0.32.0"),  # vLLM's /version
+        (b'{"version": "0.6.3.post1", "commit": "x"}', "vllm 0.6.3.post1"),
+        (b'{"name": "tgi"}', "unknown"),  # another server's JSON
+        (b"<html>", "unknown"),
+        (b"[1, 2]", "unknown"),
+        (None, "unknown"),  # no /version at all (404)
+    ],
+)
+def test_a_running_server_is_the_engine_its_version_answer_says(
+    answering: tuple[str, dict[str, bytes]], body: bytes | None, engine: str
+) -> None:
+    url, answers = answering
+    if body is not None:
+        answers["/version"] = body
+    assert served_engine(url) == engine
+    assert served_engine(url + "/") == engine  # a trailing slash asks the same path
 
 
 def test_a_changed_engine_is_said_among_what_changed() -> None:
