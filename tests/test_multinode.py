@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
+from bloomperf import cli
 from bloomperf.catalog.checkpoints import resolve_model
 from bloomperf.config.run import LaunchOptions
 from bloomperf.harness.dslaunch import rank_group_command, shm_segments
@@ -117,19 +119,48 @@ def test_two_nodes_over_ssh_match_the_plain_model(
     assert nodes.leftovers() == []
 
 
-def test_topology_lists_every_node_of_the_hostfile(controller_env: SshNodes) -> None:
+def test_topology_lists_every_node_of_the_hostfile(
+    controller_env: SshNodes, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In process: each node answers its probe over ssh, and the command joins the answers."""
     nodes = controller_env
-    command = [sys.executable, "-m", "bloomperf", "topology", "--hostfile", str(nodes.hostfile())]
-    command += ["--ssh-port", str(nodes.port)]
-    text = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert text.returncode == 0, text.stderr[-2000:]
-    assert text.stdout.startswith("topology  2xcpu\n")
-    assert "node 0    127.0.0.1 (" in text.stdout and "node 1    127.0.0.2 (" in text.stdout
-    assert text.stdout.count("  fabric  ") == 2
-    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120)
-    listed = json.loads(done.stdout)
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    args = ["topology", "--hostfile", str(nodes.hostfile()), "--ssh-port", str(nodes.port)]
+    assert cli.main(args) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0] == "topology  2xcpu"
+    for rank, host in enumerate(HOSTS):
+        assert lines[1 + 3 * rank].startswith(f"node {rank:<4} {host} ({socket.gethostname()}): ")
+        assert lines[2 + 3 * rank] == "  fabric  no InfiniBand device"
+        # The node's own settings: the controller's go to the ranks alone (.deepspeed_env).
+        assert lines[3 + 3 * rank].startswith("  nccl    ")
+        assert "NCCL_DEBUG=INFO" not in lines[3 + 3 * rank]
+    assert lines[-1] == "ranks get GLOO_SOCKET_IFNAME=lo, NCCL_DEBUG=INFO (.deepspeed_env)"
+    assert cli.main([*args, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert (listed["kind"], listed["schema_version"]) == ("bloomperf-topology", 1)
     assert [n["host"] for n in listed["nodes"]] == list(HOSTS)
-    assert listed["topology"]["nodes"] == 2
+    assert listed["topology"]["nodes"] == 2 and listed["topology"]["id"] == "2xcpu"
+    assert listed["ranks_get"] == {"GLOO_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "INFO"}
+    assert cli.main([*args, "--include", HOSTS[1], "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [n["host"] for n in listed["nodes"]] == [HOSTS[1]]
+    assert listed["topology"]["id"] == "1xcpu"
+
+
+def test_a_node_that_does_not_answer_is_named_in_one_line(
+    controller_env: SshNodes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = controller_env
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"{HOSTS[0]} slots=1\n127.0.0.3 slots=1\n")  # sshd is not there
+    args = ["topology", "--hostfile", str(hostfile), "--ssh-port", str(nodes.port)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bloomperf: error: --hostfile: node 127.0.0.3 did not answer the probe: ")
+    assert err.count("\n") == 1
 
 
 # ---- the real run path: bloomperf's worker groups on two nodes --------------------------------

@@ -329,6 +329,15 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     # The argv and environment a rank group starts with: DeepSpeed's own runner, its
     # --include of the group's GPUs, the CPU's rank count.
+    # Every node's probe over a real sshd (test_multinode.py's two topology tests, in process;
+    # not its rank groups, which run minutes each), and the probe's parts on their own.
+    "bloomperf/harness/nodes.py": (
+        "tests/test_multinode_launch.py",
+        "tests/test_cli_arguments.py",
+        "tests/test_multinode.py",
+        "-k",
+        "not test_multinode.py or topology or answer",
+    ),
     "bloomperf/harness/dslaunch.py": (
         "tests/test_ds_launch.py",
         "tests/test_multinode_launch.py",
