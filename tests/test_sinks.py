@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from bloomperf.analysis.verdicts import Comparison
 from bloomperf.config.run import RunConfig
 from bloomperf.core.errors import BloomperfError
-from bloomperf.harness.finish import Finished
+from bloomperf.harness.finish import Finished, finish_run
+from bloomperf.harness.options import resolve_options
+from bloomperf.harness.session import Session, all_cells
 from bloomperf.harness.sinks import (
     ENTRY_POINT_GROUP,
     GitHubOutput,
@@ -147,6 +149,78 @@ def test_a_sink_after_a_failing_one_is_still_told() -> None:
     failures = tell([Raising(), keeping], "cell_recorded", run.cells[0], run)
     assert keeping.heard == [run.cells[0].id]
     assert failures == ["sink down (cell_recorded): ConnectionError: dashboard unreachable"]
+
+
+class Witness:
+    """A sink that writes down, at the finish, what the results file then held."""
+
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+        self.saved_at_finish: RunResult | None = None
+        self.context: RunContext | None = None
+
+    def cell_recorded(self, cell: CellResult, run: RunResult) -> None:
+        self.heard.append(cell.id)
+
+    def run_finished(self, run: RunResult, verdicts: Comparison, context: RunContext) -> None:
+        self.heard.append("finished")
+        assert context.output is not None
+        self.saved_at_finish = read_results(context.output)
+        self.context = context
+
+
+@pytest.mark.parametrize("case", ["shipped baseline", "no baseline", "no baseline, allowed"])
+def test_the_finish_saves_the_run_then_tells_each_sink_and_keeps_their_failures(
+    tmp_path: Path, case: str
+) -> None:
+    """In process, one real cell: the results file is complete before any sink hears of the
+    finish; a failing sink is named per event and its neighbours still hear everything."""
+    output, empty = tmp_path / "r.json", tmp_path / "no-baselines"
+    empty.mkdir()
+    flags = {"allow_no_baseline": "true", "allow_incomplete": "true"} if "allowed" in case else {}
+    if case != "shipped baseline":
+        flags["baselines"] = str(empty)
+    options = resolve_options(
+        {
+            "new_tokens": "8",
+            "cycles": "2",
+            "dtypes": "fp32",
+            "batch_sizes": "1",
+            "output": str(output),
+            **flags,
+        },
+        env={},
+    )
+    before, after = Witness(), Witness()
+    session = Session.prepare(options, sinks=[before, Raising(), after])
+    try:
+        for cell in all_cells(session):
+            session.measure_cell(cell)
+    finally:
+        finished = finish_run(session, "run")
+    saved = read_results(output)  # a cell's contention figures are saved rounded
+    assert saved.complete and finished.run.complete
+    assert [c.samples_ms_per_token for c in saved.cells] == [
+        c.samples_ms_per_token for c in finished.run.cells
+    ]
+    for witness in (before, after):
+        assert witness.heard == ["accelerate-fp32-bs1", "finished"]
+        assert witness.saved_at_finish == saved  # complete before any sink heard of it
+        assert witness.context == RunContext(output, options, "run")
+    assert finished.sink_failures == tuple(
+        f"sink down ({event}): ConnectionError: dashboard unreachable"
+        for event in ("cell_recorded", "run_finished")
+    )
+    if case == "shipped baseline":  # judged against it: passes, and the failing sink makes 3
+        assert finished.verdicts.baseline.endswith("cpu.tiny.json")
+        assert (finished.verdicts.failed, finished.exit_code) == (False, 3)
+        return
+    assert finished.verdicts.baseline.startswith(
+        f"no baseline for cpu / tiny; baselines searched: {empty} (--baselines)"
+    )
+    # Nothing judged fails the gate unless allowed; then the failing sink makes it 3.
+    allowed = "allowed" in case
+    assert (finished.verdicts.failed, finished.exit_code) == ((False, 3) if allowed else (True, 1))
 
 
 @given(failed=st.booleans(), sink_failures=st.lists(st.text(min_size=1), max_size=3))
