@@ -62,7 +62,7 @@ def nccl_settings(environ: Any = None, conf: Path = NCCL_CONF) -> dict[str, str]
     settings = {}
     for line in read_text(conf).splitlines():
         key, _, value = line.strip().partition("=")
-        if key.startswith("NCCL_") and not line.lstrip().startswith("#"):
+        if key.startswith("NCCL_"):  # a comment ("#NCCL_X=1") starts otherwise
             settings[key] = value
     environ = os.environ if environ is None else environ
     settings.update({k: v for k, v in environ.items() if k.startswith("NCCL_")})
