@@ -3,6 +3,8 @@ a figure one arm lacks, and the results entries (tests/test_serving_ab.py runs r
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,8 +18,21 @@ from bloomperf.cli.ab_report import comparison_json, render_metric_table
 from bloomperf.harness.interleave import PairLog, Settings
 from bloomperf.harness.loadgen import RESULT_NAME, RUN_ENDS, RUN_STARTS, ClientCommand, run_client
 from bloomperf.harness.matrix import Cell
-from bloomperf.harness.serve_ab import MISSING_FACTOR, pair_values, turn
+from bloomperf.harness.serve_ab import (
+    MISSING_FACTOR,
+    LoadWatch,
+    failed,
+    load_probes,
+    pair_values,
+    server_roots,
+    server_width,
+    turn,
+)
+from bloomperf.harness.server import Server, ServerSpec
+from bloomperf.harness.sweep import Endpoint, Managed
+from bloomperf.store.results import Outcome
 from bloomperf.store.serving import EFFECTIVE, ITL_P99, TTFT_P99
+from tests.builders import ok_cell
 
 CELL = Cell("serve-fastgen-1200-128", "fp32", 1)
 SETTINGS = Settings(tolerance=0.4, confidence=0.75, min_pairs=3, max_pairs=3)
@@ -66,6 +81,9 @@ def test_a_sweep_that_met_the_sla_at_no_rate_counts_as_far_worse() -> None:
     assert values[TTFT_P99] == {"a": 300.0, "b": 900.0}
     assert ITL_P99 not in values
     assert pair_values({"a": {}, "b": {}}) == {}
+    # Whichever arm lacks it: swapping the arms swaps every pair.
+    swapped = pair_values({"a": figures["b"], "b": figures["a"]})
+    assert swapped == {name: {"a": v["b"], "b": v["a"]} for name, v in values.items()}
     three = [6.0 / MISSING_FACTOR, 4.0 / MISSING_FACTOR, 6.0 / MISSING_FACTOR]
     assert judged(EFFECTIVE, [6.0, 4.0, 6.0], three) == SLOWER
 
@@ -176,3 +194,55 @@ def test_a_client_that_never_marks_its_end_gives_no_window_and_one_that_hangs_is
         run_client(hung, tmp_path, heard.log, 1.0, heard)
     pid = heard.calls[0][2]
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+# ---- what each arm's probe watches, in process ----------------------------------------------
+
+
+def managed(tmp_path: Path, name: str, threads: int | None) -> Managed:
+    spec = ServerSpec(sys.executable, tmp_path, tmp_path / f"{name}.log", threads=threads)
+    return Managed(Server(spec))
+
+
+def test_each_arms_probe_measures_its_server_and_counts_the_others_as_ours(tmp_path: Path) -> None:
+    a, b = managed(tmp_path, "a", threads=3), managed(tmp_path, "b", threads=None)
+    cpus = len(os.sched_getaffinity(0))
+    assert server_roots(a) == [] and server_roots(Endpoint("http://127.0.0.1:1")) == []
+    assert server_width(Endpoint("http://127.0.0.1:1"), cpus) == cpus  # vLLM's choice: all
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in "ab"]
+    try:
+        a.server.process, b.server.process = sleepers  # as Server.start leaves them
+        probes = load_probes({"a": a, "b": b})
+        pid_a, pid_b = (p.pid for p in sleepers)
+        assert (list(probes["a"].measured()), list(probes["a"].also_ours())) == ([pid_a], [pid_b])
+        assert (list(probes["b"].measured()), list(probes["b"].also_ours())) == ([pid_b], [pid_a])
+        # The engine's threads (else every CPU) and the client's one.
+        assert (probes["a"].width, probes["b"].width) == (4, cpus + 1)
+        assert probes["a"].cpus == probes["b"].cpus == cpus
+        watch = LoadWatch(probes["a"])
+        watch.ended(os.getpid())  # no start seen: no load invented
+        assert watch.load is None
+        watch.started(os.getpid())
+        watch.ended(os.getpid())
+        assert watch.load is not None and watch.load.wall_s >= 0
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def test_a_failed_arm_is_named_with_its_outcome_and_keeps_what_was_measured() -> None:
+    cell = Cell("vllm", "bf16", 1)
+    kept = {"b": ok_cell(1.0)}
+    started = time.monotonic()
+    done = failed(cell, "a", "timeout", "no answer within 900 s", kept, started)
+    assert (done.cell, done.outcome, done.verdict, done.estimate, done.samples) == (
+        cell,
+        Outcome.TIMEOUT,
+        None,
+        None,
+        (),
+    )
+    assert (done.stopped, done.arms) == ("failed", kept)
+    assert done.message == "arm A: timeout: no answer within 900 s"
+    assert 0 <= done.elapsed_s <= time.monotonic() - started
