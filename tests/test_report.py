@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -168,6 +169,45 @@ def test_cli_report_reads_results_and_finds_the_baseline(
     assert str(BLOG_BASELINE.name) in (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
     assert main(["report", str(tmp_path / "missing.json"), "--out", str(tmp_path / "x")]) == 2
     assert "missing.json: no such file" in capsys.readouterr().err
+
+
+def test_the_report_command_takes_its_baseline_history_and_out_dir_as_given(
+    tmp_path: Path, blog_baseline: Baseline, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--baseline FILE and --baselines DIR choose what it is judged against, --history adds the
+    trend, the one line said names both files, and no output may replace an input."""
+    result = tmp_path / "results.json"
+    run = run_from_blog(blog_baseline)
+    save_run(run, result)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    renamed = elsewhere / "index.html"  # a baseline where the report would write its page
+    renamed.write_bytes(BLOG_BASELINE.read_bytes())
+    copy = elsewhere / "picked.json"
+    copy.write_bytes(BLOG_BASELINE.read_bytes())
+    empty = tmp_path / "no-baselines"
+    empty.mkdir()
+    history = tmp_path / "history"
+    write_nights(history, run, [1.0] * 8, tmp_path)
+    out = tmp_path / "the report"  # said quoted, as a shell reads it
+    argv = ["report", str(result), "--out-dir", str(out)]
+    assert main([*argv, "--baseline", str(copy), "--history", str(history)]) == 0
+    said = capsys.readouterr().out
+    html, markdown = (shlex.quote(str(out / name)) for name in ("index.html", "report.md"))
+    assert said == f"bloomperf: report written to {html} and {markdown}\n"
+    page = check_files(out, with_trend=True)
+    assert "baseline: picked.json" in page  # judged against the file named
+    assert main([*argv, "--baselines", str(empty)]) == 0
+    capsys.readouterr()
+    page = check_files(out, with_trend=False)  # searched in the folder named: none there
+    assert "baseline: no baseline for this topology and model" in page
+    assert (
+        main([str(a) for a in ["report", result, "--out-dir", elsewhere, "--baseline", renamed]])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("bloomperf: error: --out-dir: ") and str(renamed) in err
+    assert renamed.read_bytes() == BLOG_BASELINE.read_bytes()
 
 
 def test_the_table_names_load_and_memory_and_no_change_that_is_noise(
