@@ -172,6 +172,10 @@ def test_a_running_server_is_the_engine_its_version_answer_says(
         answers["/version"] = body
     assert served_engine(url) == engine
     assert served_engine(url + "/") == engine  # a trailing slash asks the same path
+    if body is not None:  # a server behind a path prefix: asked under it
+        answers["/engines/X/version"] = body
+        assert served_engine(url + "/engines/X") == engine
+        assert served_engine(url + "/engines/Y") == "unknown"
 
 
 def test_a_changed_engine_is_said_among_what_changed() -> None:
