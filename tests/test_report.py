@@ -210,6 +210,25 @@ def test_the_report_command_takes_its_baseline_history_and_out_dir_as_given(
     assert renamed.read_bytes() == BLOG_BASELINE.read_bytes()
 
 
+def test_the_report_commands_change_settings_reach_its_history_section(
+    tmp_path: Path, blog_baseline: Baseline, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 3 % step over twelve nights: under the default 5 % tolerance no change, under 2 % one
+    on the night it came."""
+    result, history = tmp_path / "results.json", tmp_path / "history"
+    run = run_from_blog(blog_baseline)
+    save_run(run, result)
+    write_nights(history, run, [1.0] * 6 + [1.03] * 6, tmp_path)
+    argv = ["report", str(result), "--history", str(history), "--baselines", str(BASELINES)]
+    assert main([*argv, "--out-dir", str(tmp_path / "default")]) == 0
+    assert main([*argv, "--out-dir", str(tmp_path / "fine"), "--change-tolerance", "0.02"]) == 0
+    capsys.readouterr()
+    default = (tmp_path / "default" / "index.html").read_text(encoding="utf-8")
+    fine = (tmp_path / "fine" / "index.html").read_text(encoding="utf-8")
+    assert "No persistent change in any cell over 12 nights." in default
+    assert "<td>2026-10-07</td><td>ds-inference-fp16-bs1</td>" in fine
+
+
 def test_the_table_names_load_and_memory_and_no_change_that_is_noise(
     tmp_path: Path, blog_baseline: Baseline
 ) -> None:
