@@ -139,7 +139,9 @@ def test_topology_lists_every_node_of_the_hostfile(
         assert "NCCL_DEBUG=INFO" not in lines[3 + 3 * rank]
     assert lines[-1] == "ranks get GLOO_SOCKET_IFNAME=lo, NCCL_DEBUG=INFO (.deepspeed_env)"
     assert cli.main([*args, "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    listed = json.loads(out)
+    assert out == json.dumps(listed, indent=2) + "\n"  # indented as every document is
     assert (listed["kind"], listed["schema_version"]) == ("bloomperf-topology", 1)
     assert [n["host"] for n in listed["nodes"]] == list(HOSTS)
     assert listed["topology"]["nodes"] == 2 and listed["topology"]["id"] == "2xcpu"
@@ -161,6 +163,7 @@ def test_a_node_that_does_not_answer_is_named_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("bloomperf: error: --hostfile: node 127.0.0.3 did not answer the probe: ")
     assert err.count("\n") == 1
+    assert err.endswith(": 127.0.0.3: ssh exited with exit code 255\n")  # pdsh's last word
 
 
 # ---- the real run path: bloomperf's worker groups on two nodes --------------------------------

@@ -5,6 +5,7 @@ srun's task labels), the facts of each node, one topology for all of them, the l
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,11 @@ from bloomperf.harness.nodes import (
     NodeFacts,
     cluster_topology,
     describe_nodes,
+    infiniband_ports,
     nccl_settings,
     node_facts,
     parse_answers,
+    probe,
 )
 from tests.nvml_replay import NvmlReplay
 
@@ -193,3 +196,32 @@ def test_nccl_settings_are_the_conf_files_then_the_environments(
     assert nccl_settings(conf=conf) == expected  # this process's environment
     assert nccl_settings({"NCCL_DEBUG": "TRACE"}, conf)["NCCL_DEBUG"] == "TRACE"
     assert nccl_settings({}, tmp_path / "none") == {}
+
+
+def test_a_probe_says_this_machines_facts_as_the_controller_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu-node-7")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    said = probe()
+    assert said["hostname"] == socket.gethostname() and said["slurm_node"] == "gpu-node-7"
+    assert said["nccl"]["NCCL_DEBUG"] == "INFO"
+    assert said["infiniband"] == infiniband_ports()
+    answers = parse_answers("0: " + json.dumps(said), ["gpu-node-7"])  # srun's task label
+    facts = node_facts("gpu-node-7", answers["gpu-node-7"])
+    assert facts.topology == detect_topology(nodes=1) and facts.hostname == socket.gethostname()
+    monkeypatch.delenv("SLURMD_NODENAME")
+    assert probe()["slurm_node"] == ""
+
+
+def test_a_port_without_a_rate_is_listed_with_its_state_alone(tmp_path: Path) -> None:
+    for device, state, rate in (
+        ("mlx5_0", "4: ACTIVE", "200 Gb/sec (4X HDR)"),
+        ("mlx5_1", "1: DOWN", None),
+    ):
+        port = tmp_path / device / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        if rate:
+            (port / "rate").write_text(rate + "\n")
+    assert infiniband_ports(tmp_path) == ["mlx5_0/1 ACTIVE 200 Gb/sec (4X HDR)", "mlx5_1/1 DOWN"]

@@ -332,6 +332,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     # Every node's probe over a real sshd (test_multinode.py's two topology tests, in process;
     # not its rank groups, which run minutes each), and the probe's parts on their own.
     "bloomperf/harness/nodes.py": (
+        "tests/test_nodes_rules.py",
         "tests/test_multinode_launch.py",
         "tests/test_cli_arguments.py",
         "tests/test_multinode.py",
