@@ -157,7 +157,7 @@ class Witness:
     def __init__(self) -> None:
         self.heard: list[str] = []
         self.saved_at_finish: RunResult | None = None
-        self.context: RunContext | None = None
+        self.told: tuple[RunResult, Comparison, RunContext] | None = None
 
     def cell_recorded(self, cell: CellResult, run: RunResult) -> None:
         self.heard.append(cell.id)
@@ -166,7 +166,7 @@ class Witness:
         self.heard.append("finished")
         assert context.output is not None
         self.saved_at_finish = read_results(context.output)
-        self.context = context
+        self.told = (run, verdicts, context)
 
 
 @pytest.mark.parametrize("case", ["shipped baseline", "no baseline", "no baseline, allowed"])
@@ -206,7 +206,7 @@ def test_the_finish_saves_the_run_then_tells_each_sink_and_keeps_their_failures(
     for witness in (before, after):
         assert witness.heard == ["accelerate-fp32-bs1", "finished"]
         assert witness.saved_at_finish == saved  # complete before any sink heard of it
-        assert witness.context == RunContext(output, options, "run")
+        assert witness.told == (finished.run, finished.verdicts, RunContext(output, options, "run"))
     assert finished.sink_failures == tuple(
         f"sink down ({event}): ConnectionError: dashboard unreachable"
         for event in ("cell_recorded", "run_finished")
