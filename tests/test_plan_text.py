@@ -14,6 +14,7 @@ import pytest
 
 from bloomperf.cli import build_parser
 from bloomperf.cli.plan import run_dry
+from bloomperf.core.errors import BloomperfError
 
 GiB = 1024**3
 
@@ -129,17 +130,25 @@ def expected_text(plan: dict[str, Any]) -> list[str]:
         # two nodes: the launch names no local GPU
         ["--model", "bloom-176b", "--topology", "2x8xA100-80GB", "--hostfile", "HOSTFILE",
          "--backends", "ds-zero", "--dtypes", "fp16", "--batch-sizes", "1"],
+        # accelerate over two nodes: no map (one process drives every GPU)
+        ["--model", "bloom-176b", "--topology", "2x8xA100-80GB", "--hostfile", "HOSTFILE",
+         "--backends", "accelerate", "--dtypes", "bf16", "--batch-sizes", "1"],
         # this machine's CPU: the process RSS predicted
         ["--device", "cpu", "--backends", "accelerate", "--dtypes", "fp32",
          "--batch-sizes", "1,2"],
     ],
-    ids=["maps", "disk", "refused", "deepspeed", "skipped", "two-nodes", "cpu"],
+    ids=["maps", "disk", "refused", "deepspeed", "skipped", "two-nodes", "no-map", "cpu"],
 )  # fmt: skip
 def test_the_text_says_what_the_json_says(argv: list[str], tmp_path: Path) -> None:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("node-1 slots=8\nnode-2 slots=8\n")
     code, plan, text, err = plan_both(*(str(hostfile) if a == "HOSTFILE" else a for a in argv))
     assert text == expected_text(plan)
+    where = argv[argv.index("--topology") + 1] if "--topology" in argv else None
+    assert plan["planned_for"] == (f"--topology {where}" if where else "this machine")
+    if plan["device"] == "cuda" and "accelerate" in argv and where and where.startswith("2x"):
+        one_node = "Accelerate runs on one node only (one process drives every GPU)"
+        assert [g["device_map"] for g in plan["groups"]] == [{"error": one_node}]
     assert plan["loads"] == len(plan["groups"])
     assert code == int(any((g["device_map"] or {}).get("refused") for g in plan["groups"]))
     for group in plan["groups"]:
@@ -149,4 +158,15 @@ def test_the_text_says_what_the_json_says(argv: list[str], tmp_path: Path) -> No
     assert err.startswith(
         f"bloomperf: planning {plan['model']['name']} ({plan['model']['layers']} layers) on "
         f"{plan['topology']}, "
+    )
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_a_plan_of_several_nodes_needs_their_hostfile(nodes: int) -> None:
+    args = build_parser().parse_args(["run", "--dry-run", "--topology", f"{nodes}x8xA100-80GB"])
+    with pytest.raises(BloomperfError) as refused:
+        run_dry(args, io.StringIO(), io.StringIO())
+    assert str(refused.value) == (
+        f"--topology {nodes}x8xA100-80GB: {nodes} nodes are planned from a DeepSpeed hostfile: "
+        "add --hostfile FILE (one line per node: HOST slots=GPUS)"
     )
