@@ -94,6 +94,7 @@ def test_the_oom_band_takes_its_share_of_the_axes_above_the_figures(
     (label,) = ax.texts
     assert label.get_text() == "out of memory" and label.get_color() == OOM_COLOUR
     assert label.xy == pytest.approx((0.005, 1 - band / 2))  # the band's middle
+    assert label.xycoords == "axes fraction" and label.get_va() == "center"
     assert all(low <= t <= high for t in ax.get_yticks())  # no amount in the band
 
 
