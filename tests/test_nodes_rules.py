@@ -203,7 +203,11 @@ def test_a_probe_says_this_machines_facts_as_the_controller_reads_them(
 ) -> None:
     monkeypatch.setenv("SLURMD_NODENAME", "gpu-node-7")
     monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    # A rank's launcher variables say the group's nodes; the probe speaks for its node alone.
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     said = probe()
+    assert said["topology"]["nodes"] == 1
     assert said["hostname"] == socket.gethostname() and said["slurm_node"] == "gpu-node-7"
     assert said["nccl"]["NCCL_DEBUG"] == "INFO"
     assert said["infiniband"] == infiniband_ports()
