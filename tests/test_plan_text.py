@@ -170,3 +170,22 @@ def test_a_plan_of_several_nodes_needs_their_hostfile(nodes: int) -> None:
         f"--topology {nodes}x8xA100-80GB: {nodes} nodes are planned from a DeepSpeed hostfile: "
         "add --hostfile FILE (one line per node: HOST slots=GPUS)"
     )
+
+
+def test_visible_devices_narrow_a_planned_topology(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    argv = ["--model", "bloom-176b", "--topology", "8xA100-80GB", "--dtypes", "fp16"]
+    _, plan, text, _ = plan_both(*argv, "--backends", "ds-zero", "--batch-sizes", "1")
+    assert plan["gpus"] == [0, 1] and plan["groups"][0]["devices"] == [0, 1]
+    assert text == expected_text(plan)
+
+
+def test_max_memory_reaches_each_cells_prediction() -> None:
+    argv = ["--model", "bloom-176b", "--topology", "8xA100-80GB", "--backends", "accelerate"]
+    argv += ["--dtypes", "bf16", "--batch-sizes", "1"]
+    caps = ",".join(f"{i}:50GiB" for i in range(8))
+    _, default, _, _ = plan_both(*argv)
+    _, capped, text, _ = plan_both(*argv, "--max-memory", caps)
+    (before,), (after,) = (p["groups"][0]["cells"] for p in (default, capped))
+    assert before["predicted"]["per_gpu_bytes"] != after["predicted"]["per_gpu_bytes"]
+    assert text == expected_text(capped)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import replace
 from typing import Any, TextIO
@@ -70,11 +69,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
 # ---- where the plan runs ----------------------------------------------------------------------
 
 
-def planned_topology(text: str | None, visible: str | None) -> tuple[Topology, GpuSpec | None]:
-    """This machine's topology, or ``text``'s with the GPUs ``CUDA_VISIBLE_DEVICES`` leaves."""
+def planned_topology(text: str | None) -> tuple[Topology, GpuSpec | None]:
+    """This machine's topology, or ``text``'s with the GPUs this process's
+    ``CUDA_VISIBLE_DEVICES`` leaves."""
     if text is None:
         return detect_topology(), None
-    return plan_machine(text, visible), parse_topology_id(text)[2]
+    return plan_machine(text), parse_topology_id(text)[2]
 
 
 def planned_model(options: RunConfig, device: str) -> PreparedModel:
@@ -191,7 +191,7 @@ def prediction_dict(memory: MemoryPrediction) -> dict[str, Any]:
 
 
 def build_plan(options: RunConfig, topology_text: str | None, err: TextIO) -> dict[str, Any]:
-    topology, gpu = planned_topology(topology_text, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    topology, gpu = planned_topology(topology_text)
     if gpu is None and topology.device == "cuda":
         from bloomperf.catalog.hardware import known_topology
 
