@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bloomperf.catalog.topology import detect_topology, topology_to_dict
+from bloomperf.catalog.topology import cpu_topology, detect_topology, topology_to_dict
 from bloomperf.core.errors import BloomperfError
 from bloomperf.harness.nodes import (
     NodeFacts,
@@ -33,9 +33,11 @@ HOSTS = ["node-a", "node-b", "node-c"]
 
 def answer(recording: str | None, hostname: str, slurm_node: str = "") -> dict[str, Any]:
     """What ``python -m bloomperf.harness.nodes probe`` prints on a node (a recorded GPU
-    machine's NVML, or this machine's CPU)."""
-    nvml = NvmlReplay.load(recording) if recording else None
-    topology = detect_topology(nvml, nodes=1) if nvml else detect_topology(nodes=1)
+    machine's NVML, or a node without a GPU: this machine's CPU, whatever GPUs it has)."""
+    if recording:
+        topology = detect_topology(NvmlReplay.load(recording), nodes=1)
+    else:
+        topology = cpu_topology(1, "NVML Shared Library Not Found")
     return {
         "hostname": hostname,
         "slurm_node": slurm_node,
